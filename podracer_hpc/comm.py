@@ -1,0 +1,208 @@
+"""MPI communication for the tournament, with a world-of-one fallback.
+
+This is the only module of podracer-hpc that imports :mod:`mpi4py`, and it does so lazily:
+importing ``podracer_hpc.comm`` never initializes MPI. :func:`get_comm` decides:
+
+- ``mode="none"`` (or ``PODRACER_COMM=none``): a world of one, MPI is never touched.
+- ``mode="auto"`` (default): MPI only when a launcher started this process (``mpiexec``/
+  ``mpirun`` of MPICH, Open MPI, MVAPICH, Cray PALS, or a multi-task ``srun`` step); otherwise a
+  world of one. If mpi4py or the MPI library is missing or fails to load, a world of one too:
+  no crash, :attr:`Comm.note` says why and a :class:`RuntimeWarning` is emitted when a launcher
+  asked for more than one rank.
+- ``mode="mpi"`` (or ``PODRACER_COMM=mpi``): always use MPI (a singleton ``python x.py`` run
+  initializes MPI as a world of one); failing to load it raises.
+
+All collectives here are the pickle-based lowercase mpi4py ones: meant for small Python objects
+(floats, ints, dicts of floats, small dataclasses), never for tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from typing import Any, Callable
+
+__all__ = ["Comm", "get_comm", "launcher_env"]
+
+# Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
+_LAUNCHER_VARS: tuple[tuple[str, str | None], ...] = (
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Intel MPI, srun --mpi=pmi2
+    ("PMIX_RANK", "PMIX_SIZE"),  # srun --mpi=pmix, Open MPI 5 (PMIX_SIZE is rarely set)
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI mpirun
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE"),  # MVAPICH
+    ("PALS_RANKID", None),  # Cray PALS (aprun/mpiexec on HPE Cray EX)
+)
+
+
+def launcher_env(environ: dict[str, str] | None = None) -> tuple[str | None, int | None]:
+    """Whether an MPI launcher (or a multi-task ``srun`` step) started this process.
+
+    Returns ``(variable, claimed_size)``: the environment variable that gave it away (None when
+    no launcher is detected) and the world size the launcher announced (None if unknown).
+    A batch script itself (``SLURM_NTASKS`` set, but no ``srun`` step) is not a launch.
+    """
+    env = os.environ if environ is None else environ
+    for rank_var, size_var in _LAUNCHER_VARS:
+        if rank_var in env:
+            return rank_var, _int_or_none(env.get(size_var)) if size_var else None
+    # srun without an MPI plugin still starts N tasks: MPI then tells whether they can talk.
+    if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
+        n = _int_or_none(env.get("SLURM_STEP_NUM_TASKS"))
+        if n is not None and n > 1:
+            return "SLURM_STEP_NUM_TASKS", n
+    return None, None
+
+
+def _int_or_none(s: str | None) -> int | None:
+    try:
+        return int(s) if s is not None else None
+    except ValueError:
+        return None
+
+
+def _import_mpi() -> Any:
+    """Import (and thereby initialize) mpi4py.MPI. Separate so tests can simulate failures."""
+    from mpi4py import MPI  # noqa: PLC0415  (lazy on purpose)
+
+    return MPI
+
+
+class Comm:
+    """A communicator: MPI ``COMM_WORLD`` or a world of one.
+
+    Attributes:
+        rank, size: this process's rank and the number of ranks.
+        local_rank, local_size: rank and size within this node (MPI shared-memory split);
+            0 and 1 in a world of one.
+        num_nodes: number of nodes (shared-memory groups) in the world.
+        is_mpi: whether MPI is in use.
+        launcher_size: the world size the launcher announced, if any. ``launcher_size > 1``
+            with ``size == 1`` means every process thinks it is alone (see :attr:`note`).
+        note: a human-readable line on how the communicator was chosen, and why it fell back.
+    """
+
+    def __init__(self, mpi_comm: Any = None, note: str = "", launcher_size: int | None = None):
+        self._comm = mpi_comm
+        self.note = note
+        self.launcher_size = launcher_size
+        if mpi_comm is None:
+            self.rank, self.size = 0, 1
+            self.local_rank, self.local_size, self.num_nodes = 0, 1, 1
+            self._local = None
+        else:
+            MPI = _import_mpi()
+            self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
+            self._local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+            self.local_rank, self.local_size = self._local.Get_rank(), self._local.Get_size()
+            self.num_nodes = int(mpi_comm.allreduce(1 if self.local_rank == 0 else 0))
+
+    @property
+    def is_mpi(self) -> bool:
+        return self._comm is not None
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def allgather(self, obj: Any) -> list[Any]:
+        """Gather one small picklable object from every rank; the list is indexed by rank."""
+        if self._comm is None:
+            return [_copy(obj)]
+        return self._comm.allgather(obj)
+
+    def bcast(self, obj: Any, root: int = 0) -> Any:
+        """Broadcast ``obj`` from ``root``; other ranks' argument is ignored (pass None)."""
+        if self._comm is None:
+            if root != 0:
+                raise ValueError(f"root={root} in a world of one")
+            return _copy(obj)
+        return self._comm.bcast(obj, root=root)
+
+    def barrier(self) -> None:
+        """Wait until every rank gets here."""
+        if self._comm is not None:
+            self._comm.Barrier()
+
+    def allreduce_sum(self, value: float | int) -> float | int:
+        """Sum of a number over all ranks."""
+        return self._allreduce(value, "SUM", sum)
+
+    def allreduce_max(self, value: float | int) -> float | int:
+        """Maximum of a number over all ranks."""
+        return self._allreduce(value, "MAX", max)
+
+    def _allreduce(self, value: Any, op: str, fallback: Callable[[list[Any]], Any]) -> Any:
+        if self._comm is None:
+            return fallback([value])
+        MPI = _import_mpi()
+        return self._comm.allreduce(value, op=getattr(MPI, op))
+
+    def abort(self, errorcode: int = 1) -> None:
+        """Abort every rank (use when one rank fails and the others would wait forever)."""
+        if self._comm is not None:
+            self._comm.Abort(errorcode)
+        raise SystemExit(errorcode)
+
+    def __repr__(self) -> str:
+        kind = "MPI" if self.is_mpi else "world-of-one"
+        return (
+            f"Comm({kind}, rank={self.rank}/{self.size}, local_rank={self.local_rank}/"
+            f"{self.local_size}, nodes={self.num_nodes}, note={self.note!r})"
+        )
+
+
+def _copy(obj: Any) -> Any:
+    """What an MPI collective returns: a copy made by pickling (also catches unpicklable objects)."""
+    return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def get_comm(mode: str | None = None) -> Comm:
+    """Return the world communicator (see the module docstring for ``mode``).
+
+    ``mode`` defaults to the ``PODRACER_COMM`` environment variable, else ``"auto"``.
+    """
+    mode = (mode or os.environ.get("PODRACER_COMM") or "auto").lower()
+    if mode not in ("auto", "mpi", "none"):
+        raise ValueError(f"comm mode must be 'auto', 'mpi' or 'none', got {mode!r}")
+    if mode == "none":
+        return Comm(note="world of one: MPI disabled (mode 'none')")
+
+    var, claimed = launcher_env()
+    if mode == "auto" and var is None:
+        return Comm(note="world of one: no MPI launcher detected (no PMI_*/PMIX_*/OMPI_* variables)")
+
+    try:
+        MPI = _import_mpi()
+        world = MPI.COMM_WORLD
+        comm = Comm(world, launcher_size=claimed)
+    except Exception as e:  # ImportError (no mpi4py), RuntimeError (no libmpi), MPI errors
+        if mode == "mpi":
+            raise RuntimeError(f"MPI requested (mode 'mpi') but unavailable: {type(e).__name__}: {e}") from e
+        note = (
+            f"world of one: launcher variable {var} is set but MPI is unavailable "
+            f"({type(e).__name__}: {e})"
+        )
+        if claimed is not None and claimed > 1:
+            note += f"; the launcher started {claimed} processes that will each run alone"
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
+        return Comm(note=note, launcher_size=claimed)
+
+    lib = _library_version(MPI)
+    comm.note = f"MPI ({lib}): {comm.size} rank(s) on {comm.num_nodes} node(s)"
+    if var is not None:
+        comm.note += f", detected via {var}"
+    if claimed is not None and comm.size != claimed:
+        comm.note += (
+            f"; WARNING: the launcher announced {claimed} ranks but MPI sees {comm.size}: "
+            "mpi4py is linked to another MPI than the launcher's, or srun lacks --mpi=pmix/pmi2"
+        )
+        warnings.warn(comm.note, RuntimeWarning, stacklevel=2)
+    return comm
+
+
+def _library_version(MPI: Any) -> str:
+    try:
+        return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())[:60]
+    except Exception:
+        return "unknown library"

@@ -1,0 +1,303 @@
+"""Configuration: dataclasses with a one-line doc per field, YAML loading, dotted overrides.
+
+A job file in ``jobs/`` is YAML whose keys mirror :class:`Config`. Overrides use dotted keys,
+``--set agent.learning_rate=1e-3``; values are parsed as YAML. Unknown keys and invalid values
+raise :class:`ConfigError` before anything runs, naming the valid keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A job file or an override is wrong; the message says what and how to fix it."""
+
+
+def F(default: Any, doc: str) -> Any:
+    """A dataclass field with a one-line doc (shown in error messages and `podracer config`)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc})
+    if isinstance(default, type) and dataclasses.is_dataclass(default):
+        return field(default_factory=default, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class EnvConfig:
+    name: str = F("pendulum", "task: pendulum | cartpole")
+    num_envs: int = F(1024, "environments stepped together as one batch on the pod's device")
+    max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500)")
+
+
+@dataclass
+class PPOConfig:
+    learning_rate: float = F(3e-4, "Adam step size at the start of training")
+    anneal_lr: bool = F(True, "decay the learning rate linearly to 0 over total_env_steps")
+    rollout_steps: int = F(32, "steps per environment in one rollout (T); a batch is T x num_envs")
+    num_minibatches: int = F(4, "minibatches per epoch (the batch is split evenly)")
+    update_epochs: int = F(4, "passes over each rollout batch")
+    gamma: float = F(0.99, "discount factor")
+    gae_lambda: float = F(0.95, "GAE lambda")
+    clip_coef: float = F(0.2, "PPO surrogate clip range")
+    clip_vloss: bool = F(False, "clip the value loss around the old values")
+    ent_coef: float = F(0.0, "entropy bonus coefficient")
+    vf_coef: float = F(0.5, "value loss coefficient")
+    max_grad_norm: float = F(0.5, "global gradient-norm clip")
+    target_kl: float = F(0.0, "stop an update's epochs early above this approx KL; 0 = never")
+    norm_adv: bool = F(True, "normalize advantages per minibatch")
+    norm_obs: bool = F(True, "running mean/std observation normalization (part of the pod state)")
+    norm_reward: bool = F(True, "scale rewards by the running std of the discounted return")
+    clip_obs: float = F(10.0, "clip normalized observations to +-clip_obs")
+    hidden_sizes: list = F([64, 64], "hidden layer widths of actor and critic")
+    activation: str = F("tanh", "hidden activation: tanh | relu | elu | silu (tanh is slow on some CPU builds)")
+    init_log_std: float = F(0.0, "initial log std of the Gaussian policy (continuous actions)")
+
+
+@dataclass
+class EvalConfig:
+    interval_env_steps: int = F(100_000, "evaluate every this many env steps (and always at the end)")
+    episodes: int = F(20, "episodes per evaluation, deterministic policy, fixed start states")
+
+
+@dataclass
+class LogConfig:
+    progress_interval_s: float = F(10.0, "seconds between progress lines on stderr; 0 = none")
+    checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
+
+
+@dataclass
+class Config:
+    name: str = F("", "run name; defaults to the job file's stem")
+    seed: int = F(0, "seed of everything in the run; pod r of a pool uses seed + r")
+    total_env_steps: int = F(1_000_000, "env steps to train, per pod")
+    device: str = F("auto", "auto (cuda:<local rank> if CUDA, else cpu) | cpu | cuda | cuda:N")
+    threads: int = F(0, "torch CPU threads per pod; 0 = all cores divided by the ranks on the node")
+    deterministic: bool = F(False, "use deterministic torch kernels (bitwise reproducible CPU runs are the default)")
+    env: EnvConfig = F(EnvConfig, "environment")
+    agent: PPOConfig = F(PPOConfig, "the PPO learner")
+    eval: EvalConfig = F(EvalConfig, "evaluation")
+    log: LogConfig = F(LogConfig, "logging and checkpoints")
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """All dotted keys of a config class with their doc and default: [(key, doc, default)]."""
+    out = []
+    hints = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if _is_dataclass_type(tp):
+            out += describe(tp, prefix + f.name + ".")
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            out.append((prefix + f.name, f.metadata.get("doc", ""), default))
+    return out
+
+
+def _valid_keys_text(cls: type, prefix: str) -> str:
+    lines = []
+    hints = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        kind = "section" if _is_dataclass_type(tp) else getattr(tp, "__name__", str(tp))
+        lines.append(f"  {prefix}{f.name} ({kind}): {f.metadata.get('doc', '')}")
+    return "\n".join(lines)
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{key}: expected {expected}, got {value!r} ({type(value).__name__})")
+
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad("true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                v = float(value.replace("_", ""))
+            except ValueError:
+                raise bad("an integer") from None
+            if v.is_integer():
+                return int(v)
+        raise bad("an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.replace("_", ""))
+            except ValueError:
+                pass
+        raise bad("a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad("a string")
+    if tp is list:
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        raise bad("a list")
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a nested dict, refusing unknown keys and wrong types."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}")
+    hints = _field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in data:
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1)
+            hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"unknown config key '{prefix}{k}'.{hint}\nValid keys here:\n{_valid_keys_text(cls, prefix)}"
+            )
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if _is_dataclass_type(tp):
+            kwargs[f.name] = from_dict(tp, data.get(f.name), prefix + f.name + ".")
+        elif f.name in data:
+            kwargs[f.name] = _coerce(data[f.name], tp, prefix + f.name)
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain nested dict (YAML/JSON-safe) of a config."""
+    return dataclasses.asdict(cfg)
+
+
+def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if nxt is None:
+            nxt = cur[p] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {key}: '{p}' is a value, not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
+    """Parse ``key=value`` strings (value as YAML)."""
+    out = []
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set agent.learning_rate=1e-3")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise ConfigError(f"--set {item!r}: empty key")
+        try:
+            val = yaml.safe_load(v) if v.strip() else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {item!r}: value is not valid YAML ({e})") from None
+        out.append((k, val))
+    return out
+
+
+def validate(cfg: Config) -> Config:
+    """Check value ranges; raises ConfigError naming the key and the allowed range."""
+    from .envs import TASKS  # local import: config stays importable without torch-heavy modules
+
+    a, e = cfg.agent, cfg.env
+
+    def need(ok: bool, key: str, msg: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+
+    need(e.name in TASKS, "env.name", f"unknown task {e.name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    need(e.num_envs >= 1, "env.num_envs", f"must be >= 1, got {e.num_envs}")
+    need(e.max_episode_steps >= 0, "env.max_episode_steps", f"must be >= 0, got {e.max_episode_steps}")
+    need(cfg.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {cfg.total_env_steps}")
+    need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
+    need(cfg.threads >= 0, "threads", f"must be >= 0, got {cfg.threads}")
+    dev = cfg.device
+    need(
+        dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
+        "device",
+        f"must be auto, cpu, cuda or cuda:N, got {dev!r}",
+    )
+    need(a.learning_rate > 0, "agent.learning_rate", f"must be > 0, got {a.learning_rate}")
+    need(a.rollout_steps >= 1, "agent.rollout_steps", f"must be >= 1, got {a.rollout_steps}")
+    need(a.update_epochs >= 1, "agent.update_epochs", f"must be >= 1, got {a.update_epochs}")
+    batch = a.rollout_steps * e.num_envs
+    need(
+        1 <= a.num_minibatches <= batch and batch % a.num_minibatches == 0,
+        "agent.num_minibatches",
+        f"must divide the batch of rollout_steps x num_envs = {batch}, got {a.num_minibatches}",
+    )
+    need(0 < a.gamma <= 1, "agent.gamma", f"must be in (0, 1], got {a.gamma}")
+    need(0 <= a.gae_lambda <= 1, "agent.gae_lambda", f"must be in [0, 1], got {a.gae_lambda}")
+    need(a.clip_coef > 0, "agent.clip_coef", f"must be > 0, got {a.clip_coef}")
+    need(a.ent_coef >= 0, "agent.ent_coef", f"must be >= 0, got {a.ent_coef}")
+    need(a.vf_coef >= 0, "agent.vf_coef", f"must be >= 0, got {a.vf_coef}")
+    need(a.max_grad_norm > 0, "agent.max_grad_norm", f"must be > 0, got {a.max_grad_norm}")
+    need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
+    need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
+    need(
+        len(a.hidden_sizes) >= 1 and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in a.hidden_sizes),
+        "agent.hidden_sizes",
+        f"must be a non-empty list of positive integers, got {a.hidden_sizes!r}",
+    )
+    need(
+        a.activation in ("tanh", "relu", "elu", "silu"),
+        "agent.activation",
+        f"must be tanh, relu, elu or silu, got {a.activation!r}",
+    )
+    need(cfg.eval.episodes >= 1, "eval.episodes", f"must be >= 1, got {cfg.eval.episodes}")
+    need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
+    need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
+    need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    return cfg
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a job file (or the defaults), apply ``key=value`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"job file {str(p)!r} not found (jobs live in jobs/*.yaml)")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(data).__name__}")
+        data.setdefault("name", p.stem)
+    for k, v in parse_overrides(overrides):
+        _set_dotted(data, k, v)
+    cfg = from_dict(Config, data)
+    if not cfg.name:
+        cfg.name = cfg.env.name
+    return validate(cfg)

@@ -1,0 +1,424 @@
+"""A leaderboard of agents on the shared filesystem, used at once by many ranks of many jobs.
+
+Layout (``root/entries/``, group-private)::
+
+    <id>.safetensors   the pod state (safeio kind "leaderboard-entry"), written first
+    <id>.json          the sidecar: score, env_steps, pod, job, round, hparams, created, sha256
+                       of the .safetensors file, caller meta; written second. Its presence
+                       means the entry is complete.
+
+There is no index and no lock: the directory listing is the leaderboard. Entries are immutable
+(written once under a fresh id, never overwritten). Every write goes to a hidden temporary name,
+is fsynced, then linked/renamed into place, so a reader never sees half a file. :meth:`prune`
+deletes a sidecar before its tensors, so an entry disappears from :meth:`list` first; a reader
+that loses that race gets :class:`EntryGone` and tries the next candidate
+(:meth:`load_best_available`). A checksum mismatch or a foreign file raises :class:`EntryCorrupt`
+and nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import socket
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from podracer_hpc import safeio
+
+__all__ = [
+    "ENTRY_KIND",
+    "EntryCorrupt",
+    "EntryGone",
+    "EntryInfo",
+    "InvalidEntryId",
+    "Leaderboard",
+    "LeaderboardWarning",
+    "make_entry_id",
+    "validate_entry_id",
+]
+
+ENTRY_KIND = "leaderboard-entry"  # safeio kind of the tensor files
+SIDECAR_FORMAT = "podracer-hpc-leaderboard"  # "format" field of the JSON sidecars
+SIDECAR_VERSION = 1
+DIR_MODE = 0o2770  # setgid, group-writable (group members may publish and prune), no world access
+FILE_MODE = 0o640
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,199}$")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_OURS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-[0-9a-f]{12}$")  # ids that make_entry_id generates
+
+
+class InvalidEntryId(ValueError):
+    """An entry id that could escape the directory or is not one we write."""
+
+
+class EntryGone(LookupError):
+    """The entry does not exist (any more): it was pruned, or never completed."""
+
+
+class EntryCorrupt(safeio.StateFileError):
+    """The entry exists but is corrupt or foreign; nothing was loaded."""
+
+
+class LeaderboardWarning(UserWarning):
+    """A file in the leaderboard directory was skipped."""
+
+
+def validate_entry_id(entry_id: Any) -> str:
+    """Return ``entry_id`` if it is a safe id (letters, digits, ``_``, ``-``; no dots or slashes)."""
+    if not isinstance(entry_id, str) or not _ID_RE.fullmatch(entry_id):
+        raise InvalidEntryId(
+            f"invalid leaderboard entry id {entry_id!r}: expected 1-200 of [A-Za-z0-9_-], "
+            "starting with a letter or digit (no dots, no slashes)"
+        )
+    return entry_id
+
+
+def _sanitize(s: Any, maxlen: int = 64) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", str(s))[:maxlen] or "x"
+
+
+def make_entry_id(job: Any = "local", pod: Any = 0, round: Any = 0) -> str:
+    """A fresh id ``<job>-<pod>-<round>-<random>``, unique across writers on any host."""
+    eid = f"{_sanitize(job)}-{_sanitize(pod, 16)}-{_sanitize(round, 16)}-{uuid.uuid4().hex[:12]}"
+    if not eid[0].isalnum():
+        eid = "e" + eid
+    return validate_entry_id(eid)
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One leaderboard entry, as its JSON sidecar describes it."""
+
+    id: str  # entry id (file stem)
+    score: float  # fitness of the published agent (always finite in a listing; NaN if the file's is not)
+    env_steps: int | None  # env steps the agent was trained on
+    pod: int | None  # rank of the publishing pod
+    job: str | None  # job id of the publisher
+    round: int | None  # tournament round of the publication
+    hparams: dict[str, float] = field(default_factory=dict)  # hyperparameters of the publisher
+    created: float = 0.0  # unix time of publication
+    sha256: str = ""  # digest of the .safetensors file
+    meta: dict[str, Any] = field(default_factory=dict)  # everything the publisher passed
+
+    @property
+    def candidate(self) -> tuple[str, float]:
+        """``(id, score)``, the form :mod:`podracer_hpc.tournament` takes."""
+        return self.id, self.score
+
+
+class Leaderboard:
+    """The leaderboard directory ``root/entries``; cheap to construct on every rank."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.entries_dir = self.root / "entries"
+        for d in (self.root, self.entries_dir):
+            _make_private_dir(d)
+
+    # ------------------------------------------------------------------ paths
+
+    def tensors_path(self, entry_id: str) -> Path:
+        return self.entries_dir / f"{validate_entry_id(entry_id)}.safetensors"
+
+    def sidecar_path(self, entry_id: str) -> Path:
+        return self.entries_dir / f"{validate_entry_id(entry_id)}.json"
+
+    # ------------------------------------------------------------------ write
+
+    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any] | None = None) -> str:
+        """Write a new immutable entry and return its id.
+
+        ``meta`` must be JSON-serializable; its keys ``job``, ``pod`` (or ``rank``), ``round``,
+        ``env_steps`` and ``hparams`` become fields of :class:`EntryInfo`. ``score`` must be
+        finite (a NaN pod is never published).
+        """
+        meta = dict(meta or {})
+        if not _is_finite_number(score):
+            raise ValueError(f"leaderboard score must be a finite number, got {score!r}")
+        score = float(score)
+        pod = meta.get("pod", meta.get("rank"))
+        entry_id = make_entry_id(meta.get("job", "local"), pod if pod is not None else 0, meta.get("round", 0))
+        file_meta = {"entry_id": entry_id, "score": score, "meta": meta}
+        blob = safeio.dumps(tensors, file_meta, kind=ENTRY_KIND)  # raises on non-JSON meta
+        sha = hashlib.sha256(blob).hexdigest()
+        sidecar = {
+            "format": SIDECAR_FORMAT,
+            "version": SIDECAR_VERSION,
+            "id": entry_id,
+            "score": score,
+            "env_steps": _int_or_none(meta.get("env_steps")),
+            "pod": _int_or_none(pod),
+            "job": None if meta.get("job") is None else str(meta["job"]),
+            "round": _int_or_none(meta.get("round")),
+            "hparams": meta.get("hparams") or {},
+            "created": time.time(),
+            "host": socket.gethostname(),
+            "sha256": sha,
+            "bytes": len(blob),
+            "meta": meta,
+        }
+        # Tensors first, then the sidecar: the sidecar's presence means the entry is complete.
+        _write_new(self.tensors_path(entry_id), blob)
+        try:
+            _write_new(self.sidecar_path(entry_id), json.dumps(sidecar, sort_keys=True, allow_nan=False).encode())
+        except BaseException:
+            _unlink(self.tensors_path(entry_id))
+            raise
+        return entry_id
+
+    # ------------------------------------------------------------------ read
+
+    def list(self) -> list[EntryInfo]:
+        """Complete entries with a finite score, best first (ties by id).
+
+        Reads only the sidecars. Unreadable, foreign or malformed ``.json`` files are skipped
+        with a :class:`LeaderboardWarning`; entries that vanish while listing are skipped silently.
+        """
+        out: list[EntryInfo] = []
+        try:
+            names = [e.name for e in os.scandir(self.entries_dir)]
+        except FileNotFoundError:
+            return []
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            stem = name[: -len(".json")]
+            if not _ID_RE.fullmatch(stem):
+                _warn(f"{self.entries_dir / name}: not a leaderboard entry name; skipped")
+                continue
+            try:
+                info = self._read_sidecar(stem)
+            except EntryGone:
+                continue  # pruned while we were listing
+            except EntryCorrupt as e:
+                _warn(f"{e}; skipped")
+                continue
+            if math.isfinite(info.score):  # a NaN score is never a candidate
+                out.append(info)
+        out.sort(key=lambda e: (-e.score, e.id))
+        return out
+
+    def candidates(self, top_k: int | None = None) -> list[tuple[str, float]]:
+        """``[(id, score)]`` best first, optionally only the top ``top_k``: the tournament's input."""
+        entries = self.list()
+        return [e.candidate for e in (entries if top_k is None else entries[:top_k])]
+
+    def info(self, entry_id: str) -> EntryInfo:
+        """The sidecar of one entry; :class:`EntryGone` if absent, :class:`EntryCorrupt` if bad."""
+        return self._read_sidecar(validate_entry_id(entry_id))
+
+    def _read_sidecar(self, entry_id: str) -> EntryInfo:
+        """Parse and check a sidecar (its score is NaN if the file's is not a finite number)."""
+        path = self.sidecar_path(entry_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+        except OSError as e:
+            raise EntryCorrupt(f"leaderboard entry {entry_id}: cannot read {path} ({e})") from None
+        try:
+            d = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise EntryCorrupt(f"leaderboard entry {entry_id}: {path} is not valid JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("format") != SIDECAR_FORMAT:
+            raise EntryCorrupt(f"{path}: not a podracer-hpc leaderboard sidecar (foreign file)")
+        if d.get("version") != SIDECAR_VERSION:
+            raise EntryCorrupt(f"{path}: sidecar version {d.get('version')!r}, this code reads {SIDECAR_VERSION}")
+        if d.get("id") != entry_id:
+            raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
+        if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
+            raise EntryCorrupt(f"{path}: sidecar has no valid sha256")
+        try:
+            return EntryInfo(
+                id=entry_id,
+                score=float(d["score"]) if _is_finite_number(d.get("score")) else math.nan,
+                env_steps=_int_or_none(d.get("env_steps")),
+                pod=_int_or_none(d.get("pod")),
+                job=None if d.get("job") is None else str(d["job"]),
+                round=_int_or_none(d.get("round")),
+                hparams=dict(d.get("hparams") or {}),
+                created=float(d.get("created") or 0.0),
+                sha256=d["sha256"],
+                meta=dict(d.get("meta") or {}),
+            )
+        except (TypeError, ValueError) as e:
+            raise EntryCorrupt(f"{path}: malformed sidecar ({e})") from None
+
+    def load(self, entry_id: str, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Load an entry's tensors and the meta its publisher passed, after verifying the file.
+
+        Raises :class:`InvalidEntryId` for an unsafe id, :class:`EntryGone` if the entry (or
+        its tensors) no longer exists, :class:`EntryCorrupt` on a checksum mismatch or a
+        foreign file. Never unpickles.
+        """
+        validate_entry_id(entry_id)
+        expected = self._read_sidecar(entry_id).sha256
+        path = self.tensors_path(entry_id)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+        actual = hashlib.sha256(blob).hexdigest()
+        if actual != expected:
+            raise EntryCorrupt(
+                f"leaderboard entry {entry_id}: checksum mismatch ({path} has sha256 {actual[:12]}..., "
+                f"its sidecar says {expected[:12]}...): the file is corrupt or was replaced. Nothing was loaded; "
+                "delete both files of this entry."
+            )
+        try:
+            tensors, file_meta, _ = safeio.loads(blob, kind=ENTRY_KIND, source=str(path), device=device)
+        except EntryCorrupt:
+            raise
+        except safeio.StateFileError as e:
+            raise EntryCorrupt(f"leaderboard entry {entry_id}: {e}") from None
+        if file_meta.get("entry_id") != entry_id:
+            raise EntryCorrupt(
+                f"leaderboard entry {entry_id}: {path} holds entry {file_meta.get('entry_id')!r} (swapped files?)"
+            )
+        return tensors, dict(file_meta.get("meta") or {})
+
+    def load_best_available(
+        self,
+        candidates: Iterable[str | EntryInfo | tuple[str, float]],
+        device: str | torch.device = "cpu",
+        skip_corrupt: bool = True,
+    ) -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
+        """Load the first candidate that still exists; returns ``(entry_id, tensors, meta)``.
+
+        Entries that are gone are skipped; corrupt ones too (with a warning) unless
+        ``skip_corrupt`` is False. Raises :class:`EntryGone` if none could be loaded.
+        """
+        tried: list[str] = []
+        for c in candidates:
+            eid = c.id if isinstance(c, EntryInfo) else c[0] if isinstance(c, tuple) else c
+            tried.append(str(eid))
+            try:
+                tensors, meta = self.load(eid, device=device)
+                return eid, tensors, meta
+            except EntryGone:
+                continue
+            except EntryCorrupt as e:
+                if not skip_corrupt:
+                    raise
+                _warn(f"{e}; trying the next candidate")
+        raise EntryGone(f"none of the {len(tried)} candidate entries could be loaded: {tried[:8]}")
+
+    # ------------------------------------------------------------------ prune
+
+    def prune(self, top_k: int, stale_after_s: float = 900.0) -> list[str]:
+        """Keep the ``top_k`` best entries; delete the others (sidecar first, then tensors).
+
+        Idempotent and safe with concurrent pruners, publishers and readers. Also deletes hidden
+        temporary files and orphan tensor files (no sidecar) older than ``stale_after_s``
+        seconds (left by writers that died). Foreign files are left alone. Returns the ids of
+        the entries it deleted.
+        """
+        if top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {top_k}")
+        removed = []
+        for e in self.list()[top_k:]:
+            _unlink(self.sidecar_path(e.id))
+            _unlink(self.tensors_path(e.id))
+            removed.append(e.id)
+        now = time.time()
+        try:
+            names = [(x.name, x) for x in os.scandir(self.entries_dir)]
+        except FileNotFoundError:
+            return removed
+        for name, de in names:
+            is_tmp = name.startswith(".") and name.endswith(".tmp")
+            stem = name[: -len(".safetensors")] if name.endswith(".safetensors") else None
+            is_orphan = stem is not None and _OURS_RE.fullmatch(stem) is not None
+            if not (is_tmp or is_orphan):
+                continue
+            try:
+                if now - de.stat(follow_symlinks=False).st_mtime < stale_after_s:
+                    continue
+                if is_orphan and (self.entries_dir / f"{stem}.json").exists():
+                    continue
+            except FileNotFoundError:
+                continue
+            _unlink(self.entries_dir / name)
+        return removed
+
+
+# ---------------------------------------------------------------------- file helpers
+
+
+def _make_private_dir(d: Path) -> None:
+    try:
+        d.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not d.is_dir():
+            raise NotADirectoryError(f"{d} exists and is not a directory") from None
+        if d.stat().st_mode & 0o007:
+            _warn(f"{d} is accessible by all users; restrict it with `chmod o-rwx {d}`")
+        return
+    os.chmod(d, DIR_MODE)
+
+
+def _write_new(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+    """Atomically create ``path`` with ``data``; never replaces an existing file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        try:
+            os.link(tmp, path)  # fails if path exists: no overwrite, even in a race
+        except FileExistsError:
+            raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
+        except OSError:  # a filesystem without hard links
+            if path.exists():
+                raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
+            os.rename(tmp, path)
+    finally:
+        _unlink(Path(tmp))
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _warn(msg: str) -> None:
+    warnings.warn(msg, LeaderboardWarning, stacklevel=3)
+
+
+def _is_finite_number(x: Any) -> bool:
+    if isinstance(x, (bool, str, bytes)) or x is None:
+        return False
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _int_or_none(x: Any) -> int | None:
+    try:
+        return None if x is None else int(x)
+    except (TypeError, ValueError):
+        return None

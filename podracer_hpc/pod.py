@@ -1,0 +1,235 @@
+"""A pod: one device, thousands of batched environments and one PPO learner.
+
+``Pod.train_iteration`` is the pod's loop body: a rollout of fixed shape ``(T, N, ...)`` on the
+device, GAE, and the minibatch epochs. Its whole state (networks, optimizer, normalizers, env
+physics, clocks, RNG streams, counters) round-trips through ``state_tensors``/``load_state``
+as plain tensors plus JSON, so a checkpoint resumes the very same run. The pod knows nothing
+of MPI, Slurm or log files.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from . import safeio
+from .agents.ppo import PPOAgent, compute_gae
+from .config import Config, to_dict
+from .envs import make_env
+
+STATE_KIND = "pod-state"
+STATE_VERSION = 1
+EVAL_SEED_OFFSET = 1_000_003  # eval start states come from their own streams
+
+
+def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
+    """``auto`` -> ``cuda:<local rank % gpus>`` when CUDA is available, else ``cpu``."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
+        return torch.device("cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={spec!r} but CUDA is not available here; use device=auto or cpu")
+    return torch.device(spec)
+
+
+class Pod:
+    """One agent training on one device."""
+
+    def __init__(self, cfg: Config, rank: int = 0, device: torch.device | str = "cpu"):
+        self.cfg = cfg
+        self.rank = rank
+        self.device = torch.device(device)
+        self.seed = cfg.seed + rank
+        e, a = cfg.env, cfg.agent
+        self.env = make_env(e.name, e.num_envs, self.device, self.seed, e.max_episode_steps)
+        self.eval_env = make_env(
+            e.name, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET, e.max_episode_steps
+        )
+        torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
+        self.agent = PPOAgent(
+            self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
+            e.num_envs, a, self.device,
+        )
+        self.gen = torch.Generator(device=self.device)
+        self.gen.manual_seed(self.seed)
+        self.obs = self.env.reset(self.seed)
+        self.env_steps = 0
+        self.updates = 0
+        self.episodes_t = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.batch_size = a.rollout_steps * e.num_envs
+        if not self.env.discrete:
+            lo = torch.as_tensor(self.env.action_low, dtype=torch.float32, device=self.device)
+            hi = torch.as_tensor(self.env.action_high, dtype=torch.float32, device=self.device)
+            self._act_center, self._act_half = (hi + lo) / 2, (hi - lo) / 2
+
+    # --- acting in the env ---------------------------------------------------------------
+    def to_env_action(self, action: torch.Tensor) -> torch.Tensor:
+        """Policy actions live in [-1, 1] (clipped here); the env gets its own units."""
+        if self.env.discrete:
+            return action
+        return self._act_center + self._act_half * action.clamp(-1.0, 1.0)
+
+    # --- the loop body -------------------------------------------------------------------
+    def train_iteration(self) -> dict[str, torch.Tensor]:
+        """Collect one rollout and update; returns metrics as tensors (no host sync)."""
+        cfg, agent, env = self.cfg.agent, self.agent, self.env
+        T, N, dev = cfg.rollout_steps, env.num_envs, self.device
+        act_shape = () if env.discrete else (env.act_dim,)
+        obs_buf = torch.empty(T, N, env.obs_dim, device=dev)
+        act_buf = torch.empty(T, N, *act_shape, device=dev, dtype=torch.long if env.discrete else torch.float32)
+        logp_buf = torch.empty(T, N, device=dev)
+        val_buf = torch.empty(T, N, device=dev)
+        next_val_buf = torch.empty(T, N, device=dev)
+        rew_buf = torch.empty(T, N, device=dev)
+        term_buf = torch.empty(T, N, device=dev, dtype=torch.bool)
+        done_buf = torch.empty(T, N, device=dev, dtype=torch.bool)
+        ret_sum = torch.zeros((), device=dev, dtype=torch.float64)
+        ret_sq = torch.zeros((), device=dev, dtype=torch.float64)
+        ret_cnt = torch.zeros((), device=dev, dtype=torch.int64)
+
+        nobs = agent.normalize_obs(self.obs, update=True)
+        value = agent.value(nobs)
+        for t in range(T):
+            action, logp = agent.act(nobs, self.gen)
+            obs, reward, terminated, truncated, info = env.step(self.to_env_action(action))
+            done = info["done"]
+            obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = nobs, action, logp, value
+            rew_buf[t] = agent.scale_reward(reward, done)
+            term_buf[t], done_buf[t] = terminated, done
+            # Value of the state reached: the next obs, or the final obs of a cut episode.
+            nobs = agent.normalize_obs(obs, update=True)
+            value = agent.value(nobs)
+            if dev.type != "cpu" or bool(truncated.any()):  # the check is free on CPU only
+                v_final = agent.value(agent.normalize_obs(info["final_obs"], update=False))
+                next_val_buf[t] = torch.where(truncated, v_final, value)
+            else:
+                next_val_buf[t] = value
+            ep_ret = info["episode_return"]
+            ret_sum += (ep_ret * done).sum()
+            ret_sq += (ep_ret.square() * done).sum()
+            ret_cnt += done.sum()
+        self.obs = obs
+
+        adv, returns = compute_gae(
+            rew_buf, val_buf, next_val_buf, term_buf, done_buf, cfg.gamma, cfg.gae_lambda
+        )
+        self.env_steps += T * N
+        progress = min(1.0, (self.env_steps - T * N) / max(1, self.cfg.total_env_steps))
+        metrics = agent.update(
+            obs_buf.reshape(T * N, -1),
+            act_buf.reshape(T * N, *act_shape),
+            logp_buf.reshape(-1),
+            adv.reshape(-1),
+            returns.reshape(-1),
+            val_buf.reshape(-1),
+            self.gen,
+            progress,
+        )
+        self.updates += 1
+        self.episodes_t += ret_cnt
+        metrics["episodes"] = ret_cnt
+        metrics["return_sum"] = ret_sum
+        metrics["return_sqsum"] = ret_sq
+        return metrics
+
+    # --- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> torch.Tensor:
+        """Returns of ``eval.episodes`` deterministic episodes from fixed start states."""
+        env = self.eval_env
+        obs = env.reset(self.seed + EVAL_SEED_OFFSET)
+        n = env.num_envs
+        returns = torch.zeros(n, dtype=torch.float64, device=self.device)
+        running = torch.ones(n, dtype=torch.bool, device=self.device)
+        for _ in range(env.max_episode_steps):
+            action = self.agent.act_deterministic(self.agent.normalize_obs(obs, update=False))
+            obs, _, _, _, info = env.step(self.to_env_action(action))
+            finished = info["done"] & running
+            returns = torch.where(finished, info["episode_return"], returns)
+            running &= ~info["done"]
+        return returns
+
+    # --- state ---------------------------------------------------------------------------
+    def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Everything needed to continue this pod exactly: (tensors, JSON-able meta)."""
+        t: dict[str, torch.Tensor] = {}
+        for k, v in self.agent.net.state_dict().items():
+            t[f"net.{k}"] = v
+        for k, v in self.agent.obs_rms.state_dict().items():
+            t[f"obs_rms.{k}"] = v
+        for k, v in self.agent.reward_scaler.state_dict().items():
+            t[f"reward_scaler.{k}"] = v
+        opt = self.agent.optimizer.state_dict()
+        for pid, st in opt["state"].items():
+            for k, v in st.items():
+                t[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+        for k, v in self.env.state_dict().items():
+            t[f"env.{k}"] = v
+        t["obs"] = self.obs
+        t["gen_state"] = self.gen.get_state()
+        t["cpu_rng_state"] = torch.get_rng_state()
+        meta = {
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "episodes": int(self.episodes_t),
+            "rank": self.rank,
+            "seed": self.seed,
+            "learning_rate": self.agent.learning_rate,
+            "optim_param_groups": opt["param_groups"],
+            "config": to_dict(self.cfg),
+        }
+        return t, meta
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "state") -> None:
+        """Restore from ``state_tensors`` output; refuses states of another shape or task."""
+        cfg = meta.get("config", {})
+        if cfg.get("env", {}).get("name") != self.cfg.env.name:
+            raise safeio.StateFileError(
+                f"{source}: trained on task {cfg.get('env', {}).get('name')!r}, this run is {self.cfg.env.name!r}"
+            )
+        dev = self.device
+
+        def sub(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+
+        try:
+            self.agent.net.load_state_dict(sub("net."))
+            self.agent.obs_rms.load_state_dict(sub("obs_rms."))
+            self.agent.reward_scaler.load_state_dict(sub("reward_scaler."))
+            optim_state: dict[int, dict[str, torch.Tensor]] = {}
+            for k, v in sub("optim.").items():
+                pid, name = k.split(".", 1)
+                optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
+            self.agent.optimizer.load_state_dict(
+                {"state": optim_state, "param_groups": meta["optim_param_groups"]}
+            )
+            self.env.load_state_dict(sub("env."))
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise safeio.StateFileError(
+                f"{source}: does not fit this pod ({e}). Was the network or num_envs changed since it was written?"
+            ) from None
+        self.obs = tensors["obs"].to(dev)
+        self.gen.set_state(tensors["gen_state"])
+        torch.set_rng_state(tensors["cpu_rng_state"])
+        self.env_steps = int(meta["env_steps"])
+        self.updates = int(meta["updates"])
+        self.episodes_t.fill_(int(meta.get("episodes", 0)))
+        self.agent.learning_rate = float(meta["learning_rate"])
+
+    def save(self, path, extra_meta: dict[str, Any] | None = None) -> str:
+        t, meta = self.state_tensors()
+        meta.update(extra_meta or {})
+        meta["saved_at"] = time.time()
+        return safeio.save(path, t, meta, STATE_KIND, STATE_VERSION)
+
+    def load(self, path) -> dict[str, Any]:
+        tensors, meta, version = safeio.load(path, STATE_KIND)
+        if version != STATE_VERSION:
+            raise safeio.StateFileError(
+                f"{path}: pod-state layout version {version}, this podracer-hpc reads {STATE_VERSION}"
+            )
+        self.load_state(tensors, meta, source=str(path))
+        return meta

@@ -1,0 +1,506 @@
+"""Tournament selection rules: from the gathered fitness table to one decision per pod.
+
+Pure functions: no I/O, no MPI, no torch. Given the same table, leaderboard listing, round and
+seed, every rank computes the same decisions (all randomness comes from numpy Generators seeded
+by ``(seed, round, rank, rule)``, and ties are broken by rank, then entry id).
+
+One round, as the rank program runs it::
+
+    reports = comm.allgather(PodReport(rank, fitness, env_steps, hparams))
+    entries = comm.bcast(leaderboard.candidates() if comm.rank == 0 else None)  # one view for all
+    decisions = decide(reports, entries, round, seed, cfg)
+    d = decisions[comm.rank]
+    my_entry = leaderboard.publish(...) if d.publish else None
+    entry_of_rank = comm.allgather(my_entry)      # also a barrier: sources are on disk now
+    if d.action == "load_entry":  state = leaderboard.load(d.source_entry)
+    elif d.action == "copy_pod":  state = leaderboard.load(entry_of_rank[d.source_rank])
+    elif d.action == "reset":     re-initialize the agent (no finite source exists anywhere)
+    if d.new_hparams is not None: use d.new_hparams
+    comm.barrier(); if comm.rank == 0: leaderboard.prune(cfg.top_k)   # after everyone loaded
+
+A source that has vanished anyway (another job's prune) raises ``EntryGone``: keep, and log it.
+
+Rules (``TournamentConfig.mode``):
+
+- ``"elegantrl"`` (ElegantRL-Podracer): the candidate pool is the leaderboard plus this round's
+  pods (equivalent to "every pod publishes, the leaderboard keeps the top K", without writing
+  entries a prune would delete at once). Each pod samples one of the top-K candidates by a
+  softmax over z-scored scores and takes its weights, optimizer and normalizer state only if the
+  candidate's score is strictly better than its own fitness. Hyperparameters stay the pod's own.
+- ``"pbt"`` (Jaderberg et al. 2017, truncation selection): pods in the bottom quantile copy the
+  state and hyperparameters of a pod drawn uniformly from the top quantile (exploit), then
+  perturb the hyperparameters (explore).
+- ``"none"``: every pod keeps; nobody publishes.
+
+NaN (or infinite) fitness: such a pod is never a source and never published, and it is always
+replaced (by a sampled candidate, a top pod, the best finite pod, the best leaderboard entry, or
+if none exists anywhere, ``"reset"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+__all__ = [
+    "ACTIONS",
+    "ACTION_CODES",
+    "Decision",
+    "HParamRange",
+    "PodReport",
+    "TournamentConfig",
+    "decide",
+    "elegantrl_select",
+    "explore",
+    "make_rng",
+    "normalize_space",
+    "pbt_select",
+    "quantile_size",
+    "softmax_zscore",
+]
+
+MODES = ("elegantrl", "pbt", "none")
+ACTIONS = ("keep", "load_entry", "copy_pod", "reset")
+ACTION_CODES = {a: i for i, a in enumerate(ACTIONS)}  # integer codes for the HDF5 log
+
+# Stream tags keep the rules' random streams apart for the same (seed, round, rank).
+_STREAM_ELEGANTRL = 1
+_STREAM_PBT = 2
+
+
+class HParamRange(NamedTuple):
+    """Prior and bounds of one hyperparameter."""
+
+    low: float
+    high: float
+    log_scale: bool = False
+
+
+@dataclass(frozen=True)
+class PodReport:
+    """What one pod tells the others at a tournament round (small and picklable)."""
+
+    rank: int  # MPI rank of the pod
+    fitness: float  # evaluation return of the deterministic policy; NaN if evaluation failed
+    env_steps: int  # environment steps this pod's agent has been trained on
+    hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one pod does after a tournament round.
+
+    ``action`` is one of:
+
+    - ``"keep"``: continue with its own state;
+    - ``"load_entry"``: load leaderboard entry ``source_entry`` (weights, optimizer, normalizers);
+    - ``"copy_pod"``: load the entry that pod ``source_rank`` publishes this round;
+    - ``"reset"``: re-initialize the agent (its fitness is NaN and no finite source exists).
+
+    ``new_hparams`` is None when the pod keeps its own hyperparameters, else the full dict to use.
+    ``publish`` says whether this pod writes its state to the leaderboard this round (before
+    anyone loads). If a source entry has vanished when loading it, keep (and log it).
+    """
+
+    rank: int  # the pod this decision is for
+    action: str  # "keep" | "load_entry" | "copy_pod" | "reset"
+    publish: bool  # write this pod's state to the leaderboard this round
+    fitness: float  # the pod's own fitness this round (NaN allowed)
+    source_rank: int | None = None  # copy_pod: the pod to copy
+    source_entry: str | None = None  # load_entry: the leaderboard entry id to load
+    source_score: float | None = None  # fitness/score of the source
+    old_hparams: dict[str, float] | None = None  # hyperparameters before the decision
+    new_hparams: dict[str, float] | None = None  # hyperparameters after (None: unchanged)
+    reason: str = ""  # one line for the log
+
+    @property
+    def action_code(self) -> int:
+        return ACTION_CODES[self.action]
+
+    @property
+    def replaces(self) -> bool:
+        """Whether the pod's weights change."""
+        return self.action != "keep"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (for logs)."""
+        return asdict(self)
+
+
+@dataclass
+class TournamentConfig:
+    """Tournament settings (section ``tournament`` of the run config)."""
+
+    mode: str = "elegantrl"  # selection rule: "elegantrl" | "pbt" | "none"
+    interval_env_steps: int = 1_000_000  # env steps each pod trains between tournament rounds
+    top_k: int = 8  # leaderboard size kept by prune, and the elegantrl candidate pool size
+    temperature: float = 1.0  # elegantrl: softmax temperature over z-scored scores (>0; inf = uniform)
+    quantile: float = 0.25  # pbt: fraction of pods in the bottom (replaced) and top (sources) groups
+    resample_prob: float = 0.25  # pbt explore: probability to resample a hyperparameter from its prior
+    perturb_factors: tuple[float, ...] = (0.8, 1.2)  # pbt explore: else multiply by one of these
+    steps_tolerance: float = 0.25  # pbt: a source needs env_steps >= target's * (1 - tolerance)
+    hparam_space: dict[str, HParamRange] = field(default_factory=dict)  # pbt: name -> (low, high, log_scale)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"tournament.mode must be one of {MODES}, got {self.mode!r}")
+        if self.interval_env_steps <= 0:
+            raise ValueError(f"tournament.interval_env_steps must be > 0, got {self.interval_env_steps}")
+        if self.top_k < 1:
+            raise ValueError(f"tournament.top_k must be >= 1, got {self.top_k}")
+        if not self.temperature > 0:
+            raise ValueError(f"tournament.temperature must be > 0, got {self.temperature}")
+        if not 0.0 <= self.quantile <= 0.5:
+            raise ValueError(f"tournament.quantile must be in [0, 0.5], got {self.quantile}")
+        if not 0.0 <= self.resample_prob <= 1.0:
+            raise ValueError(f"tournament.resample_prob must be in [0, 1], got {self.resample_prob}")
+        self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
+        if not self.perturb_factors or any(not f > 0 for f in self.perturb_factors):
+            raise ValueError(f"tournament.perturb_factors must be positive numbers, got {self.perturb_factors}")
+        if not 0.0 <= self.steps_tolerance <= 1.0:
+            raise ValueError(f"tournament.steps_tolerance must be in [0, 1], got {self.steps_tolerance}")
+        self.hparam_space = normalize_space(self.hparam_space)
+
+
+def normalize_space(space: Mapping[str, Any]) -> dict[str, HParamRange]:
+    """Validate a hyperparameter space; accepts ``(low, high[, log_scale])`` sequences or
+    ``{"low":, "high":, "log_scale"/"log":}`` mappings (as YAML gives them)."""
+    out: dict[str, HParamRange] = {}
+    for name, spec in space.items():
+        if isinstance(spec, Mapping):
+            low, high = spec["low"], spec["high"]
+            log = spec.get("log_scale", spec.get("log", False))
+        else:
+            spec = tuple(spec)
+            if len(spec) not in (2, 3):
+                raise ValueError(f"hparam_space[{name!r}]: expected (low, high, log_scale), got {spec!r}")
+            low, high, log = (*spec, False) if len(spec) == 2 else spec
+        r = HParamRange(float(low), float(high), bool(log))
+        if not (math.isfinite(r.low) and math.isfinite(r.high) and r.low < r.high):
+            raise ValueError(f"hparam_space[{name!r}]: need finite low < high, got {r.low}, {r.high}")
+        if r.log_scale and r.low <= 0:
+            raise ValueError(f"hparam_space[{name!r}]: a log-scale range needs low > 0, got {r.low}")
+        out[str(name)] = r
+    return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def make_rng(seed: int, round: int, rank: int, stream: int) -> np.random.Generator:
+    """The Generator of one pod at one round for one rule: identical on every rank."""
+    for name, v in (("seed", seed), ("round", round), ("rank", rank)):
+        if int(v) < 0:
+            raise ValueError(f"{name} must be >= 0, got {v}")
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(round), int(rank), int(stream)]))
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def softmax_zscore(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
+    """Probabilities ``softmax(z / temperature)`` with ``z`` the z-scores of ``scores``.
+
+    Equal scores (zero spread) or ``temperature=inf`` give the uniform distribution.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError("softmax_zscore needs a non-empty 1-D sequence of scores")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("softmax_zscore needs finite scores")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    std = s.std()
+    z = (s - s.mean()) / std if std > 0 else np.zeros_like(s)
+    logits = z / temperature
+    logits -= logits.max()
+    p = np.exp(logits)
+    return p / p.sum()
+
+
+def quantile_size(n: int, quantile: float) -> int:
+    """Number of pods in each of the bottom and top groups of a pool of ``n``.
+
+    ``ceil(n * quantile)``, capped at ``floor(n / 2)`` so the groups never overlap (as Ray Tune
+    does): n=1 -> 0, n=2..4 -> 1, n=5..8 -> 2 for quantile 0.25.
+    """
+    if n <= 0 or quantile <= 0:
+        return 0
+    k = math.ceil(n * quantile - 1e-9)
+    return min(k, n // 2)
+
+
+def _ranking(fitness: Sequence[float]) -> list[int]:
+    """Ranks ordered best first: finite fitness descending, ties by rank; non-finite last."""
+    return sorted(range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if _finite(fitness[r]) else (1, 0.0, r))
+
+
+def explore(
+    hparams: Mapping[str, float],
+    space: Mapping[str, Any],
+    rng: np.random.Generator,
+    resample_prob: float = 0.25,
+    perturb_factors: Sequence[float] = (0.8, 1.2),
+) -> dict[str, float]:
+    """PBT explore step: each hyperparameter in ``space`` is resampled from its prior (uniform,
+    or log-uniform for log-scale ranges) with probability ``resample_prob``, else multiplied by a
+    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. Names outside the
+    space are copied unchanged; names in the space missing from ``hparams`` are sampled."""
+    space = normalize_space(space)
+    out = {k: float(v) for k, v in hparams.items()}
+    for name in sorted(space):  # fixed order: identical draws on every rank
+        r = space[name]
+        u = rng.random()
+        factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
+        if name not in out or not _finite(out[name]) or u < resample_prob:
+            if r.log_scale:
+                v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
+            else:
+                v = float(rng.uniform(r.low, r.high))
+        else:
+            v = out[name] * factor
+        out[name] = float(min(max(v, r.low), r.high))
+    return out
+
+
+# ----------------------------------------------------------------------------- elegantrl
+
+
+def elegantrl_select(
+    own_fitness: Sequence[float],
+    entries: Iterable[tuple[str, float]],
+    round: int,
+    seed: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    include_pods: bool = True,
+    hparams: Sequence[Mapping[str, float]] | None = None,
+) -> list[Decision]:
+    """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
+
+    Candidates: the finite-score ``entries`` (``(entry_id, score)`` pairs, e.g. a leaderboard
+    listing) plus, if ``include_pods``, this round's finite-fitness pods; ordered by score
+    descending (ties: pods by rank, then entries by id) and cut to ``top_k``. Each pod draws one
+    candidate with probabilities :func:`softmax_zscore` (Generator seeded by (seed, round, rank))
+    and replaces its state only if the candidate's score is strictly greater than its own fitness
+    (a NaN pod always takes its draw). A pod publishes when it is in the candidate pool.
+    """
+    n = len(own_fitness)
+    fit = [float(f) if _finite(f) else float("nan") for f in own_fitness]
+    hp = [dict(h) for h in hparams] if hparams is not None else [None] * n
+    if len(hp) != n:
+        raise ValueError(f"hparams has {len(hp)} rows for {n} pods")
+
+    # (score, tiebreak key, kind, ref): kind "pod" refs a rank, "entry" refs an entry id.
+    cands: list[tuple[float, tuple, str, Any]] = []
+    if include_pods:
+        cands += [(f, (0, r, ""), "pod", r) for r, f in enumerate(fit) if _finite(f)]
+    seen: set[str] = set()
+    for eid, score in entries:
+        eid = str(eid)
+        if eid in seen or not _finite(score):
+            continue
+        seen.add(eid)
+        cands.append((float(score), (1, 0, eid), "entry", eid))
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    if top_k is not None:
+        cands = cands[: max(int(top_k), 0)]
+    pool_pods = {c[3] for c in cands if c[2] == "pod"}
+    probs = softmax_zscore([c[0] for c in cands], temperature) if cands else None
+
+    out: list[Decision] = []
+    for r in range(n):
+        base = dict(rank=r, publish=r in pool_pods, fitness=fit[r], old_hparams=hp[r])
+        if not cands:
+            if _finite(fit[r]):
+                out.append(Decision(action="keep", reason="no candidates", **base))
+            else:
+                out.append(Decision(action="reset", reason="fitness is NaN and no finite source exists", **base))
+            continue
+        i = int(make_rng(seed, round, r, _STREAM_ELEGANTRL).choice(len(cands), p=probs))
+        score, _, kind, ref = cands[i]
+        what = f"pod {ref}" if kind == "pod" else f"entry {ref}"
+        if _finite(fit[r]) and not score > fit[r]:
+            out.append(Decision(action="keep", reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}", **base))
+            continue
+        why = "own fitness is NaN" if not _finite(fit[r]) else f"better than own {fit[r]:.6g}"
+        out.append(
+            Decision(
+                action="copy_pod" if kind == "pod" else "load_entry",
+                source_rank=ref if kind == "pod" else None,
+                source_entry=ref if kind == "entry" else None,
+                source_score=score,
+                reason=f"drew {what} ({score:.6g}), {why}",
+                **base,
+            )
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- pbt
+
+
+def pbt_select(
+    reports: Sequence[PodReport],
+    round: int,
+    seed: int,
+    space: Mapping[str, Any],
+    quantile: float = 0.25,
+    resample_prob: float = 0.25,
+    perturb_factors: Sequence[float] = (0.8, 1.2),
+    steps_tolerance: float = 0.25,
+    entries: Iterable[tuple[str, float]] = (),
+    top_k: int | None = None,
+) -> list[Decision]:
+    """PBT truncation selection (exploit) plus perturbation (explore); one decision per rank.
+
+    - Ranking: finite fitness descending, ties by rank; non-finite fitness last.
+    - ``k = quantile_size(n, quantile)``. The last ``k`` of the ranking, and every non-finite
+      pod, are targets; the first ``k`` finite pods are sources.
+    - Experience: a source must have ``env_steps >= target.env_steps * (1 - steps_tolerance)``
+      (never copy a less-trained agent over a more-trained one; a late joiner may copy from
+      older pods), and a finite target copies only from a strictly better source.
+    - A target draws its source uniformly among the eligible ones (Generator seeded by
+      (seed, round, rank)) and gets ``explore(source.hparams)`` as its new hyperparameters.
+    - A NaN target with no eligible source copies the best finite pod; with no finite pod, the
+      best finite ``entries`` item (hyperparameters kept); else it resets.
+    - Publish: sources that are drawn, plus pods that would enter the top ``top_k`` of
+      ``entries`` plus this round's pods (when ``top_k`` is given).
+    """
+    reports = _check_reports(reports)
+    n = len(reports)
+    fit = [float(p.fitness) if _finite(p.fitness) else float("nan") for p in reports]
+    order = _ranking(fit)
+    finite = [r for r in order if _finite(fit[r])]
+    k = quantile_size(n, quantile)
+    sources = finite[:k]
+    targets = set(order[n - k :]) | {r for r in range(n) if not _finite(fit[r])}
+    targets -= set(sources)  # cannot happen when k <= n // 2; kept as a guard
+
+    decisions: dict[int, Decision] = {}
+    drawn: set[int] = set()
+    for r in range(n):
+        me = reports[r]
+        base = dict(rank=r, publish=False, fitness=fit[r], old_hparams=dict(me.hparams))
+        if r not in targets:
+            why = "top quantile" if r in sources else "middle of the pool"
+            decisions[r] = Decision(action="keep", reason=why if n > 1 else "world of one", **base)
+            continue
+        rng = make_rng(seed, round, r, _STREAM_PBT)
+        min_steps = me.env_steps * (1.0 - steps_tolerance)
+        eligible = [s for s in sources if reports[s].env_steps >= min_steps]
+        if _finite(fit[r]):
+            eligible = [s for s in eligible if fit[s] > fit[r]]
+        elif not eligible and finite:
+            eligible = [finite[0]]
+        if eligible:
+            s = eligible[int(rng.integers(len(eligible)))]
+            drawn.add(s)
+            new = explore(reports[s].hparams, space, rng, resample_prob, perturb_factors)
+            why = "fitness is NaN" if not _finite(fit[r]) else "bottom quantile"
+            decisions[r] = Decision(
+                action="copy_pod",
+                source_rank=s,
+                source_score=fit[s],
+                new_hparams=new,
+                reason=f"{why}: copy pod {s} ({fit[s]:.6g}) and explore",
+                **base,
+            )
+            continue
+        if _finite(fit[r]):
+            reason = "bottom quantile, but no better source with comparable experience"
+            decisions[r] = Decision(action="keep", reason=reason, **base)
+            continue
+        best = _best_entry(entries)
+        if best is not None:
+            decisions[r] = Decision(
+                action="load_entry",
+                source_entry=best[0],
+                source_score=best[1],
+                reason="fitness is NaN and no finite pod: load the best leaderboard entry",
+                **base,
+            )
+        else:
+            decisions[r] = Decision(action="reset", reason="fitness is NaN and no finite source exists", **base)
+
+    in_board: set[int] = set()
+    if top_k is not None:
+        cands = [(fit[r], (0, r, ""), r) for r in finite]
+        cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if _finite(s)]
+        cands.sort(key=lambda c: (-c[0], c[1]))
+        in_board = {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
+    out = []
+    for r in range(n):
+        d = decisions[r]
+        if r in drawn or r in in_board:
+            d = replace(d, publish=True)
+        out.append(d)
+    return out
+
+
+def _best_entry(entries: Iterable[tuple[str, float]]) -> tuple[str, float] | None:
+    best = sorted(((-float(s), str(e)) for e, s in entries if _finite(s)))
+    return (best[0][1], -best[0][0]) if best else None
+
+
+def _check_reports(reports: Sequence[PodReport]) -> list[PodReport]:
+    reports = sorted(reports, key=lambda p: p.rank)
+    if [p.rank for p in reports] != list(range(len(reports))):
+        raise ValueError(f"reports must cover ranks 0..n-1 exactly once, got {[p.rank for p in reports]}")
+    return reports
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+
+def decide(
+    reports: Sequence[PodReport],
+    entries: Iterable[tuple[str, float]],
+    round: int,
+    seed: int,
+    cfg: TournamentConfig,
+) -> list[Decision]:
+    """All pods' decisions for one round (index = rank), by ``cfg.mode``.
+
+    ``entries`` are ``(entry_id, score)`` pairs of the leaderboard before this round's
+    publications; pass the same list on every rank (list on rank 0, then broadcast).
+    """
+    reports = _check_reports(reports)
+    entries = [(str(e), float(s)) for e, s in entries]
+    if cfg.mode == "elegantrl":
+        return elegantrl_select(
+            [p.fitness for p in reports],
+            entries,
+            round,
+            seed,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            hparams=[p.hparams for p in reports],
+        )
+    if cfg.mode == "pbt":
+        return pbt_select(
+            reports,
+            round,
+            seed,
+            cfg.hparam_space,
+            quantile=cfg.quantile,
+            resample_prob=cfg.resample_prob,
+            perturb_factors=cfg.perturb_factors,
+            steps_tolerance=cfg.steps_tolerance,
+            entries=entries,
+            top_k=cfg.top_k,
+        )
+    if cfg.mode == "none":
+        return [
+            Decision(rank=p.rank, action="keep", publish=False, fitness=float(p.fitness),
+                     old_hparams=dict(p.hparams), reason="tournament disabled")
+            for p in reports
+        ]
+    raise ValueError(f"unknown tournament mode {cfg.mode!r}")
