@@ -1,0 +1,35 @@
+# Set-up and checks for a fresh machine (Linux, Python >= 3.10). Everything lives in $(VENV).
+PY     ?= python3
+VENV   ?= .venv
+# A CPU build is enough here; on a GPU cluster use environment.yml (CUDA build) instead.
+TORCH  ?= torch==2.13.0
+JOB    ?= jobs/pendulum.yaml
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart test bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+setup: $(BIN)/.installed
+
+## quickstart: set up, then train the main job on this machine (no Slurm needed)
+quickstart: setup
+	$(BIN)/podracer train $(JOB)
+
+## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+## bench: the benchmarks of bench/ (tables + a JSON line each)
+bench: setup
+	bash bench/run_all.sh
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,156 @@
+"""Benchmarks run side by side with a peer in the same process (ratios, not absolute timings).
+
+Each returns ``{"table": str, "result": dict}``; the CLI prints the table, then the result as
+one JSON line. These machines are shared and noisy: compare the ratio, not the raw numbers.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any, Callable
+
+import torch
+
+from .config import load_config
+from .envs import make_env
+
+GYM_IDS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1"}
+
+
+def _rate(step: Callable[[], None], per_call: int, seconds: float) -> float:
+    """Calls per second x ``per_call``, after a warm-up, over about ``seconds``."""
+    for _ in range(3):
+        step()
+    n, t0 = 0, time.perf_counter()
+    while True:
+        step()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            return n * per_call / dt
+
+
+def _random_actions(env: Any, k: int, device: torch.device) -> list[torch.Tensor]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    if env.discrete:
+        return [torch.randint(0, env.num_actions, (env.num_envs,), generator=g).to(device) for _ in range(k)]
+    lo, hi = env.action_low, env.action_high
+    return [(lo + (hi - lo) * torch.rand(env.num_envs, env.act_dim, generator=g)).to(device) for _ in range(k)]
+
+
+def gym_sync_rate(task: str, num_envs: int, seconds: float) -> float:
+    """Env steps/s of gymnasium's SyncVectorEnv(num_envs) of the same task, random actions."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(GYM_IDS[task]) for _ in range(num_envs)])
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    if isinstance(env.single_action_space, gym.spaces.Discrete):
+        acts = [rng.integers(0, env.single_action_space.n, num_envs) for _ in range(64)]
+    else:
+        sp = env.single_action_space
+        acts = [rng.uniform(sp.low, sp.high, (num_envs, *sp.shape)).astype(np.float32) for _ in range(64)]
+    i = [0]
+
+    def step() -> None:
+        env.step(acts[i[0] % 64])
+        i[0] += 1
+
+    r = _rate(step, num_envs, seconds)
+    env.close()
+    return r
+
+
+def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device: str = "cpu",
+              seconds: float = 2.0, gym_envs: int = 64) -> dict[str, Any]:
+    """Env steps/s of the batched torch env over ``num_envs``, and gymnasium's SyncVectorEnv."""
+    num_envs = num_envs or [1, 64, 4096, 65536]
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    gym_rate = gym_sync_rate(task, gym_envs, seconds) if gym_envs and task in GYM_IDS else None
+    rows = []
+    for n in num_envs:
+        env = make_env(task, n, dev, seed=0)
+        env.reset()
+        acts = _random_actions(env, 16, dev)
+        i = [0]
+
+        def step() -> None:
+            env.step(acts[i[0] % 16])
+            i[0] += 1
+            if i[0] % 64 == 0:
+                sync()
+
+        rate = _rate(step, n, seconds)
+        sync()
+        rows.append({"num_envs": n, "steps_per_s": rate, "vs_gym": rate / gym_rate if gym_rate else None})
+    lines = [f"{task} env steps/s on {dev} ({platform.processor() or platform.machine()}, "
+             f"{torch.get_num_threads()} threads)",
+             f"{'backend':<28}{'num_envs':>10}{'steps/s':>16}{'x gym':>10}"]
+    if gym_rate:
+        lines.append(f"{'gymnasium SyncVectorEnv':<28}{gym_envs:>10}{gym_rate:>16,.0f}{1.0:>10.1f}")
+    for r in rows:
+        ratio = f"{r['vs_gym']:.1f}" if r["vs_gym"] else "-"
+        lines.append(f"{'podracer torch':<28}{r['num_envs']:>10}{r['steps_per_s']:>16,.0f}{ratio:>10}")
+    best = max(rows, key=lambda r: r["num_envs"])
+    result = {
+        "bench": "env", "task": task, "device": str(dev), "gym_sync_envs": gym_envs,
+        "gym_steps_per_s": gym_rate, "rows": rows,
+        "max_envs": best["num_envs"], "max_envs_steps_per_s": best["steps_per_s"],
+        "ratio_vs_gym": best["vs_gym"],
+    }
+    return {"table": "\n".join(lines), "result": result}
+
+
+def _train_rate(pod: Any, seconds: float) -> tuple[float, float]:
+    """(env steps/s, seconds per update) of ``pod.train_iteration`` after one warm-up update."""
+    pod.train_iteration()
+    s0, t0, n = pod.env_steps, time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds or n < 2:
+        pod.train_iteration()
+        n += 1
+    dt = time.perf_counter() - t0
+    return (pod.env_steps - s0) / dt, dt / n
+
+
+def bench_train(config: str | None = None, overrides: list[str] | None = None, seconds: float = 10.0,
+                peer_seconds: float | None = None) -> dict[str, Any]:
+    """End-to-end PPO env steps/s (rollout + learning) of a pod, next to the same learner fed by
+    gymnasium's SyncVectorEnv(64) on the host (the host-round-trip design the pod avoids)."""
+    from .pod import Pod, resolve_device
+
+    cfg = load_config(config or _default_job(), list(overrides or []))
+    dev = resolve_device(cfg.device)
+    pod = Pod(cfg, device=dev)
+    rate, per_update = _train_rate(pod, seconds)
+    rows = [("podracer pod (batched torch env)", cfg.env.num_envs, rate, per_update)]
+    peer_rate = None
+    if cfg.env.name in GYM_IDS:
+        from .envs.gym_adapter import GymVecEnv
+
+        peer_cfg = load_config(config or _default_job(), list(overrides or []) + [
+            "env.num_envs=64", f"agent.num_minibatches={max(1, cfg.agent.num_minibatches // 8)}"])
+        peer = Pod(peer_cfg, device=dev)
+        peer.env = GymVecEnv(GYM_IDS[cfg.env.name], 64, dev, seed=cfg.seed)
+        peer.obs = peer.env.reset()
+        peer_rate, peer_update = _train_rate(peer, peer_seconds or max(2.0, seconds / 3))
+        rows.append(("same PPO, gymnasium SyncVectorEnv", 64, peer_rate, peer_update))
+    lines = [f"PPO training throughput, {cfg.env.name}, {dev}, {torch.get_num_threads()} threads "
+             f"(rollout {cfg.agent.rollout_steps} x envs, {cfg.agent.update_epochs} epochs, "
+             f"{cfg.agent.num_minibatches} minibatches, hidden {cfg.agent.hidden_sizes})",
+             f"{'system':<36}{'num_envs':>10}{'env steps/s':>14}{'s/update':>10}"]
+    for name, n, r, u in rows:
+        lines.append(f"{name:<36}{n:>10}{r:>14,.0f}{u:>10.3f}")
+    result = {"bench": "train", "task": cfg.env.name, "device": str(dev), "num_envs": cfg.env.num_envs,
+              "steps_per_s": rate, "peer": "gymnasium SyncVectorEnv(64) + same PPO",
+              "peer_steps_per_s": peer_rate, "ratio_vs_peer": rate / peer_rate if peer_rate else None}
+    return {"table": "\n".join(lines), "result": result}
+
+
+def _default_job() -> str | None:
+    from pathlib import Path
+
+    p = Path(__file__).resolve().parent.parent / "jobs" / "pendulum.yaml"
+    return str(p) if p.exists() else None

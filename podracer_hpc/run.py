@@ -1,0 +1,279 @@
+"""The rank program: one pod per rank, training, evaluation, logs, checkpoints, signals.
+
+Run directory layout (``--run-dir``, default ``runs/<name>``):
+
+- ``config.yaml``: the resolved config (written by rank 0),
+- ``logs/<name>_rank<r>.h5``: the rank's HDF5 log (h5log.py),
+- ``checkpoints/rank<r>.safetensors`` (and ``.prev``): the pod state, written atomically,
+- ``summary.json``: the final summary (rank 0), also printed as the last line of stdout.
+
+A run directory that holds checkpoints is resumed: every rank continues from its own
+checkpoint, rows logged after it are dropped from the log, and the run goes on as if it had
+never stopped. SIGUSR1/SIGUSR2/SIGTERM (Slurm's warning before a time limit or preemption)
+make every rank finish its update, checkpoint and exit with ``EXIT_REQUEUE``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from . import __version__, safeio
+from .comm import Comm, get_comm
+from .config import Config, ConfigError, to_dict
+from .h5log import H5Writer
+from .pod import Pod, resolve_device
+
+EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
+
+# Keys that may differ between a run and its resumption; anything else must match.
+RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (NaN loss, ...); the last good checkpoint is kept."""
+
+
+@dataclass
+class RunResult:
+    """What one rank reports at the end."""
+
+    complete: bool
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class _StopFlag:
+    """Set by the warning signals; checked between updates."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.signal = signum
+
+    def install(self) -> None:
+        for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+            try:
+                signal.signal(s, self)
+            except ValueError:  # not the main thread (tests calling train() from a thread)
+                pass
+
+
+def git_revision() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        rev = out.stdout.strip()
+        if rev:
+            dirty = subprocess.run(
+                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=5,
+            ).stdout.strip()
+            return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def slurm_ids() -> dict[str, str]:
+    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID",
+            "SLURM_PROCID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
+    return {k: os.environ[k] for k in keys if k in os.environ}
+
+
+def _diff_config(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if not prefix and k in RESUMABLE_KEYS:
+            continue
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _diff_config(a, b, prefix + k + ".")
+        elif a != b:
+            out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
+    return out
+
+
+def _fmt_steps(n: float) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
+          stop_after_updates: int = 0, quiet: bool = False) -> RunResult:
+    """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints."""
+    comm = comm or get_comm()
+    rank, size = comm.rank, comm.size
+    run_dir = Path(run_dir or Path("runs") / cfg.name)
+    ckpt_path = run_dir / "checkpoints" / f"rank{rank}.safetensors"
+    log_path = run_dir / "logs" / f"{cfg.name}_rank{rank}.h5"
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"[{cfg.name} r{rank}] {msg}", file=sys.stderr, flush=True)
+
+    device = resolve_device(cfg.device, comm.local_rank)
+    if device.type == "cpu":
+        threads = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, comm.local_size))
+        torch.set_num_threads(threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+
+    pod = Pod(cfg, rank=rank, device=device)
+    state_meta: dict[str, Any] = {}
+    if ckpt_path.exists():
+        _, meta0, _ = safeio.load(ckpt_path, "pod-state")  # verifies before anything is touched
+        diffs = _diff_config(meta0.get("config", {}), to_dict(cfg))
+        if diffs:
+            raise ConfigError(
+                f"{run_dir} holds a run with another config; it cannot be resumed with this one:\n  "
+                + "\n  ".join(diffs)
+                + f"\nUse a new --run-dir, or the original settings (see {run_dir / 'config.yaml'})."
+            )
+        state_meta = pod.load(ckpt_path)
+        say(f"resuming from {ckpt_path} at {_fmt_steps(pod.env_steps)} env steps, update {pod.updates}")
+    elif rank == 0:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+    attrs = {
+        "config": to_dict(cfg),
+        "git_revision": git_revision(),
+        "host": socket.gethostname(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device_type": device.type,
+        "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
+        "seed": pod.seed,
+        "rank": rank,
+        "world_size": size,
+        "slurm": slurm_ids(),
+        "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
+        "created": time.time(),
+    }
+    log = H5Writer(log_path, attrs)
+    if state_meta:
+        dropped = log.truncate_after(pod.env_steps)
+        if dropped:
+            say(f"dropped {dropped} log rows written after that checkpoint (their work is redone)")
+
+    total = cfg.total_env_steps
+    eval_every = cfg.eval.interval_env_steps or total
+    best = float(state_meta.get("best_return", -math.inf))
+    last_eval = float(state_meta.get("last_eval_return", math.nan))
+    next_eval = int(state_meta.get("next_eval", eval_every))
+    wall_before = float(state_meta.get("wall_s", 0.0))
+    t_start = time.perf_counter()
+    steps_at_start = pod.env_steps
+    last_ckpt = last_progress = time.monotonic()
+    stop = _StopFlag()
+    stop.install()
+    updates_here = 0
+    last_train = math.nan
+
+    def wall() -> float:
+        return wall_before + time.perf_counter() - t_start
+
+    def checkpoint() -> None:
+        extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall()}
+        if ckpt_path.exists():
+            os.replace(ckpt_path, ckpt_path.with_suffix(".prev"))
+        pod.save(ckpt_path, extra)
+
+    def evaluate() -> None:
+        nonlocal best, last_eval, next_eval
+        r = pod.evaluate().cpu().numpy()
+        last_eval = float(r.mean())
+        best = max(best, last_eval)
+        log.append("eval", {
+            "update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
+            "return_mean": last_eval, "return_std": float(r.std()), "return_min": float(r.min()),
+            "return_max": float(r.max()), "episodes": len(r),
+        }, flush=True)
+        while next_eval <= pod.env_steps:
+            next_eval += eval_every
+
+    try:
+        while pod.env_steps < total:
+            t0 = time.perf_counter()
+            m = pod.train_iteration()
+            vals = {k: float(v) for k, v in zip(m, torch.stack([v.double().cpu() for v in m.values()]).tolist())}
+            dt = time.perf_counter() - t0
+            if not math.isfinite(vals["loss"]):
+                raise TrainingError(
+                    f"rank {rank}: loss is {vals['loss']} at update {pod.updates} ({pod.env_steps} env steps). "
+                    f"Nothing after the last checkpoint ({ckpt_path}) was saved. Lower agent.learning_rate, "
+                    "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
+                )
+            n_ep = int(vals["episodes"])
+            mean = vals["return_sum"] / n_ep if n_ep else math.nan
+            if n_ep:
+                last_train = mean
+            std = math.sqrt(max(0.0, vals["return_sqsum"] / n_ep - mean * mean)) if n_ep else math.nan
+            log.append("train", {
+                "update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
+                "steps_per_s": pod.batch_size / dt, "return_mean": mean, "return_std": std, "episodes": n_ep,
+                **{k: vals[k] for k in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",
+                                        "clipfrac", "explained_variance", "learning_rate")},
+            })
+            if pod.env_steps >= next_eval or pod.env_steps >= total:
+                evaluate()
+            updates_here += 1
+            now = time.monotonic()
+            if cfg.log.progress_interval_s and now - last_progress >= cfg.log.progress_interval_s:
+                last_progress = now
+                sps = (pod.env_steps - steps_at_start) / max(1e-9, time.perf_counter() - t_start)
+                eta = (total - pod.env_steps) / max(sps, 1e-9)
+                say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
+                    f"{sps / 1e3:.0f}k steps/s | train {last_train:.1f} | eval {last_eval:.1f} (best {best:.1f}) | "
+                    f"ETA {eta:.0f}s")
+            if cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s:
+                checkpoint()
+                last_ckpt = now
+            if stop.signal is not None or (stop_after_updates and updates_here >= stop_after_updates):
+                break
+        if updates_here or not ckpt_path.exists():
+            checkpoint()
+    finally:
+        log.close()
+
+    complete = pod.env_steps >= total
+    if not complete:
+        why = f"signal {signal.Signals(stop.signal).name}" if stop.signal else f"--stop-after-updates {stop_after_updates}"
+        say(f"stopped by {why} at {_fmt_steps(pod.env_steps)} env steps; checkpoint saved, run again to resume")
+    mine = {
+        "env_steps": pod.env_steps, "best": best, "final": last_eval, "wall_s": wall(),
+        "run_steps": pod.env_steps - steps_at_start, "run_wall": time.perf_counter() - t_start,
+    }
+    everyone = comm.allgather(mine)
+    finals = [p["final"] for p in everyone if math.isfinite(p["final"])]
+    wall_s = max(p["wall_s"] for p in everyone)
+    env_steps = sum(p["env_steps"] for p in everyone)
+    run_wall = max(p["run_wall"] for p in everyone)
+    summary = {
+        "task": cfg.env.name,
+        "pods": size,
+        "env_steps": env_steps,
+        "wall_s": round(wall_s, 3),
+        "steps_per_s": round(sum(p["run_steps"] for p in everyone) / max(run_wall, 1e-9), 1),
+        "best_return": max(p["best"] for p in everyone),
+        "final_return": max(finals) if finals else None,
+    }
+    if not complete:
+        summary["complete"] = False
+    if rank == 0:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return RunResult(complete=complete, summary=summary)

@@ -1,0 +1,119 @@
+"""Smoke tests against a real Slurm cluster of 4 logical nodes (scripts/local_slurm.sh).
+
+Every wait is bounded: polling helpers live on the `slurm_cluster` fixture (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = {"n1", "n2", "n3", "n4"}
+
+
+def test_sinfo_shows_four_idle_nodes(slurm_cluster) -> None:
+    # jobs of another test may still be finishing on a shared cluster: allow a few seconds
+    end = time.monotonic() + 30
+    while True:
+        out = slurm_cluster.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t %c %m").stdout
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        if all(r[1] == "idle" for r in rows) or time.monotonic() > end:
+            break
+        time.sleep(0.3)
+    assert {r[0] for r in rows} == NODES, out
+    assert all(r[1] == "idle" for r in rows), out
+    assert all(r[2] == "2" and r[3] == "4000" for r in rows), out  # CPUs=2 RealMemory=4000
+
+
+@pytest.fixture(scope="module")
+def two_node_job(slurm_cluster, tmp_path_factory):
+    """A 2-node, 4-task batch job whose srun step prints each task's rank and node."""
+    work = tmp_path_factory.mktemp("job2n")
+    script = work / "job.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=smoke2n\n"
+        "#SBATCH --nodes=2 --ntasks=4 --time=3\n"
+        "#SBATCH --output=out-%j.txt\n"
+        "set -e\n"
+        "echo batch on $SLURMD_NODENAME nodes $SLURM_JOB_NODELIST\n"
+        "srun bash -c 'echo TASK $SLURM_PROCID $SLURMD_NODENAME'\n"
+    )
+    job_id = slurm_cluster.sbatch(str(script), cwd=work)
+    state = slurm_cluster.wait_terminal(job_id, timeout=90)
+    return job_id, state, work / f"out-{job_id}.txt"
+
+
+def test_two_node_batch_job_runs_on_two_nodes(two_node_job) -> None:
+    job_id, state, out_file = two_node_job
+    assert out_file.exists(), f"job {job_id} ({state}) wrote no {out_file}"
+    text = out_file.read_text()
+    tasks = re.findall(r"^TASK (\d+) (\S+)$", text, re.M)
+    assert sorted(int(rank) for rank, _ in tasks) == [0, 1, 2, 3], text
+    nodes = {node for _, node in tasks}
+    assert len(nodes) == 2 and nodes <= NODES, text
+    # block distribution: 2 tasks per node
+    assert all(sum(1 for _, n in tasks if n == node) == 2 for node in nodes), text
+
+
+def test_sacct_reports_completed(two_node_job) -> None:
+    job_id, state, _ = two_node_job
+    assert state == ("COMPLETED", "0:0"), f"job {job_id}: {state}"
+
+
+def test_failing_job_is_failed(slurm_cluster, tmp_path) -> None:
+    job_id = slurm_cluster.sbatch("--job-name=smokefail", "--time=2", "--output=out-%j.txt",
+                                  "--wrap", "echo about to fail; exit 3", cwd=tmp_path)
+    state = slurm_cluster.wait_terminal(job_id, timeout=60)
+    assert state == ("FAILED", "3:0"), f"job {job_id}: {state}"
+    assert "about to fail" in (tmp_path / f"out-{job_id}.txt").read_text()
+
+
+MPI_PROBE = (
+    "import json, os\n"
+    "from mpi4py import MPI\n"
+    "c = MPI.COMM_WORLD\n"
+    "total = c.allreduce(c.Get_rank(), op=MPI.SUM)\n"
+    "nodes = c.allgather(os.environ.get('SLURMD_NODENAME'))\n"
+    "print('RESULT ' + json.dumps({'rank': c.Get_rank(), 'size': c.Get_size(), 'sum': total,\n"
+    "      'node': os.environ.get('SLURMD_NODENAME'), 'nodes': nodes,\n"
+    "      'lib': MPI.Get_library_version().splitlines()[0]}), flush=True)\n"
+)
+
+
+def test_srun_pmi2_mpi_world_across_two_nodes(slurm_cluster, tmp_path) -> None:
+    pytest.importorskip("mpi4py")
+    # this interpreter (the venv's, with mpi4py and the mpich wheel); not .resolve(): the venv's
+    # python is a symlink, and following it would lose the venv's site-packages
+    python = sys.executable or str(REPO / ".venv" / "bin" / "python")
+    try:
+        proc = slurm_cluster.run("srun", "--mpi=pmi2", "-N2", "-n4", "--time=3", "--job-name=smokempi",
+                                 python, "-c", MPI_PROBE, timeout=120, check=False, cwd=tmp_path)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"srun --mpi=pmi2 hung past 120 s: {e}")
+    assert proc.returncode == 0, f"srun exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    rows = sorted((json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
+                   if line.startswith("RESULT ")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in rows] == [0, 1, 2, 3], proc.stdout + proc.stderr
+    assert all(r["size"] == 4 and r["sum"] == 6 for r in rows), rows
+    nodes = {r["node"] for r in rows}
+    assert len(nodes) == 2 and nodes <= NODES, rows
+    assert all(sorted(r["nodes"]) == sorted(x["node"] for x in rows) for r in rows), rows
+
+
+def test_scancel_gives_cancelled(slurm_cluster, tmp_path) -> None:
+    job_id = slurm_cluster.sbatch("--job-name=smokecancel", "--time=3", "--output=out-%j.txt",
+                                  "--wrap", "echo started; sleep 300", cwd=tmp_path)
+    slurm_cluster.wait_squeue_state(job_id, "RUNNING", timeout=60)
+    slurm_cluster.run("scancel", job_id)
+    state = slurm_cluster.wait_terminal(job_id, timeout=60)
+    assert state[0].startswith("CANCELLED"), f"job {job_id}: {state}"

@@ -1,0 +1,75 @@
+"""`podracer` as a user runs it: clear errors before anything runs, a JSON last line, a log."""
+
+import json
+
+from podracer_hpc.h5log import read_log
+
+FAST = ["--set", "total_env_steps=4096", "--set", "env.num_envs=64", "--set", "agent.rollout_steps=16",
+        "--set", "eval.interval_env_steps=2048", "--set", "eval.episodes=3"]
+
+
+def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "log.progress_interval_s=0.01")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return"}
+    assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
+    assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["best_return"] < 0
+    assert "steps/s" in r.stderr and "ETA" in r.stderr  # progress lines
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    log = read_log(tmp_path / "logs" / "pendulum_rank0.h5")
+    assert list(log["train"]["env_steps"]) == [1024, 2048, 3072, 4096]
+    assert list(log["eval"]["env_steps"]) == [2048, 4096]
+    assert log["eval"]["return_mean"][-1] == summary["final_return"]
+    assert log["attrs"]["config"]["env"]["num_envs"] == 64
+    assert log["attrs"]["seed"] == 0 and log["attrs"]["world_size"] == 1
+    assert "torch" in log["attrs"]["versions"]
+    for col in ("loss", "entropy", "approx_kl", "steps_per_s", "learning_rate"):
+        assert len(log["train"][col]) == 4
+
+
+def test_rerunning_a_finished_run_resumes_and_changes_nothing(tmp_path, cli):
+    assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST).returncode == 0
+    ckpt = (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes()
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST)
+    assert r.returncode == 0 and "resuming" in r.stderr
+    assert (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes() == ckpt
+
+
+def test_unknown_key_fails_before_anything_runs(tmp_path, cli):
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path / "r"), "--set", "agent.learning_rat=1e-3")
+    assert r.returncode == 2
+    assert "unknown config key 'agent.learning_rat'" in r.stderr
+    assert "Did you mean 'agent.learning_rate'" in r.stderr
+    assert "agent.gae_lambda" in r.stderr  # the valid keys are listed
+    assert not (tmp_path / "r").exists()  # nothing was created
+
+
+def test_unknown_key_in_job_file(tmp_path, cli):
+    job = tmp_path / "bad.yaml"
+    job.write_text("env:\n  name: pendulum\n  num_env: 8\n")
+    r = cli("train", str(job), "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 2 and "unknown config key 'env.num_env'" in r.stderr and "env.num_envs" in r.stderr
+
+
+def test_invalid_values_and_missing_file(tmp_path, cli):
+    r = cli("train", "jobs/pendulum.yaml", "--set", "env.num_envs=0")
+    assert r.returncode == 2 and "env.num_envs: must be >= 1" in r.stderr
+    r = cli("train", "jobs/pendulum.yaml", "--set", "env.name=doom")
+    assert r.returncode == 2 and "known tasks: cartpole, pendulum" in r.stderr
+    r = cli("train", "jobs/pendulum.yaml", "--set", "agent.num_minibatches=7")
+    assert r.returncode == 2 and "must divide the batch" in r.stderr
+    r = cli("train", str(tmp_path / "nope.yaml"))
+    assert r.returncode == 2 and "not found" in r.stderr
+    r = cli("train", "jobs/pendulum.yaml", "--set", "seed")
+    assert r.returncode == 2 and "expected KEY=VALUE" in r.stderr
+
+
+def test_config_lists_every_key_with_a_doc(cli):
+    r = cli("config")
+    assert r.returncode == 0
+    keys = [line.split()[0] for line in r.stdout.splitlines()]
+    for k in ("seed", "total_env_steps", "env.name", "env.num_envs", "agent.learning_rate", "device"):
+        assert k in keys
+    r = cli("config", "jobs/cartpole.yaml", "--set", "seed=7")
+    assert r.returncode == 0 and "seed: 7" in r.stdout and "name: cartpole" in r.stdout

@@ -1,0 +1,90 @@
+"""HDF5 logs: readable while written (SWMR), after a writer died, refused when foreign."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from podracer_hpc.h5log import SCHEMA_VERSION, H5Writer, LogError, read_log
+
+
+def test_rows_roundtrip_and_defaults(tmp_path):
+    p = tmp_path / "a.h5"
+    with H5Writer(p, {"seed": 3, "config": {"x": 1}}) as w:
+        w.append("train", {"update": 1, "env_steps": 10, "loss": 0.5})
+        w.append("tournament", {"round": 0, "env_steps": 10, "action": "load_entry", "source": "e-1",
+                                "old_hparams": '{"lr": 1}', "new_hparams": '{"lr": 2}'})
+        with pytest.raises(KeyError, match="unknown train columns"):
+            w.append("train", {"bogus": 1})
+    log = read_log(p)
+    assert log["attrs"]["seed"] == 3 and log["attrs"]["config"] == {"x": 1}
+    assert log["attrs"]["schema_version"] == SCHEMA_VERSION
+    assert log["train"]["loss"][0] == 0.5 and np.isnan(log["train"]["entropy"][0])
+    assert log["tournament"]["action"][0] == "load_entry"
+
+
+def test_reader_sees_rows_while_the_writer_runs(tmp_path):
+    """A separate process appends and flushes; this process reads the growing file."""
+    p = tmp_path / "live.h5"
+    code = textwrap.dedent(f"""
+        import time, sys
+        from podracer_hpc.h5log import H5Writer
+        w = H5Writer({str(p)!r}, {{"seed": 0}}, flush_interval_s=0)
+        for i in range(1, 1000):
+            w.append("train", {{"update": i, "env_steps": i * 100}})
+            if i == 5:
+                print("ready", flush=True)
+            time.sleep(0.02)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        n1 = len(read_log(p)["train"]["update"])
+        time.sleep(0.5)
+        n2 = len(read_log(p)["train"]["update"])
+        assert 5 <= n1 < n2, (n1, n2)
+        assert proc.poll() is None  # still writing
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_log_of_a_killed_writer_is_readable_up_to_its_last_flush(tmp_path):
+    p = tmp_path / "dead.h5"
+    code = textwrap.dedent(f"""
+        import os, signal
+        from podracer_hpc.h5log import H5Writer
+        w = H5Writer({str(p)!r}, {{"seed": 0}}, flush_interval_s=1e9)
+        for i in range(7):
+            w.append("eval", {{"update": i, "env_steps": i, "return_mean": -i}})
+        w.flush()
+        w.append("eval", {{"update": 99, "env_steps": 99}})  # never flushed
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    r = subprocess.run([sys.executable, "-c", code])
+    assert r.returncode == -signal.SIGKILL
+    log = read_log(p)
+    assert list(log["eval"]["update"][:7]) == list(range(7))
+    assert len(log["eval"]["update"]) in (7, 8)
+
+
+def test_unknown_schema_version_is_refused(tmp_path):
+    p = tmp_path / "old.h5"
+    with h5py.File(p, "w") as f:
+        f.attrs["schema_version"] = 99
+    with pytest.raises(LogError, match="schema version 99"):
+        read_log(p)
+    with pytest.raises(LogError, match="schema version 99"):
+        H5Writer(p, {})
+    q = tmp_path / "junk.h5"
+    q.write_bytes(b"not hdf5")
+    with pytest.raises(LogError, match="not a readable HDF5 log"):
+        read_log(q)
+    with pytest.raises(LogError, match="no such log"):
+        read_log(tmp_path / "missing.h5")

@@ -1,0 +1,51 @@
+"""The project's set-up files agree with each other."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _name_and_min(req: str) -> tuple[str, str | None]:
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:>=\s*([0-9.]+))?", req)
+    assert m, req
+    return m.group(1).lower().replace("_", "-"), m.group(2)
+
+
+def test_environment_yml_lists_every_pyproject_dependency():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    conda = {}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and dep != "pip":
+            name, low = _name_and_min(dep.split("=", 1)[0] if "==" not in dep and ">=" not in dep else dep)
+            conda[name] = low
+    reqs = project["dependencies"] + [r for r in project["optional-dependencies"]["test"] if not r.startswith("mpich")]
+    for req in reqs:
+        name, low = _name_and_min(req)
+        cname = CONDA_NAMES.get(name, name)
+        assert cname in conda, f"{name} is in pyproject.toml but not in environment.yml"
+        assert conda[cname] == low, f"{name}: pyproject wants >={low}, environment.yml >={conda[cname]}"
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", readme, re.S)
+    assert blocks, "README has no command block"
+    cmds = [line for line in blocks[0].splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert len(cmds) == 2, cmds
+    test_cmd = cmds[1].split("#")[0].strip()
+    assert test_cmd in (REPO / ".ci" / "run").read_text()
+    for target in ("quickstart", "test"):
+        assert re.search(rf"^{target}:", (REPO / "Makefile").read_text(), re.M)
+
+
+def test_console_script_and_layout():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["podracer"] == "podracer_hpc.cli:main"
+    for d in ("jobs", "podracer_hpc", "slurm_templates", "analysis", "tests", "bench"):
+        assert (REPO / d).is_dir(), d
