@@ -30,7 +30,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     if args.what == "env":
-        out = bench.bench_env(args.task, args.num_envs, seconds=args.seconds, gym_envs=args.gym_envs)
+        out = bench.bench_env(args.task, args.num_envs, device=args.device, seconds=args.seconds,
+                              gym_envs=args.gym_envs, compile_mode=args.compile)
     else:
         out = bench.bench_train(args.config, args.set, seconds=args.seconds)
     print(out["table"])
@@ -72,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 4096, 65536])
     be.add_argument("--gym-envs", type=int, default=64, help="SyncVectorEnv size of the reference (0 = skip)")
     be.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    be.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    be.add_argument("--compile", default=None, metavar="MODE",
+                    help="also measure the torch.compile'd step (default | reduce-overhead: CUDA graphs)")
     be.set_defaults(func=_cmd_bench)
     bt = bsub.add_parser("train", help="end-to-end training throughput (env steps/s, learning included)")
     bt.add_argument("config", nargs="?", default=None, help="job file (default: jobs/pendulum.yaml settings)")

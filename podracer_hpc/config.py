@@ -239,7 +239,7 @@ def validate(cfg: Config) -> Config:
     need(e.num_envs >= 1, "env.num_envs", f"must be >= 1, got {e.num_envs}")
     need(e.max_episode_steps >= 0, "env.max_episode_steps", f"must be >= 0, got {e.max_episode_steps}")
     need(cfg.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {cfg.total_env_steps}")
-    need(cfg.seed >= 0, "seed", f"must be >= 0, got {cfg.seed}")
+    need(0 <= cfg.seed < 2**31, "seed", f"must be in [0, 2**31), got {cfg.seed}")
     need(cfg.threads >= 0, "threads", f"must be >= 0, got {cfg.threads}")
     dev = cfg.device
     need(
@@ -247,7 +247,7 @@ def validate(cfg: Config) -> Config:
         "device",
         f"must be auto, cpu, cuda or cuda:N, got {dev!r}",
     )
-    need(a.learning_rate > 0, "agent.learning_rate", f"must be > 0, got {a.learning_rate}")
+    need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
     need(a.rollout_steps >= 1, "agent.rollout_steps", f"must be >= 1, got {a.rollout_steps}")
     need(a.update_epochs >= 1, "agent.update_epochs", f"must be >= 1, got {a.update_epochs}")
     batch = a.rollout_steps * e.num_envs

@@ -14,6 +14,7 @@
 set -euo pipefail
 
 PROG=$(basename "$0")
+export PATH=$PATH:/usr/sbin:/sbin   # the daemons live there; a user's PATH may lack it
 NODES=(n1 n2 n3 n4)
 CLUSTER=podlab
 PACKAGES=(slurm-wlm munge slurmdbd mariadb-server)
@@ -25,7 +26,7 @@ err() { printf '[%s] ERROR: %s\n' "$PROG" "$*" >&2; }
 die() { err "$*"; exit 1; }
 
 usage() {
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
 }
 
 need_root() {
@@ -35,10 +36,7 @@ need_root() {
 # ---------------------------------------------------------------- helpers
 
 set_dir() {
-    DIR=${1:-${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}}
-    mkdir -p "$DIR" 2>/dev/null || true
-    [[ -d $DIR ]] || die "cannot use directory $DIR"
-    DIR=$(cd "$DIR" && pwd -P)
+    DIR=$(realpath -m -- "${1:-${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}}")
     CONF=$DIR/slurm.conf
     RUN=$DIR/run
     LOGD=$DIR/log
@@ -356,24 +354,25 @@ db_ping() {
     mariadb-admin --no-defaults --protocol=socket --socket="$RUN/mariadb.sock" -uroot ping >/dev/null 2>&1
 }
 
+# a small, fast, throwaway InnoDB (losing the last second of accounting on a crash is fine)
+DB_OPTS=(--innodb-buffer-pool-size=32M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900
+    --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 --skip-name-resolve)
+
 start_mariadb() {
     local data=$DIR/db
     if [[ ! -d $data/mysql ]]; then
         rm -rf "$data"
         mkdir -p "$data"
         mariadb-install-db --no-defaults --datadir="$data" --user=root \
-            --auth-root-authentication-method=socket --skip-test-db \
+            --auth-root-authentication-method=socket --skip-test-db "${DB_OPTS[@]}" \
             >"$LOGD/mariadb-install.log" 2>&1 ||
             { tail_log "$LOGD/mariadb-install.log"; die "mariadb-install-db failed"; }
     fi
     rm -f "$RUN/mariadb.sock"
     setsid nohup mariadbd --no-defaults --user=root --datadir="$data" \
         --socket="$RUN/mariadb.sock" --pid-file="$RUN/mariadbd.pid" \
-        --port="$DB_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
-        --log-error="$LOGD/mariadb.log" \
-        --innodb-buffer-pool-size=32M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
-        --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
-        --performance-schema=OFF --max-connections=50 \
+        --port="$DB_PORT" --bind-address=127.0.0.1 --log-error="$LOGD/mariadb.log" \
+        "${DB_OPTS[@]}" --performance-schema=OFF --max-connections=50 \
         </dev/null >>"$LOGD/mariadb.out" 2>&1 &
     MARIADBD_PID=$!
     wait_for "$TIMEOUT" "mariadbd on 127.0.0.1:$DB_PORT" "$LOGD/mariadb.log" db_up || exit 1
@@ -405,6 +404,7 @@ start_slurm_daemons() {
 cmd_start() {
     need_root start
     set_dir "${1:-}"
+    mkdir -p "$DIR" || die "cannot create $DIR"
     local b
     for b in slurmctld slurmd slurmdbd munged mariadbd mariadb-install-db; do
         command -v "$b" >/dev/null 2>&1 || die "$b not found: run '$PROG install' first (as root)"
@@ -555,7 +555,7 @@ cmd_stop() {
         local jobs
         jobs=$(timeout 10 squeue -h -o %A 2>/dev/null || true)
         if [[ -n $jobs ]]; then
-            log "cancelling jobs: $(echo $jobs)"
+            log "cancelling jobs: ${jobs//$'\n'/ }"
             # shellcheck disable=SC2086
             timeout 10 scancel $jobs 2>/dev/null || true
             local end=$((SECONDS + 15))
@@ -571,7 +571,7 @@ cmd_stop() {
     local steps
     steps=$(our_stepds)
     if [[ -n $steps ]]; then
-        log "killing leftover slurmstepd: $(echo $steps)"
+        log "killing leftover slurmstepd: ${steps//$'\n'/ }"
         # shellcheck disable=SC2086
         kill -KILL $steps 2>/dev/null || true
     fi

@@ -120,11 +120,6 @@ def test_uniform_float32_default_dtype_and_range():
     assert float(u.min()) >= 0.0 and float(u.max()) < 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: uniform(dtype=float32) rounds 53-bit values >= 1 - 2**-25 up to exactly 1.0, "
-    "outside the documented [0, 1) (p ~ 3e-8 per draw; seed 2, env 58, draw 31819)",
-)
 def test_uniform_float32_never_returns_one():
     # A stream found by search: BatchRNG(2, 59).uniform(31820, dtype=float32)[58, 31819] == 1.0
     g = BatchRNG(2, 1, offset=58)
@@ -217,13 +212,6 @@ def test_any_64bit_seed_is_accepted(seed):
     assert torch.equal(u, want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: BatchRNG(seed) overflows ('Overflow when unpacking long long') for seeds whose "
-    "int64 image is in [-2**63, -2**63 + 0x61C8864680B583EB), e.g. 2**63 or -2**63: "
-    "_to_i64(seed) + _PHI is not wrapped to 64 bits",
-)
 @pytest.mark.parametrize("seed", [2**63, -(2**63)])
 def test_seeds_near_int64_min_are_accepted(seed):
     u = BatchRNG(seed, 3).uniform(2, dtype=torch.float64)

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from .rng import BatchRNG
+from .rng import BatchRNG, draw
 
 
 @runtime_checkable
@@ -83,6 +83,7 @@ class TorchVecEnv:
         self.state = torch.zeros(n, self.state_dim, dtype=dtype, device=self.device)
         self.t = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.ep_return = torch.zeros(n, dtype=torch.float64, device=self.device)
+        self._compiled_step = None
 
     # --- physics, implemented by subclasses -------------------------------------------
     def initial_state(self, u: torch.Tensor) -> torch.Tensor:
@@ -109,31 +110,52 @@ class TorchVecEnv:
         return self.observe(self.state)
 
     def step(self, action: torch.Tensor):
+        if self._compiled_step is not None:
+            return self._apply(self._compiled_step(self.state, self.t, self.ep_return, self.rng.key,
+                                                   self.rng.counter, action))
         next_state, reward, terminated = self.dynamics(self.state, action)
         t = self.t + 1
         truncated = (t >= self.max_episode_steps) & ~terminated
         done = terminated | truncated
-        final_obs = self.observe(next_state)
-        ep_return = self.ep_return + reward.to(torch.float64)
         if self.device.type == "cpu" and not bool(done.any()):
             # Fast path where checking on the host is free (CPU): nobody finished, so the
             # restart draw and the second observation are skipped; results are identical.
+            obs = self.observe(next_state)
+            ep_return = self.ep_return + reward.to(torch.float64)
             self.state, self.t, self.ep_return = next_state, t, ep_return
-            obs = final_obs
-        else:
-            # Every env computes a candidate restart; only finished envs consume randomness.
-            fresh = self.initial_state(self.rng.uniform(self.state_dim, mask=done, dtype=self.dtype))
-            self.state = torch.where(done[:, None], fresh, next_state)
-            self.t = torch.where(done, 0, t)
-            self.ep_return = torch.where(done, 0.0, ep_return)
-            obs = self.observe(self.state)
-        info = {
-            "final_obs": final_obs,
-            "done": done,
-            "episode_return": ep_return,
-            "episode_length": t,
-        }
+            info = {"final_obs": obs, "done": done, "episode_return": ep_return, "episode_length": t}
+            return obs, reward, terminated, truncated, info
+        return self._apply(self.pure_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action))
+
+    def pure_step(self, state, t, ep_return, key, counter, action):
+        """The whole step as a pure function of the env's tensors (what ``compile`` compiles).
+
+        Every env computes a candidate restart; only finished envs consume randomness.
+        """
+        next_state, reward, terminated = self.dynamics(state, action)
+        t = t + 1
+        truncated = (t >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        final_obs = self.observe(next_state)
+        ep_ret = ep_return + reward.to(torch.float64)
+        u, counter = draw(key, counter, self.state_dim, done, self.dtype)
+        new_state = torch.where(done[:, None], self.initial_state(u), next_state)
+        new_t = torch.where(done, 0, t)
+        new_ep_return = torch.where(done, 0.0, ep_ret)
+        obs = self.observe(new_state)
+        return (new_state, new_t, new_ep_return, counter, obs, reward, terminated, truncated,
+                final_obs, done, ep_ret, t)
+
+    def _apply(self, out):
+        (self.state, self.t, self.ep_return, self.rng.counter, obs, reward, terminated, truncated,
+         final_obs, done, ep_ret, t) = out
+        info = {"final_obs": final_obs, "done": done, "episode_return": ep_ret, "episode_length": t}
         return obs, reward, terminated, truncated, info
+
+    def compile(self, mode: str | None = None) -> "TorchVecEnv":
+        """Compile ``pure_step`` with torch.compile (on CUDA, mode="reduce-overhead" adds CUDA graphs)."""
+        self._compiled_step = torch.compile(self.pure_step, mode=mode, fullgraph=True, dynamic=False)
+        return self
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything needed to continue exactly: physics state, clocks, RNG streams."""

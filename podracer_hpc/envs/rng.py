@@ -35,26 +35,33 @@ def _to_i64(v: int) -> int:
     return v - (1 << 64) if v >= (1 << 63) else v
 
 
+def draw(
+    key: torch.Tensor, counter: torch.Tensor, k: int, mask: torch.Tensor | None, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pure form of :meth:`BatchRNG.uniform`: returns (uniforms ``[N, k]``, the new counters)."""
+    j = torch.arange(k, dtype=torch.int64, device=key.device)
+    x = mix64(key[:, None] + (counter[:, None] + j) * _PHI)
+    # As many random bits as the dtype's mantissa holds, so that u < 1 exactly (no rounding up).
+    bits = 24 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 53
+    u = _srl(x, 64 - bits).to(torch.float64 if bits == 53 else torch.float32) * (2.0**-bits)
+    step = k if mask is None else k * mask.to(torch.int64)
+    return u.to(dtype), counter + step
+
+
 class BatchRNG:
     """One independent uniform random stream per environment."""
 
     def __init__(self, seed: int, num_envs: int, device: str | torch.device = "cpu", offset: int = 0):
         self.device = torch.device(device)
         idx = torch.arange(offset, offset + num_envs, dtype=torch.int64, device=self.device)
-        seed_key = mix64(torch.tensor(_to_i64(seed) + _PHI, dtype=torch.int64))
+        seed_key = mix64(torch.tensor(_to_i64(_to_i64(seed) + _PHI), dtype=torch.int64))
         self.key = mix64(idx * _PHI + seed_key.to(self.device))
         self.counter = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
 
     def uniform(self, k: int, mask: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Draw ``[num_envs, k]`` uniforms in [0, 1); only envs in ``mask`` advance their stream."""
-        j = torch.arange(k, dtype=torch.int64, device=self.device)
-        x = mix64(self.key[:, None] + (self.counter[:, None] + j) * _PHI)
-        u = _srl(x, 11).to(torch.float64) * (2.0**-53)
-        if mask is None:
-            self.counter += k
-        else:
-            self.counter += k * mask.to(torch.int64)
-        return u.to(dtype)
+        u, self.counter = draw(self.key, self.counter, k, mask, dtype)
+        return u
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"key": self.key.clone(), "counter": self.counter.clone()}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# All CPU benchmarks, each printing a table and a last JSON line. Run on a quiet machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PODRACER=${PODRACER:-.venv/bin/podracer}
+PY=${PY:-.venv/bin/python}
+$PODRACER bench env --task pendulum
+$PODRACER bench env --task cartpole --num-envs 64 4096 65536
+$PODRACER bench train
+$PY bench/learning.py
