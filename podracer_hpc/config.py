@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import os
 import typing
 from dataclasses import dataclass, field
@@ -29,6 +30,13 @@ def F(default: Any, doc: str) -> Any:
     if isinstance(default, type) and dataclasses.is_dataclass(default):
         return field(default_factory=default, metadata={"doc": doc})
     return field(default=default, metadata={"doc": doc})
+
+
+# tournament.py uses F: import it only now that F exists.
+from .tournament import TournamentConfig  # noqa: E402
+
+# Agent hyperparameters that a pod may change while it trains (PBT explores these).
+MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
 
 
 @dataclass
@@ -86,6 +94,7 @@ class Config:
     agent: PPOConfig = F(PPOConfig, "the PPO learner")
     eval: EvalConfig = F(EvalConfig, "evaluation")
     log: LogConfig = F(LogConfig, "logging and checkpoints")
+    tournament: TournamentConfig = F(TournamentConfig, "the training pool's tournament (ranks of one MPI world)")
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -106,7 +115,7 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]
             out += describe(tp, prefix + f.name + ".")
         else:
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            out.append((prefix + f.name, f.metadata.get("doc", ""), default))
+            out.append((prefix + f.name, f.metadata.get("doc", ""), json.loads(json.dumps(default))))
     return out
 
 
@@ -186,12 +195,15 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
             kwargs[f.name] = from_dict(tp, data.get(f.name), prefix + f.name + ".")
         elif f.name in data:
             kwargs[f.name] = _coerce(data[f.name], tp, prefix + f.name)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {e}") from None
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
-    """A plain nested dict (YAML/JSON-safe) of a config."""
-    return dataclasses.asdict(cfg)
+    """A plain nested dict (YAML/JSON-safe: tuples become lists) of a config."""
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
@@ -278,6 +290,8 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    bad = sorted(set(cfg.tournament.hparam_space) - set(MUTABLE_HPARAMS))
+    need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad}; allowed: {', '.join(MUTABLE_HPARAMS)}")
     return cfg
 
 

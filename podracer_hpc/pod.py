@@ -9,6 +9,7 @@ of MPI, Slurm or log files.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -16,10 +17,13 @@ import torch
 
 from . import safeio
 from .agents.ppo import PPOAgent, compute_gae
-from .config import Config, to_dict
+from .config import MUTABLE_HPARAMS, Config, to_dict
 from .envs import make_env
 
 STATE_KIND = "pod-state"
+# Tensors that make up the agent (what a leaderboard entry holds); the rest of the pod state
+# (env physics, RNG streams, the per-env reward-scaler returns) belongs to the pod's own run.
+AGENT_PREFIXES = ("net.", "obs_rms.", "reward_scaler.rms.", "optim.")
 STATE_VERSION = 1
 EVAL_SEED_OFFSET = 1_000_003  # eval start states come from their own streams
 
@@ -51,7 +55,7 @@ class Pod:
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = PPOAgent(
             self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
-            e.num_envs, a, self.device,
+            e.num_envs, dataclasses.replace(a), self.device,  # a copy: PBT changes the pod's own
         )
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(self.seed)
@@ -152,7 +156,71 @@ class Pod:
             running &= ~info["done"]
         return returns
 
+    # --- hyperparameters ----------------------------------------------------------------
+    def hparams(self, names: tuple[str, ...] | list[str] = MUTABLE_HPARAMS) -> dict[str, float]:
+        """The pod's current values of the mutable agent hyperparameters."""
+        return {n: float(self.agent.learning_rate if n == "learning_rate" else getattr(self.agent.cfg, n))
+                for n in names}
+
+    def set_hparams(self, hp: dict[str, float]) -> None:
+        for n, v in hp.items():
+            if n not in MUTABLE_HPARAMS:
+                raise KeyError(f"{n!r} is not a mutable hyperparameter ({', '.join(MUTABLE_HPARAMS)})")
+            if n == "learning_rate":
+                self.agent.learning_rate = float(v)
+            else:
+                setattr(self.agent.cfg, n, float(v))
+
     # --- state ---------------------------------------------------------------------------
+    def agent_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The agent alone (networks, optimizer, normalizer statistics): a leaderboard entry."""
+        t, meta = self.state_tensors()
+        t = {k: v for k, v in t.items() if k.startswith(AGENT_PREFIXES)}
+        keep = ("env_steps", "updates", "rank", "seed", "learning_rate", "optim_param_groups", "hparams", "config")
+        return t, {k: meta[k] for k in keep}
+
+    def load_agent(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry",
+                   load_hparams: bool = True) -> None:
+        """Take over another agent's networks, optimizer and normalizer statistics (not its env)."""
+        self._check_compatible(meta, source)
+        agent = {k: v for k, v in tensors.items() if k.startswith(AGENT_PREFIXES)}
+        missing = [p for p in ("net.", "obs_rms.", "optim.") if not any(k.startswith(p) for k in agent)]
+        if missing:
+            raise safeio.StateFileError(f"{source}: holds no {', '.join(missing)} tensors; not an agent")
+        try:
+            self._load_agent_tensors(agent, meta)
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise safeio.StateFileError(
+                f"{source}: does not fit this pod ({e}). Was the network changed?"
+            ) from None
+        if load_hparams and meta.get("hparams"):
+            self.set_hparams(meta["hparams"])
+
+    def _check_compatible(self, meta: dict[str, Any], source: str) -> None:
+        cfg = meta.get("config", {})
+        if cfg.get("env", {}).get("name") != self.cfg.env.name:
+            raise safeio.StateFileError(
+                f"{source}: trained on task {cfg.get('env', {}).get('name')!r}, this run is {self.cfg.env.name!r}"
+            )
+
+    def _load_agent_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        dev = self.device
+
+        def sub(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+
+        self.agent.net.load_state_dict(sub("net."))
+        self.agent.obs_rms.load_state_dict(sub("obs_rms."))
+        rms = sub("reward_scaler.rms.")
+        if rms:
+            self.agent.reward_scaler.rms.load_state_dict(rms)
+        optim_state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in sub("optim.").items():
+            pid, name = k.split(".", 1)
+            optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
+        self.agent.optimizer.load_state_dict({"state": optim_state, "param_groups": meta["optim_param_groups"]})
+        self.agent.learning_rate = float(meta["learning_rate"])
+
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to continue this pod exactly: (tensors, JSON-able meta)."""
         t: dict[str, torch.Tensor] = {}
@@ -178,6 +246,7 @@ class Pod:
             "rank": self.rank,
             "seed": self.seed,
             "learning_rate": self.agent.learning_rate,
+            "hparams": self.hparams(),
             "optim_param_groups": opt["param_groups"],
             "config": to_dict(self.cfg),
         }
@@ -185,39 +254,23 @@ class Pod:
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "state") -> None:
         """Restore from ``state_tensors`` output; refuses states of another shape or task."""
-        cfg = meta.get("config", {})
-        if cfg.get("env", {}).get("name") != self.cfg.env.name:
-            raise safeio.StateFileError(
-                f"{source}: trained on task {cfg.get('env', {}).get('name')!r}, this run is {self.cfg.env.name!r}"
-            )
+        self._check_compatible(meta, source)
         dev = self.device
-
-        def sub(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
-
         try:
-            self.agent.net.load_state_dict(sub("net."))
-            self.agent.obs_rms.load_state_dict(sub("obs_rms."))
-            self.agent.reward_scaler.load_state_dict(sub("reward_scaler."))
-            optim_state: dict[int, dict[str, torch.Tensor]] = {}
-            for k, v in sub("optim.").items():
-                pid, name = k.split(".", 1)
-                optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
-            self.agent.optimizer.load_state_dict(
-                {"state": optim_state, "param_groups": meta["optim_param_groups"]}
-            )
-            self.env.load_state_dict(sub("env."))
+            self._load_agent_tensors(tensors, meta)
+            self.agent.reward_scaler.ret.copy_(tensors["reward_scaler.ret"].to(dev))
+            self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
         except (RuntimeError, KeyError, ValueError) as e:
             raise safeio.StateFileError(
                 f"{source}: does not fit this pod ({e}). Was the network or num_envs changed since it was written?"
             ) from None
+        self.set_hparams(meta.get("hparams", {}))
         self.obs = tensors["obs"].to(dev)
         self.gen.set_state(tensors["gen_state"])
         torch.set_rng_state(tensors["cpu_rng_state"])
         self.env_steps = int(meta["env_steps"])
         self.updates = int(meta["updates"])
         self.episodes_t.fill_(int(meta.get("episodes", 0)))
-        self.agent.learning_rate = float(meta["learning_rate"])
 
     def save(self, path, extra_meta: dict[str, Any] | None = None) -> str:
         t, meta = self.state_tensors()

@@ -35,12 +35,95 @@ from . import __version__, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
+from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
 from .pod import Pod, resolve_device
+from .tournament import PodReport, decide
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
 
 # Keys that may differ between a run and its resumption; anything else must match.
 RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
+
+
+class Tournament:
+    """One rank's side of the training pool's tournament (see tournament.py for the protocol).
+
+    Every rank calls :meth:`round` at the same env-step count; collectives go through
+    ``comm``, files through the leaderboard; the decision rules are the pure ``decide``.
+    """
+
+    def __init__(self, cfg: Config, comm: Comm, pod: Pod, run_dir: Path, job: str,
+                 say: Any, log: H5Writer | None = None):
+        self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
+        self.tcfg = cfg.tournament
+        root = Path(self.tcfg.leaderboard_dir) if self.tcfg.leaderboard_dir else run_dir / "leaderboard"
+        self.board = Leaderboard(root)
+        self.job = job
+        self.space = tuple(self.tcfg.hparam_space) or ()
+
+    def join(self) -> str | None:
+        """Elastic join: a fresh pod starts from a leaderboard entry when there is one."""
+        entries = self.comm.bcast(self.board.candidates(self.tcfg.top_k) if self.comm.rank == 0 else None)
+        if not entries:
+            return None
+        # Spread the pods over the best entries; fall through to the next one if it is gone.
+        order = entries[self.comm.rank % len(entries):] + entries[: self.comm.rank % len(entries)]
+        try:
+            eid, tensors, meta = self.board.load_best_available(order, device=self.pod.device)
+            self.pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}")
+        except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
+            self.say(f"could not join from the leaderboard ({e}); starting from scratch")
+            return None
+        self.say(f"joined from leaderboard entry {eid} (score {dict(entries).get(eid, float('nan')):.1f})")
+        return eid
+
+    def round(self, index: int, fitness: float, wall_s: float) -> dict[str, Any]:
+        pod, comm = self.pod, self.comm
+        hp = pod.hparams(self.space) if self.space else pod.hparams()
+        reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
+        entries = comm.bcast(self.board.candidates() if comm.rank == 0 else None)
+        d = decide(reports, entries, index, self.cfg.seed, self.tcfg)[comm.rank]
+        mine = None
+        if d.publish:
+            tensors, meta = pod.agent_tensors()
+            meta.update(job=self.job, pod=comm.rank, round=index, hparams=hp)
+            mine = self.board.publish(tensors, float(fitness), meta)
+        entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
+        action, source = d.action, ""
+        if d.action in ("load_entry", "copy_pod"):
+            source = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank]
+            try:
+                _, tensors, meta = self.board.load_best_available([source], device=pod.device, skip_corrupt=False)
+                pod.load_agent(tensors, meta, source=f"leaderboard entry {source}", load_hparams=False)
+            except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
+                self.say(f"round {index}: kept own agent, source rejected: {e}")
+                action = "keep"
+                source = f"rejected:{source}"
+        elif d.action == "reset":
+            self.say(f"round {index}: fitness {fitness} and no finite source anywhere: re-initializing the agent")
+            fresh = Pod(self.cfg, rank=pod.rank, device=pod.device)
+            t, m = fresh.agent_tensors()
+            pod.load_agent(t, m, source="fresh agent", load_hparams=False)
+        if d.new_hparams is not None and action == d.action:  # not when the source was rejected
+            pod.set_hparams(d.new_hparams)
+        row = {"round": index, "env_steps": pod.env_steps, "wall_s": wall_s, "fitness": float(fitness),
+               "action": action, "source": source or (f"pod{d.source_rank}" if d.source_rank is not None else ""),
+               "old_hparams": json.dumps(hp), "new_hparams": json.dumps(pod.hparams(self.space) if self.space else pod.hparams())}
+        if self.log is not None:
+            self.log.append("tournament", row, flush=True)
+        comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
+        if comm.rank == 0:
+            self.board.prune(self.tcfg.top_k)
+        return {**row, "decision": d}
+
+    def table(self, n: int = 8) -> str:
+        rows = self.board.list()[:n]
+        lines = [f"leaderboard {self.board.root} ({len(self.board.list())} entries, top {self.tcfg.top_k} kept)",
+                 f"{'#':>3} {'score':>10} {'env steps':>11} {'pod':>4} {'round':>5}  entry"]
+        for i, e in enumerate(rows):
+            lines.append(f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
+                         f"{e.round if e.round is not None else '-':>5}  {e.id}")
+        return "\n".join(lines)
 
 
 class TrainingError(RuntimeError):
@@ -109,6 +192,15 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
+def _nan_injection(rank: int) -> int:
+    """Fault testing: ``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
+    spec = os.environ.get("PODRACER_INJECT_NAN", "")
+    if not spec:
+        return 0
+    r, u = (int(x) for x in spec.split(":"))
+    return u if r == rank else 0
+
+
 def _fmt_steps(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
@@ -170,6 +262,19 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         if dropped:
             say(f"dropped {dropped} log rows written after that checkpoint (their work is redone)")
 
+    tour = None
+    if cfg.tournament.mode != "none":
+        job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID", "local"))
+        job += f"_{os.environ['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_TASK_ID" in os.environ else ""
+        tour = Tournament(cfg, comm, pod, run_dir, job, say, log)
+        if not state_meta:
+            tour.join()
+    interval = cfg.tournament.interval_env_steps
+    round_index = int(state_meta.get("round", 0))
+    next_round = (round_index + 1) * interval
+    poisoned = False  # a pod whose loss went NaN waits, frozen, for the next round to replace it
+    inject_nan = _nan_injection(rank)
+
     total = cfg.total_env_steps
     eval_every = cfg.eval.interval_env_steps or total
     best = float(state_meta.get("best_return", -math.inf))
@@ -188,14 +293,17 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         return wall_before + time.perf_counter() - t_start
 
     def checkpoint() -> None:
-        extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall()}
+        extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall(),
+                 "round": round_index}
         if ckpt_path.exists():
             os.replace(ckpt_path, ckpt_path.with_suffix(".prev"))
         pod.save(ckpt_path, extra)
 
-    def evaluate() -> None:
+    def evaluate() -> float:
         nonlocal best, last_eval, next_eval
         r = pod.evaluate().cpu().numpy()
+        if poisoned:
+            r = r * math.nan
         last_eval = float(r.mean())
         best = max(best, last_eval)
         log.append("eval", {
@@ -205,31 +313,57 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         }, flush=True)
         while next_eval <= pod.env_steps:
             next_eval += eval_every
+        return last_eval
 
     try:
         while pod.env_steps < total:
             t0 = time.perf_counter()
-            m = pod.train_iteration()
-            vals = {k: float(v) for k, v in zip(m, torch.stack([v.double().cpu() for v in m.values()]).tolist())}
+            if poisoned:  # keep the pool in lockstep without training on NaN weights
+                pod.env_steps += pod.batch_size
+                pod.updates += 1
+                vals = {"loss": math.nan, "episodes": 0.0, "return_sum": 0.0, "return_sqsum": 0.0}
+            else:
+                m = pod.train_iteration()
+                if inject_nan and pod.updates == inject_nan:
+                    m["loss"] = torch.tensor(math.nan)
+                    with torch.no_grad():
+                        for prm in pod.agent.net.parameters():
+                            prm.fill_(math.nan)
+                vals = {k: float(v) for k, v in zip(m, torch.stack([v.double().cpu() for v in m.values()]).tolist())}
             dt = time.perf_counter() - t0
-            if not math.isfinite(vals["loss"]):
-                raise TrainingError(
-                    f"rank {rank}: loss is {vals['loss']} at update {pod.updates} ({pod.env_steps} env steps). "
-                    f"Nothing after the last checkpoint ({ckpt_path}) was saved. Lower agent.learning_rate, "
-                    "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
-                )
+            if not math.isfinite(vals["loss"]) and not poisoned:
+                if tour is None:
+                    raise TrainingError(
+                        f"rank {rank}: loss is {vals['loss']} at update {pod.updates} ({pod.env_steps} env steps). "
+                        f"Nothing after the last checkpoint ({ckpt_path}) was saved. Lower agent.learning_rate, "
+                        "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
+                    )
+                poisoned = True
+                say(f"loss is {vals['loss']} at update {pod.updates}: this pod is frozen until round "
+                    f"{round_index} replaces it from the leaderboard")
             n_ep = int(vals["episodes"])
             mean = vals["return_sum"] / n_ep if n_ep else math.nan
             if n_ep:
                 last_train = mean
             std = math.sqrt(max(0.0, vals["return_sqsum"] / n_ep - mean * mean)) if n_ep else math.nan
-            log.append("train", {
-                "update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
-                "steps_per_s": pod.batch_size / dt, "return_mean": mean, "return_std": std, "episodes": n_ep,
-                **{k: vals[k] for k in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl",
-                                        "clipfrac", "explained_variance", "learning_rate")},
-            })
-            if pod.env_steps >= next_eval or pod.env_steps >= total:
+            row = {"update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
+                   "steps_per_s": pod.batch_size / dt, "loss": vals["loss"]}
+            if not poisoned:
+                row.update(return_mean=mean, return_std=std, episodes=n_ep,
+                           **{k: vals[k] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                                   "clipfrac", "explained_variance", "learning_rate")})
+            log.append("train", row)
+            if tour is not None and pod.env_steps >= next_round:
+                fitness = evaluate()
+                out = tour.round(round_index, fitness, wall())
+                if poisoned and out["action"] != "keep":
+                    poisoned = False
+                    say(f"round {round_index}: restored from {out['source']} after NaN; training goes on")
+                round_index += 1
+                next_round = (round_index + 1) * interval
+                checkpoint()
+                last_ckpt = time.monotonic()
+            elif pod.env_steps >= next_eval or pod.env_steps >= total:
                 evaluate()
             updates_here += 1
             now = time.monotonic()
@@ -243,7 +377,10 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
             if cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s:
                 checkpoint()
                 last_ckpt = now
-            if stop.signal is not None or (stop_after_updates and updates_here >= stop_after_updates):
+            want_stop = stop.signal is not None or bool(stop_after_updates and updates_here >= stop_after_updates)
+            if size > 1:  # every rank stops after the same update, or a round would hang
+                want_stop = bool(comm.allreduce_max(int(want_stop)))
+            if want_stop:
                 break
         if updates_here or not ckpt_path.exists():
             checkpoint()
@@ -274,6 +411,11 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     }
     if not complete:
         summary["complete"] = False
+    if tour is not None:
+        summary["best_pod"] = max(range(size), key=lambda r: everyone[r]["best"])
+        summary["rounds"] = round_index
     if rank == 0:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if tour is not None and not quiet:
+            print(tour.table(), file=sys.stderr, flush=True)
     return RunResult(complete=complete, summary=summary)

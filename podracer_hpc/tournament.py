@@ -45,6 +45,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .config import F
+
 __all__ = [
     "ACTIONS",
     "ACTION_CODES",
@@ -134,15 +136,16 @@ class Decision:
 class TournamentConfig:
     """Tournament settings (section ``tournament`` of the run config)."""
 
-    mode: str = "elegantrl"  # selection rule: "elegantrl" | "pbt" | "none"
-    interval_env_steps: int = 1_000_000  # env steps each pod trains between tournament rounds
-    top_k: int = 8  # leaderboard size kept by prune, and the elegantrl candidate pool size
-    temperature: float = 1.0  # elegantrl: softmax temperature over z-scored scores (>0; inf = uniform)
-    quantile: float = 0.25  # pbt: fraction of pods in the bottom (replaced) and top (sources) groups
-    resample_prob: float = 0.25  # pbt explore: probability to resample a hyperparameter from its prior
-    perturb_factors: tuple[float, ...] = (0.8, 1.2)  # pbt explore: else multiply by one of these
-    steps_tolerance: float = 0.25  # pbt: a source needs env_steps >= target's * (1 - tolerance)
-    hparam_space: dict[str, HParamRange] = field(default_factory=dict)  # pbt: name -> (low, high, log_scale)
+    mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
+    interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds")
+    top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
+    temperature: float = F(1.0, "elegantrl: softmax temperature over z-scored scores (> 0)")
+    quantile: float = F(0.25, "pbt: fraction of pods in the bottom (replaced) and top (source) groups")
+    resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
+    perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
+    steps_tolerance: float = F(0.25, "pbt: a source needs env_steps >= the target's x (1 - tolerance)")
+    hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters")
+    leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
