@@ -3,7 +3,8 @@ PY     ?= python3
 VENV   ?= .venv
 # A CPU build is enough here; on a GPU cluster use environment.yml (CUDA build) instead.
 TORCH  ?= torch==2.13.0
-JOB    ?= jobs/pendulum.yaml
+JOB    ?= jobs/quickstart.yaml
+PODS   ?= 4
 PYTEST_ARGS ?=
 
 BIN := $(VENV)/bin
@@ -19,9 +20,10 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
-## quickstart: set up, then train the main job on this machine (no Slurm needed)
+## quickstart: set up, then run the main job on this machine (no Slurm needed): a 4-pod
+## tournament under the mpiexec of the PyPI mpich wheel
 quickstart: setup
-	$(BIN)/podracer train $(JOB)
+	$(BIN)/mpiexec -n $(PODS) $(BIN)/podracer train $(JOB)
 
 ## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
 test: setup

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="run directory (default runs/<name>); resumed if it has checkpoints")
     t.add_argument("--stop-after-updates", type=int, default=0, metavar="N",
                    help="checkpoint and stop after N updates of this invocation (time slicing, tests)")
-    t.add_argument("--quiet", action="store_true", help="no progress lines")
+    t.add_argument("--quiet", action="store_true", help="no periodic progress lines (events and errors are still printed)")
     t.set_defaults(func=_cmd_train)
 
     b = sub.add_parser("bench", help="benchmarks: a table, then one JSON line")

@@ -61,6 +61,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "source": h5py.string_dtype("utf-8"),
     "old_hparams": h5py.string_dtype("utf-8"),  # JSON
     "new_hparams": h5py.string_dtype("utf-8"),  # JSON
+    "tournament_s": np.float64,  # seconds in the round's collectives, publish, load and prune
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 

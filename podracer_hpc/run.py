@@ -79,10 +79,12 @@ class Tournament:
 
     def round(self, index: int, fitness: float, wall_s: float) -> dict[str, Any]:
         pod, comm = self.pod, self.comm
+        t0 = time.perf_counter()
         hp = pod.hparams(self.space) if self.space else pod.hparams()
         reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
         entries = comm.bcast(self.board.candidates() if comm.rank == 0 else None)
-        d = decide(reports, entries, index, self.cfg.seed, self.tcfg)[comm.rank]
+        decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
+        d = decisions[comm.rank]
         mine = None
         if d.publish:
             tensors, meta = pod.agent_tensors()
@@ -109,12 +111,13 @@ class Tournament:
         row = {"round": index, "env_steps": pod.env_steps, "wall_s": wall_s, "fitness": float(fitness),
                "action": action, "source": source or (f"pod{d.source_rank}" if d.source_rank is not None else ""),
                "old_hparams": json.dumps(hp), "new_hparams": json.dumps(pod.hparams(self.space) if self.space else pod.hparams())}
-        if self.log is not None:
-            self.log.append("tournament", row, flush=True)
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
         if comm.rank == 0:
             self.board.prune(self.tcfg.top_k)
-        return {**row, "decision": d}
+        row["tournament_s"] = time.perf_counter() - t0
+        if self.log is not None:
+            self.log.append("tournament", row, flush=True)
+        return {**row, "decision": d, "decisions": decisions}
 
     def table(self, n: int = 8) -> str:
         rows = self.board.list()[:n]
@@ -214,8 +217,9 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     ckpt_path = run_dir / "checkpoints" / f"rank{rank}.safetensors"
     log_path = run_dir / "logs" / f"{cfg.name}_rank{rank}.h5"
 
-    def say(msg: str) -> None:
-        if not quiet:
+    def say(msg: str, progress: bool = False) -> None:
+        """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
+        if not (quiet and progress):
             print(f"[{cfg.name} r{rank}] {msg}", file=sys.stderr, flush=True)
 
     device = resolve_device(cfg.device, comm.local_rank)
@@ -373,7 +377,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                 eta = (total - pod.env_steps) / max(sps, 1e-9)
                 say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
                     f"{sps / 1e3:.0f}k steps/s | train {last_train:.1f} | eval {last_eval:.1f} (best {best:.1f}) | "
-                    f"ETA {eta:.0f}s")
+                    f"ETA {eta:.0f}s", progress=True)
             if cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s:
                 checkpoint()
                 last_ckpt = now

@@ -1,0 +1,109 @@
+"""The training pool under a real mpiexec: tournament rounds of real pods, faults, PBT."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podracer_hpc.h5log import read_log
+from podracer_hpc.leaderboard import Leaderboard
+
+REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.mpi
+
+
+def mpiexec() -> str:
+    exe = Path(sys.executable).parent / "mpiexec"
+    found = str(exe) if exe.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
+    return found
+
+
+def run_mpi(n: int, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    e.pop("PODRACER_COMM", None)
+    return subprocess.run([mpiexec(), "-n", str(n), sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=e)
+
+
+def train_args(run_dir: Path, *sets: str) -> list[str]:
+    return ["-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml", "--run-dir", str(run_dir), "--quiet",
+            *sum((["--set", s] for s in sets), [])]
+
+
+@pytest.mark.parametrize("mode", ["elegantrl", "pbt"])
+def test_round_decisions_identical_and_copies_bit_exact(tmp_path, mode):
+    r = run_mpi(4, "tests/mpi_scripts/pool_round.py", str(tmp_path), mode)
+    assert r.returncode == 0, r.stderr
+    ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(4)]
+    assert all(x["size"] == 4 for x in ranks)
+    # Every rank computed the same decisions for everybody.
+    assert all(x["decisions"] == ranks[0]["decisions"] for x in ranks)
+    movers = [x for x in ranks if x["action"] in ("load_entry", "copy_pod")]
+    assert movers, "the weakest pod (fitness -1000) must take a better agent"
+    assert ranks[0]["action"] != "keep"
+    for x in movers:
+        assert x["after"] == x["loaded_sha"], "copied weights must arrive bit-exact"
+        assert x["after"] in x["all_before"] and x["after"] != x["before"]
+    for x in ranks:
+        if x["action"] == "keep":
+            assert x["after"] == x["before"]
+    if mode == "pbt":
+        assert ranks[0]["hparams"] != ranks[1]["hparams"] or ranks[0]["decisions"][0]["new_hparams"]
+
+
+def test_quickstart_tournament_under_mpiexec(tmp_path):
+    run = tmp_path / "run"
+    r = run_mpi(4, *train_args(run, "total_env_steps=163840", "tournament.interval_env_steps=40960",
+                                "eval.interval_env_steps=40960"))
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["pods"] == 4 and summary["rounds"] == 4 and summary["best_pod"] in range(4)
+    best = []
+    for rank in range(4):
+        log = read_log(run / "logs" / f"quickstart_rank{rank}.h5")
+        t = log["tournament"]
+        assert list(t["round"]) == [0, 1, 2, 3]
+        assert set(t["action"]) <= {"keep", "load_entry", "copy_pod"}
+        best.append(max(log["eval"]["return_mean"]))
+    assert summary["best_return"] == max(best) and best[summary["best_pod"]] == max(best)
+    board = Leaderboard(run / "leaderboard")
+    entries = board.list()
+    assert 1 <= len(entries) <= 4  # top_k of the quickstart
+    for e in entries:
+        board.load(e.id)  # every entry is whole and verified
+
+
+def test_nan_pod_is_restored_from_the_leaderboard(tmp_path):
+    run = tmp_path / "run"
+    r = run_mpi(2, *train_args(run, "total_env_steps=61440", "tournament.interval_env_steps=20480",
+                                "eval.interval_env_steps=20480"), env={"PODRACER_INJECT_NAN": "1:2"})
+    assert r.returncode == 0, r.stderr
+    assert "frozen until round" in r.stderr and "restored from" in r.stderr
+    log = read_log(run / "logs" / "quickstart_rank1.h5")
+    assert math.isnan(log["train"]["loss"][1])  # update 2 went NaN
+    t = log["tournament"]
+    assert math.isnan(t["fitness"][0]) and t["action"][0] in ("load_entry", "copy_pod")
+    assert all(math.isfinite(x) for x in log["train"]["loss"][5:])  # trained again after the round
+    assert math.isfinite(log["eval"]["return_mean"][-1])
+
+
+def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
+    """Same pods, same budget, learning rate 1e-5: PBT explores its way out, independent pods cannot."""
+    common = ["total_env_steps=245760", "agent.learning_rate=1e-5", "agent.anneal_lr=false",
+              "tournament.interval_env_steps=40960", "eval.interval_env_steps=40960", "tournament.quantile=0.5",
+              "tournament.resample_prob=0.5", "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true]}"]
+    res = {}
+    for mode in ("pbt", "none"):
+        r = run_mpi(4, *train_args(tmp_path / mode, *common, f"tournament.mode={mode}"))
+        assert r.returncode == 0, r.stderr
+        finals = [read_log(tmp_path / mode / "logs" / f"quickstart_rank{k}.h5")["eval"]["return_mean"][-1]
+                  for k in range(4)]
+        res[mode] = max(finals)
+    assert res["pbt"] > res["none"] + 100, res
