@@ -128,10 +128,12 @@ def bench_train(config: str | None = None, overrides: list[str] | None = None, s
                 peer_seconds: float | None = None) -> dict[str, Any]:
     """End-to-end PPO env steps/s (rollout + learning) of a pod, next to the same learner fed by
     gymnasium's SyncVectorEnv(64) on the host (the host-round-trip design the pod avoids)."""
-    from .pod import Pod, resolve_device
+    from .pod import Pod, resolve_device, set_cpu_threads
 
     cfg = load_config(config or _default_job(), list(overrides or []))
     dev = resolve_device(cfg.device)
+    if dev.type == "cpu":
+        set_cpu_threads(cfg.threads)
     pod = Pod(cfg, device=dev)
     rate, per_update = _train_rate(pod, seconds)
     rows = [("podracer pod (batched torch env)", cfg.env.num_envs, rate, per_update)]

@@ -10,6 +10,7 @@ of MPI, Slurm or log files.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -37,6 +38,13 @@ def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device={spec!r} but CUDA is not available here; use device=auto or cpu")
     return torch.device(spec)
+
+
+def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
+    """torch CPU threads for one pod: ``threads`` or, if 0, the node's cores divided by its ranks."""
+    n = threads or max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
+    torch.set_num_threads(n)
+    return n
 
 
 class Pod:

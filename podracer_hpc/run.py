@@ -36,7 +36,7 @@ from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
-from .pod import Pod, resolve_device
+from .pod import Pod, resolve_device, set_cpu_threads
 from .tournament import PodReport, decide
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
@@ -224,8 +224,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
 
     device = resolve_device(cfg.device, comm.local_rank)
     if device.type == "cpu":
-        threads = cfg.threads or max(1, (os.cpu_count() or 1) // max(1, comm.local_size))
-        torch.set_num_threads(threads)
+        set_cpu_threads(cfg.threads, comm.local_size)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
 
