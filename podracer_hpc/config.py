@@ -12,28 +12,20 @@ import difflib
 import json
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .docfield import F
+from .tournament import TournamentConfig
 
 
 class ConfigError(ValueError):
     """A job file or an override is wrong; the message says what and how to fix it."""
 
 
-def F(default: Any, doc: str) -> Any:
-    """A dataclass field with a one-line doc (shown in error messages and `podracer config`)."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata={"doc": doc})
-    if isinstance(default, type) and dataclasses.is_dataclass(default):
-        return field(default_factory=default, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
-
-
-# tournament.py uses F: import it only now that F exists.
-from .tournament import TournamentConfig  # noqa: E402
 
 # Agent hyperparameters that a pod may change while it trains (PBT explores these).
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")

@@ -45,7 +45,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .config import F
+from .docfield import F
 
 __all__ = [
     "ACTIONS",

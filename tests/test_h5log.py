@@ -1,6 +1,5 @@
 """HDF5 logs: readable while written (SWMR), after a writer died, refused when foreign."""
 
-import os
 import signal
 import subprocess
 import sys
