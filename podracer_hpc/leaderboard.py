@@ -24,7 +24,6 @@ import math
 import os
 import re
 import socket
-import tempfile
 import time
 import uuid
 import warnings
@@ -370,31 +369,10 @@ def _make_private_dir(d: Path) -> None:
 
 def _write_new(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     """Atomically create ``path`` with ``data``; never replaces an existing file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        try:
-            os.link(tmp, path)  # fails if path exists: no overwrite, even in a race
-        except FileExistsError:
-            raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
-        except OSError:  # a filesystem without hard links
-            if path.exists():
-                raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
-            os.rename(tmp, path)
-    finally:
-        _unlink(Path(tmp))
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+        safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False)
+    except FileExistsError:
+        raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
 
 
 def _unlink(path: Path) -> None:

@@ -35,8 +35,14 @@ class StateFileError(ValueError):
     """A state file is missing, truncated, corrupt, foreign or of the wrong kind."""
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o640) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same dir, fsync, rename)."""
+def atomic_write_bytes(
+    path: str | os.PathLike, data: bytes, mode: int = 0o640, overwrite: bool = True
+) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file in the same dir, fsync, then rename.
+
+    ``overwrite=False`` only creates: the temp file is hard-linked to ``path``, which fails with
+    ``FileExistsError`` if ``path`` exists, even when another host races for the same name.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -46,13 +52,22 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int = 0o640) 
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise FileExistsError(f"{path} already exists") from None
+            except OSError:  # a filesystem without hard links
+                if path.exists():
+                    raise FileExistsError(f"{path} already exists") from None
+                os.rename(tmp, path)
+    finally:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        raise
     try:  # make the rename itself durable
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
