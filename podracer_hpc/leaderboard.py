@@ -270,6 +270,7 @@ class Leaderboard:
             raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
         actual = hashlib.sha256(blob).hexdigest()
         if actual != expected:
+            self.quarantine(entry_id)
             raise EntryCorrupt(
                 f"leaderboard entry {entry_id}: checksum mismatch ({path} has sha256 {actual[:12]}..., "
                 f"its sidecar says {expected[:12]}...): the file is corrupt or was replaced. Nothing was loaded; "
@@ -278,14 +279,31 @@ class Leaderboard:
         try:
             tensors, file_meta, _ = safeio.loads(blob, kind=ENTRY_KIND, source=str(path), device=device)
         except EntryCorrupt:
+            self.quarantine(entry_id)
             raise
         except safeio.StateFileError as e:
+            self.quarantine(entry_id)
             raise EntryCorrupt(f"leaderboard entry {entry_id}: {e}") from None
         if file_meta.get("entry_id") != entry_id:
+            self.quarantine(entry_id)
             raise EntryCorrupt(
                 f"leaderboard entry {entry_id}: {path} holds entry {file_meta.get('entry_id')!r} (swapped files?)"
             )
         return tensors, dict(file_meta.get("meta") or {})
+
+    def quarantine(self, entry_id: str) -> None:
+        """Take a corrupt entry out of the listing for every reader and every later round.
+
+        The sidecar is renamed to ``.<id>.json.corrupt`` (kept as evidence): ``list`` skips
+        hidden names, so a corrupt entry with a high score can no longer win every draw; its
+        tensors become an orphan that ``prune`` deletes once stale.
+        """
+        validate_entry_id(entry_id)
+        try:
+            os.replace(self.sidecar_path(entry_id), self.entries_dir / f".{entry_id}.json.corrupt")
+            _warn(f"leaderboard entry {entry_id} is corrupt: quarantined as .{entry_id}.json.corrupt")
+        except FileNotFoundError:
+            pass  # another reader quarantined it first
 
     def load_best_available(
         self,

@@ -66,15 +66,29 @@ class Tournament:
         entries = self.comm.bcast(self.board.candidates(self.tcfg.top_k) if self.comm.rank == 0 else None)
         if not entries:
             return None
-        # Spread the pods over the best entries; fall through to the next one if it is gone.
-        order = entries[self.comm.rank % len(entries):] + entries[: self.comm.rank % len(entries)]
-        try:
-            eid, tensors, meta = self.board.load_best_available(order, device=self.pod.device)
-            self.pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}")
-        except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
-            self.say(f"could not join from the leaderboard ({e}); starting from scratch")
+        # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
+        k = self.comm.rank % len(entries)
+        eid = None
+        for cand, _score in entries[k:] + entries[:k]:
+            try:
+                _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
+                self.pod.load_agent(tensors, meta, source=f"leaderboard entry {cand}")
+                eid = cand
+                break
+            except EntryGone:
+                continue
+            except (EntryCorrupt, safeio.StateFileError) as e:
+                self.say(f"skipping leaderboard entry {cand}: {e}")
+        if eid is None:
+            self.say("no leaderboard entry could be loaded; starting from scratch")
             return None
-        self.say(f"joined from leaderboard entry {eid} (score {dict(entries).get(eid, float('nan')):.1f})")
+        score = dict(entries).get(eid, float("nan"))
+        self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
+        if self.log is not None:  # round -1: how this pod started
+            hp = json.dumps(self.pod.hparams())
+            self.log.append("tournament", {"round": -1, "env_steps": self.pod.env_steps, "wall_s": 0.0,
+                                           "fitness": score, "action": "join", "source": eid,
+                                           "old_hparams": hp, "new_hparams": hp, "tournament_s": 0.0}, flush=True)
         return eid
 
     def round(self, index: int, fitness: float, wall_s: float) -> dict[str, Any]:

@@ -250,8 +250,12 @@ def test_load_best_available_skips_corrupt_with_warning(lb: Leaderboard):
     flip_byte(lb.tensors_path(a))
     with pytest.warns(LeaderboardWarning, match=a):
         assert lb.load_best_available(lb.list())[0] == b
-    with pytest.raises(EntryCorrupt):
-        lb.load_best_available([a, b], skip_corrupt=False)
+    assert [e.id for e in lb.list()] == [b]  # quarantined after the first rejection
+    assert lb.load_best_available([a, b], skip_corrupt=False)[0] == b  # gone, so skipped
+    c = lb.publish(state(7.0), 7.0, meta())
+    flip_byte(lb.tensors_path(c))
+    with pytest.raises(EntryCorrupt), pytest.warns(LeaderboardWarning, match="quarantined"):
+        lb.load_best_available([c, b], skip_corrupt=False)
 
 
 def test_prune_is_idempotent_and_cleans_stale_files(lb: Leaderboard):

@@ -9,6 +9,7 @@ from .cartpole import CartPole
 from .pendulum import Pendulum
 
 TASKS: dict[str, type[TorchVecEnv]] = {"pendulum": Pendulum, "cartpole": CartPole}
+TASKS["stock_trading"] = __import__("podracer_hpc.trading.env", fromlist=["StockTradingEnv"]).StockTradingEnv
 
 
 def make_env(

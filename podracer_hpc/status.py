@@ -1,0 +1,373 @@
+"""``podracer status RUN_DIR [--watch SECONDS]``: a table of the pods and of the leaderboard.
+
+Reads only what a run writes (``docs/hdf5-schema.md``): the per-rank HDF5 logs (opened as SWMR
+readers, so a run can be watched while it trains), the leaderboard sidecars and, once the run has
+ended, ``summary.json``. It writes nothing and takes no lock: a status reader can never slow down
+or break the run it looks at.
+
+- :func:`render` returns the text (a header, one row per pod, a total, the leaderboard's top
+  entries, the summary once there is one);
+- :func:`status` prints it once, or with ``watch > 0`` every ``watch`` seconds until interrupted
+  or until ``summary.json`` appears (then it prints once more and returns).
+
+Usable without the CLI as ``python -m podracer_hpc.status RUN_DIR [--watch S]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from .h5log import LogError, read_log
+
+__all__ = ["StatusError", "PodStatus", "find_rank_logs", "pod_statuses", "render", "status", "main"]
+
+LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
+TOP_ENTRIES = 8  # leaderboard rows shown
+RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
+READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
+
+
+class StatusError(ValueError):
+    """The directory is not a run directory (the message says what one looks like).
+
+    ``pending`` is true when it may still become one: it does not exist yet (a queued job) or
+    holds nothing but the empty folders a starting run creates first.
+    """
+
+    def __init__(self, msg: str, pending: bool = False):
+        super().__init__(msg)
+        self.pending = pending
+
+
+@dataclass
+class PodStatus:
+    """One rank's state, as its log shows it."""
+
+    rank: int
+    path: Path
+    seed: int | None = None
+    env_steps: int = 0
+    updates: int = 0
+    wall_s: float = math.nan
+    steps_per_s: float = math.nan  # recent throughput (last RATE_WINDOW updates)
+    rounds: int | None = None  # completed tournament rounds; None without a tournament
+    last_eval: float = math.nan
+    best_eval: float = math.nan
+    last_action: str = ""
+    age_s: float = math.nan  # seconds since the log file last changed
+    error: str = ""  # why the log could not be read (the row shows it instead of values)
+    hparams: dict[str, Any] = field(default_factory=dict)
+
+
+def find_rank_logs(run_dir: Path) -> dict[int, Path]:
+    """``{rank: log path}``; where a rank has several logs (a resume under another name), the newest."""
+    out: dict[int, Path] = {}
+    logs = run_dir / "logs"
+    if not logs.is_dir():
+        return out
+    for p in logs.iterdir():
+        m = LOG_RE.match(p.name)
+        if not m:
+            continue
+        r = int(m["rank"])
+        try:
+            if r not in out or p.stat().st_mtime > out[r].stat().st_mtime:
+                out[r] = p
+        except FileNotFoundError:
+            continue
+    return dict(sorted(out.items()))
+
+
+def _check_run_dir(run_dir: Path) -> None:
+    what = ("a run directory is what `podracer train --run-dir DIR` writes: DIR/config.yaml and "
+            "DIR/logs/<name>_rank<r>.h5")
+    if not run_dir.exists():
+        raise StatusError(f"{run_dir}: no such directory ({what}; a job still waiting in the queue has none yet)",
+                          pending=True)
+    if not run_dir.is_dir():
+        raise StatusError(f"{run_dir} is a file, not a run directory ({what})")
+    if not (run_dir / "config.yaml").exists() and not find_rank_logs(run_dir):
+        if _only_empty_run_folders(run_dir):
+            raise StatusError(f"{run_dir} holds no config.yaml and no logs yet: not a run directory, or one "
+                              "whose job is just starting", pending=True)
+        hint = ""
+        subs = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and (p / "config.yaml").exists())
+        if subs:
+            hint = f"; run directories inside it: {', '.join(subs[:6])}{' ...' if len(subs) > 6 else ''}"
+        raise StatusError(f"{run_dir} is not a podracer run directory: no config.yaml and no logs/*_rank<r>.h5 "
+                          f"({what}){hint}")
+
+
+def _only_empty_run_folders(run_dir: Path) -> bool:
+    """Nothing in ``run_dir`` but (empty) folders a starting run creates."""
+    for p in run_dir.iterdir():
+        if p.name not in ("logs", "checkpoints", "leaderboard") or not p.is_dir():
+            return False
+        if any(q.is_file() for q in p.rglob("*")):
+            return False
+    return True
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """read_log, retried: a file caught while its writer opens or extends it may fail once."""
+    for i in range(READ_TRIES):
+        try:
+            return read_log(path)
+        except (LogError, OSError, KeyError, ValueError, RuntimeError) as e:
+            if i == READ_TRIES - 1:
+                raise LogError(str(e)) from None
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def _short_source(source: str) -> str:
+    """``local-2-3-97d9795f388a`` -> ``pod2 r3``; ``pod1`` and others unchanged."""
+    rejected = source.startswith("rejected:")
+    s = source.split(":", 1)[1] if rejected else source
+    parts = s.rsplit("-", 3)
+    if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
+        job = "" if parts[0] == "local" else f"{parts[0]}:"
+        s = f"{job}pod{parts[1]} r{parts[2]}"
+    return f"rejected {s}" if rejected else s
+
+
+def _pod_status(rank: int, path: Path, now: float) -> PodStatus:
+    st = PodStatus(rank=rank, path=path)
+    try:
+        st.age_s = max(0.0, now - path.stat().st_mtime)
+        log = _read(path)
+    except (LogError, OSError) as e:
+        st.error = str(e).replace(str(path), path.name)
+        return st
+    st.seed = log["attrs"].get("seed")
+    tr, ev, to = log["train"], log["eval"], log["tournament"]
+    n = len(tr.get("env_steps", ()))
+    if n:
+        steps, wall = tr["env_steps"], tr["wall_s"]
+        st.env_steps, st.updates, st.wall_s = int(steps[-1]), int(tr["update"][-1]), float(wall[-1])
+        k = max(0, n - 1 - RATE_WINDOW)
+        if n > 1 and wall[-1] > wall[k]:
+            st.steps_per_s = float((steps[-1] - steps[k]) / (wall[-1] - wall[k]))
+        else:
+            st.steps_per_s = float(tr["steps_per_s"][-1])
+    r = ev.get("return_mean", np.array([]))
+    if len(r):
+        st.last_eval = float(r[-1])
+        fin = r[np.isfinite(r)]
+        st.best_eval = float(fin.max()) if len(fin) else math.nan
+        st.env_steps = max(st.env_steps, int(ev["env_steps"][-1]))
+    cfg = log["attrs"].get("config") or {}
+    if (cfg.get("tournament") or {}).get("mode", "none") != "none":
+        rounds = to.get("round", np.array([]))
+        st.rounds = int(rounds[-1]) + 1 if len(rounds) else 0
+        if len(rounds):
+            action, source = str(to["action"][-1]), str(to["source"][-1])
+            if action == "copy_pod" or action == "load_entry":
+                action = f"{'copy' if action == 'copy_pod' else 'load'} <- {_short_source(source)}"
+            elif source.startswith("rejected:"):
+                action = f"keep ({_short_source(source)})"
+            st.last_action = f"r{int(rounds[-1])}: {action}"
+            try:
+                st.hparams = json.loads(to["new_hparams"][-1] or "{}")
+            except json.JSONDecodeError:
+                pass
+    return st
+
+
+def pod_statuses(run_dir: str | Path) -> list[PodStatus]:
+    """The state of every rank of a run, read from its logs (also while they are written)."""
+    run_dir = Path(run_dir)
+    _check_run_dir(run_dir)
+    now = time.time()
+    return [_pod_status(r, p, now) for r, p in find_rank_logs(run_dir).items()]
+
+
+# ---------------------------------------------------------------------- formatting
+
+
+def _table(header: list[str], rows: list[list[str]], left: tuple[int, ...] = ()) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def _num(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None or not math.isfinite(x) else fmt.format(x)
+
+
+def _age(s: float) -> str:
+    if not math.isfinite(s):
+        return "-"
+    return (f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h") + " ago"
+
+
+def _load_config(run_dir: Path, pods: list[PodStatus]) -> dict[str, Any]:
+    try:
+        import yaml
+
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        if isinstance(cfg, dict):
+            return cfg
+    except (OSError, ValueError, ImportError):
+        pass
+    for p in pods:  # no config.yaml (copied logs only): the logs carry the config too
+        if not p.error:
+            try:
+                return _read(p.path)["attrs"].get("config") or {}
+            except LogError:
+                continue
+    return {}
+
+
+def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str]:
+    tcfg = cfg.get("tournament") or {}
+    root = Path(tcfg.get("leaderboard_dir") or run_dir / "leaderboard")
+    if not (root / "entries").is_dir():
+        if tcfg.get("mode", "none") == "none":
+            return []
+        return [f"leaderboard {root}: none yet"]
+    from .leaderboard import Leaderboard  # imports torch: only when there is a leaderboard to show
+
+    with warnings.catch_warnings():  # a status reader reports the run, not the directory's hygiene
+        warnings.simplefilter("ignore")
+        board = Leaderboard(root)  # the directory exists, so nothing is created
+        entries = board.list()
+    now = time.time()
+    lines = [f"leaderboard {root} ({len(entries)} entries, top {tcfg.get('top_k', '?')} kept)"]
+    rows = [[str(i + 1), _num(e.score), f"{e.env_steps:,}" if e.env_steps is not None else "-",
+             "-" if e.pod is None else str(e.pod), "-" if e.round is None else str(e.round),
+             e.job or "-", _age(now - e.created) if e.created else "-", e.id]
+            for i, e in enumerate(entries[:top])]
+    lines += ["  " + s for s in _table(["#", "score", "env steps", "pod", "round", "job", "age", "entry"], rows,
+                                        left=(5, 7))]
+    return lines
+
+
+def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
+    """The status of a run as text: header, pods, total, leaderboard, summary (once the run has ended).
+
+    Raises :class:`StatusError` if ``run_dir`` is not a run directory.
+    """
+    run_dir = Path(run_dir)
+    _check_run_dir(run_dir)
+    summary: dict[str, Any] | None = None
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except (OSError, ValueError):
+            summary = None  # being written: the next refresh shows it
+    pods = pod_statuses(run_dir)
+    cfg = _load_config(run_dir, pods)
+    total = int(cfg.get("total_env_steps") or 0)
+    mode = (cfg.get("tournament") or {}).get("mode", "none")
+    if summary is None:
+        state = "running" if pods else "starting (no logs yet)"
+    elif summary.get("complete", True):
+        state = "finished"
+    else:
+        state = "stopped early (checkpointed; run again to resume)"
+    task = (cfg.get("env") or {}).get("name", "?")
+    lines = [f"run {run_dir}  [{cfg.get('name', '?')}: {task}, {len(pods)} pod{'s' * (len(pods) != 1)}, "
+             f"tournament {mode}]  {state}  at {time.strftime('%H:%M:%S')}"]
+
+    rows = []
+    for p in pods:
+        if p.error:
+            rows.append([str(p.rank), "-", "-", "-", "-", "-", "-", "-", _age(p.age_s), f"unreadable: {p.error}"])
+            continue
+        pct = f" ({100 * p.env_steps / total:.0f}%)" if total else ""
+        rows.append([str(p.rank), "-" if p.seed is None else str(p.seed), "-" if p.rounds is None else str(p.rounds),
+                     f"{p.env_steps:,}{pct}", _num(p.steps_per_s, "{:,.0f}"), _num(p.last_eval), _num(p.best_eval),
+                     _num(p.wall_s, "{:.0f}s"), _age(p.age_s), p.last_action or "-"])
+    if len(pods) > 1:
+        ok = [p for p in pods if not p.error]
+        best = max((p for p in ok if math.isfinite(p.best_eval)), key=lambda p: p.best_eval, default=None)
+        rows.append(["all", "", "", f"{sum(p.env_steps for p in ok):,}",
+                     _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
+                     _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
+                     _num(best.best_eval if best else math.nan), "", "",
+                     f"best: pod {best.rank}" if best else ""])
+    header = ["rank", "seed", "rounds", "env steps", "steps/s", "last eval", "best eval", "train time", "log written",
+              "last tournament action"]
+    lines.append("")
+    lines += _table(header, rows, left=(9,)) if pods else ["(no rank logs yet)"]
+    board = _leaderboard_lines(run_dir, cfg, top)
+    if board:
+        lines += ["", *board]
+    if summary is not None:
+        keys = ("env_steps", "wall_s", "steps_per_s", "best_return", "final_return", "best_pod", "rounds")
+        parts = [f"{k} {summary[k]:,.1f}" if isinstance(summary.get(k), float) else f"{k} {summary[k]}"
+                 for k in keys if k in summary and summary[k] is not None]
+        lines += ["", "summary: " + ", ".join(parts)]
+    return "\n".join(lines) + "\n"
+
+
+def status(run_dir: str | Path, watch: float = 0, out: TextIO = sys.stdout) -> int:
+    """Print the status of a run; with ``watch > 0`` refresh every ``watch`` seconds.
+
+    Watching stops on Ctrl-C, or once ``summary.json`` exists (the run has ended): the table is
+    printed once more, with the summary, and the call returns. While watching, a directory that
+    does not exist yet (a job still in the queue) or is still empty (a job starting) is waited for. Returns an exit code: 0, or 2
+    (with a message on stderr) if ``run_dir`` is not a run directory.
+    """
+    run_dir = Path(run_dir)
+    clear = watch > 0 and hasattr(out, "isatty") and out.isatty()
+    try:
+        while True:
+            ended = (run_dir / "summary.json").exists()  # looked at before reading the logs they summarize
+            try:
+                text = render(run_dir)
+            except StatusError as e:
+                if not (watch > 0 and e.pending):
+                    raise
+                text = f"{e}\nwaiting for the run to start (Ctrl-C to stop)\n"  # a queued or starting job
+            if clear:
+                out.write("\x1b[H\x1b[2J")
+            elif watch > 0:
+                out.write("\n")
+            out.write(text)
+            out.flush()
+            if watch <= 0 or ended:
+                return 0
+            time.sleep(watch)
+    except StatusError as e:
+        print(f"podracer status: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        out.write("\n")
+        return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``podracer status`` (for the CLI's subparser)."""
+    p.add_argument("run_dir", help="run directory (podracer train --run-dir)")
+    p.add_argument("--watch", type=float, default=0, metavar="SECONDS",
+                   help="refresh every SECONDS until interrupted or until the run ends")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="podracer status", description="The pods and leaderboard of a run.")
+    add_arguments(p)
+    a = p.parse_args(argv)
+    if a.watch < 0:
+        p.error("--watch must be >= 0")
+    return status(a.run_dir, a.watch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""Stock trading on batched environments: market data, indicators, a synthetic market, the
+``stock_trading`` env and a backtest (see docs/trading.md)."""
+
+from .data import DataError, MarketData, from_arrays, load_market
+from .env import CONFIG_KEYS, Market, StockTradingEnv, env_options, get_market
+from .synthetic import synthetic_market
+
+__all__ = ["DataError", "MarketData", "from_arrays", "load_market", "CONFIG_KEYS", "Market", "StockTradingEnv",
+           "env_options", "get_market", "synthetic_market"]
