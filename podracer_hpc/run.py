@@ -96,7 +96,7 @@ class Tournament:
         t0 = time.perf_counter()
         hp = pod.hparams(self.space) if self.space else pod.hparams()
         reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
-        entries = comm.bcast(self.board.candidates() if comm.rank == 0 else None)
+        entries = comm.bcast(self.board.candidates(self.tcfg.top_k) if comm.rank == 0 else None)
         decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
         d = decisions[comm.rank]
         mine = None
