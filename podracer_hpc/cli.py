@@ -1,4 +1,4 @@
-"""The ``podracer`` console script: train | submit | bench | config."""
+"""The ``podracer`` console script: train | submit | status | bench | config."""
 
 from __future__ import annotations
 
@@ -76,6 +76,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return 2
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .status import status
+
+    return status(args.run_dir, args.watch)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -137,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--wait", action="store_true", help="show progress until the job ends, then its summary")
     s.add_argument("--timeout", type=float, default=0, help="seconds --wait waits at most (default: time limit + 10 min)")
     s.set_defaults(func=_cmd_submit)
+
+    st = sub.add_parser("status", help="pods and leaderboard of a run, while it trains (--watch) or after")
+    st.add_argument("run_dir")
+    st.add_argument("--watch", type=float, default=0, metavar="SECONDS",
+                    help="refresh every SECONDS until interrupted or until the run ends")
+    st.set_defaults(func=_cmd_status)
 
     b = sub.add_parser("bench", help="benchmarks: a table, then one JSON line")
     bsub = b.add_subparsers(dest="what", required=True)

@@ -36,6 +36,7 @@ LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
 TOP_ENTRIES = 8  # leaderboard rows shown
 RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
 READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
+STALE_S = 600.0  # no rank log written for this long and no summary: the run is probably not running
 
 
 class StatusError(ValueError):
@@ -222,7 +223,7 @@ def _load_config(run_dir: Path, pods: list[PodStatus]) -> dict[str, Any]:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
         if isinstance(cfg, dict):
             return cfg
-    except (OSError, ValueError, ImportError):
+    except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too
         pass
     for p in pods:  # no config.yaml (copied logs only): the logs carry the config too
         if not p.error:
@@ -275,8 +276,13 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
     cfg = _load_config(run_dir, pods)
     total = int(cfg.get("total_env_steps") or 0)
     mode = (cfg.get("tournament") or {}).get("mode", "none")
-    if summary is None:
-        state = "running" if pods else "starting (no logs yet)"
+    quiet_s = min((p.age_s for p in pods if math.isfinite(p.age_s)), default=math.nan)
+    if summary is None and not pods:
+        state = "starting (no logs yet)"
+    elif summary is None and quiet_s > STALE_S:
+        state = f"last log write {_age(quiet_s)} and no summary.json: stalled, or killed before it could end?"
+    elif summary is None:
+        state = "running"
     elif summary.get("complete", True):
         state = "finished"
     else:
@@ -317,25 +323,36 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
     return "\n".join(lines) + "\n"
 
 
-def status(run_dir: str | Path, watch: float = 0, out: TextIO = sys.stdout) -> int:
-    """Print the status of a run; with ``watch > 0`` refresh every ``watch`` seconds.
+def status(run_dir: str | Path, watch: float = 0, out: TextIO | None = None) -> int:
+    """Print the status of a run to ``out`` (default stdout); with ``watch > 0`` refresh every
+    ``watch`` seconds (clearing the screen when ``out`` is a terminal).
 
     Watching stops on Ctrl-C, or once ``summary.json`` exists (the run has ended): the table is
     printed once more, with the summary, and the call returns. While watching, a directory that
-    does not exist yet (a job still in the queue) or is still empty (a job starting) is waited for. Returns an exit code: 0, or 2
-    (with a message on stderr) if ``run_dir`` is not a run directory.
+    does not exist yet (a job still in the queue) or is still empty (a job starting) is waited
+    for, and a refresh that fails (a file caught mid-write) is retried. Returns an exit code: 0,
+    or 2 (with a message on stderr) if ``run_dir`` is not a run directory.
     """
     run_dir = Path(run_dir)
+    out = out if out is not None else sys.stdout
     clear = watch > 0 and hasattr(out, "isatty") and out.isatty()
+    waiting = False
     try:
         while True:
             ended = (run_dir / "summary.json").exists()  # looked at before reading the logs they summarize
             try:
                 text = render(run_dir)
             except StatusError as e:
-                if not (watch > 0 and e.pending):
+                # A queued or starting job: wait. Once waiting, a directory caught half made is waited for too.
+                if not (watch > 0 and (e.pending or waiting)):
                     raise
-                text = f"{e}\nwaiting for the run to start (Ctrl-C to stop)\n"  # a queued or starting job
+                waiting, ended = True, False
+                text = f"{e}\nwaiting for the run to start (Ctrl-C to stop)\n"
+            except Exception as e:  # noqa: BLE001 - a watcher outlives a file caught mid-write; it retries
+                if watch <= 0:
+                    raise
+                ended = False
+                text = f"status of {run_dir}: refresh failed ({type(e).__name__}: {e}); retrying\n"
             if clear:
                 out.write("\x1b[H\x1b[2J")
             elif watch > 0:

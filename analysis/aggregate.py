@@ -1,0 +1,625 @@
+"""Tidy tables from the per-rank HDF5 logs of one or many run directories.
+
+A run directory (``podracer train --run-dir``) holds ``config.yaml``, ``logs/<name>_rank<r>.h5``
+(``docs/hdf5-schema.md``) and, once the run has ended, ``summary.json``. Logs are read with
+:func:`podracer_hpc.h5log.read_log`, which also reads a file that is still being written.
+
+Tables are :class:`Table` objects: named numpy columns of one length (no pandas needed;
+``Table.to_pandas()`` if you have it):
+
+- :func:`eval_table`: one row per run x pod x evaluation (the tidy table of the learning curves);
+- :func:`run_table`: one row per run (throughput, best and final return, time to a target);
+- :func:`tournament_table`: one row per run x pod x tournament round (action, source, hparams).
+
+The *system* of a run (the name its curves carry in a figure) is the label given for it, else
+its config ``name``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
+
+import numpy as np
+
+from podracer_hpc.h5log import read_log
+from podracer_hpc.status import find_rank_logs
+
+__all__ = [
+    "Run",
+    "Table",
+    "RunDirError",
+    "load_run",
+    "load_runs",
+    "expand_run_dirs",
+    "eval_table",
+    "run_table",
+    "tournament_table",
+    "time_to_target",
+    "target_for",
+    "parse_targets",
+    "first_crossing",
+    "mean_curve",
+    "parse_entry_id",
+    "job_id",
+    "read_csv",
+]
+
+
+class RunDirError(ValueError):
+    """A path that is not a run directory (nor a folder of run directories)."""
+
+
+# ---------------------------------------------------------------------- the table
+
+
+class Table:
+    """Named 1-D numpy columns of equal length, in order. Strings are object arrays."""
+
+    def __init__(self, columns: Mapping[str, Any] | None = None):
+        self.columns: dict[str, np.ndarray] = {}
+        n = None
+        for k, v in (columns or {}).items():
+            a = _as_column(v)
+            if n is not None and len(a) != n:
+                raise ValueError(f"column {k!r} has {len(a)} rows, the others {n}")
+            n = len(a)
+            self.columns[k] = a
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> "Table":
+        """Rows (dicts) to columns; a key missing from a row becomes NaN (numbers) or '' (strings)."""
+        names: list[str] = list(columns or [])
+        for r in rows:
+            names += [k for k in r if k not in names]
+        cols = {}
+        for k in names:
+            vals = [r.get(k, _MISSING) for r in rows]
+            present = [v for v in vals if v is not _MISSING]
+            if present and all(isinstance(v, str) for v in present):
+                vals = ["" if v is _MISSING else v for v in vals]
+            else:
+                vals = [math.nan if v is _MISSING else v for v in vals]
+            cols[k] = vals
+        return cls(cols)
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()))) if self.columns else 0
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.columns[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.columns
+
+    def __repr__(self) -> str:
+        return f"Table({len(self)} rows: {', '.join(self.columns)})"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.columns)
+
+    def take(self, idx: Any) -> "Table":
+        """Rows selected by a boolean mask or an index array."""
+        return Table({k: v[idx] for k, v in self.columns.items()})
+
+    def where(self, **equal: Any) -> "Table":
+        """Rows whose columns equal the given values, e.g. ``t.where(system="pbt", pod=0)``."""
+        mask = np.ones(len(self), dtype=bool)
+        for k, v in equal.items():
+            mask &= self.columns[k] == v
+        return self.take(mask)
+
+    def unique(self, key: str) -> list[Any]:
+        """Distinct values of a column, in order of first appearance."""
+        seen: dict[Any, None] = {}
+        for v in self.columns[key].tolist():
+            seen.setdefault(v, None)
+        return list(seen)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        names = self.names
+        for vals in zip(*(self.columns[k].tolist() for k in names)):
+            yield dict(zip(names, vals))
+
+    def to_csv(self, path: str | Path) -> Path:
+        """Write CSV (a header row; floats at full precision, NaN as ``nan``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(self.names)
+            for r in self.rows():
+                w.writerow([_cell(v) for v in r.values()])
+        return path
+
+    def to_parquet(self, path: str | Path) -> Path | None:
+        """Write Parquet if pyarrow is installed; returns None (and writes nothing) otherwise."""
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            return None
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({k: v.tolist() if v.dtype == object else v for k, v in self.columns.items()}), path)
+        return path
+
+    def to_pandas(self) -> Any:
+        import pandas as pd  # optional
+
+        return pd.DataFrame(self.columns)
+
+
+_MISSING = object()
+
+
+def _as_column(v: Any) -> np.ndarray:
+    a = np.asarray(v)
+    if a.dtype.kind in "US":
+        a = a.astype(object)
+    if a.ndim != 1:
+        a = a.reshape(-1)
+    return a
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)  # round-trips exactly; nan, inf as such
+    if isinstance(v, bool):
+        return str(v)
+    return str(v)
+
+
+def read_csv(path: str | Path) -> Table:
+    """Read a CSV written by :meth:`Table.to_csv`: integer, float and bool columns get their types."""
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        names = next(r)
+        data = list(r)
+    cols: dict[str, Any] = {}
+    for i, k in enumerate(names):
+        vals = [row[i] for row in data]
+        cols[k] = _parse_column(vals)
+    return Table(cols)
+
+
+def _parse_column(vals: list[str]) -> np.ndarray:
+    if vals and all(v in ("True", "False") for v in vals):
+        return np.array([v == "True" for v in vals])
+    try:
+        return np.array([int(v) for v in vals], dtype=np.int64)
+    except ValueError:
+        pass
+    try:
+        return np.array([float(v) for v in vals], dtype=np.float64)
+    except ValueError:
+        return np.array(vals, dtype=object)
+
+
+# ---------------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """One run directory, its logs read."""
+
+    path: Path
+    system: str  # the label, else the config name
+    run: str  # a short unique id (the directory name, or more of its path if names repeat)
+    config: dict[str, Any]
+    logs: dict[int, dict[str, Any]]  # rank -> read_log() result
+    summary: dict[str, Any] | None = None
+    attrs: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return str((self.config.get("env") or {}).get("name", ""))
+
+    @property
+    def pods(self) -> int:
+        ws = [a.get("world_size") for a in self.attrs.values() if a.get("world_size") is not None]
+        return int(max(ws)) if ws else len(self.logs)
+
+    @property
+    def mode(self) -> str:
+        return str((self.config.get("tournament") or {}).get("mode", "none"))
+
+    @property
+    def num_envs(self) -> int:
+        return int((self.config.get("env") or {}).get("num_envs", 0))
+
+    @property
+    def job(self) -> str:
+        """The job id the run's pods put in their leaderboard entries (``local`` outside Slurm)."""
+        return job_id((self.attrs.get(min(self.attrs)) or {}).get("slurm") or {}) if self.attrs else "local"
+
+
+def job_id(slurm: Mapping[str, Any]) -> str:
+    """Job id as the rank program names it: array job id (+ ``_task``), else job id, else ``local``."""
+    job = str(slurm.get("SLURM_ARRAY_JOB_ID", slurm.get("SLURM_JOB_ID", "local")))
+    if "SLURM_ARRAY_TASK_ID" in slurm:
+        job += f"_{slurm['SLURM_ARRAY_TASK_ID']}"
+    return job
+
+
+def is_run_dir(p: Path) -> bool:
+    return p.is_dir() and ((p / "config.yaml").exists() or bool(find_rank_logs(p)))
+
+
+def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run directories from paths that are run directories or folders holding them (one level,
+    e.g. ``runs/bench-learning``). Raises :class:`RunDirError` naming a path that is neither."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if is_run_dir(p):
+            found = [p]
+        elif p.is_dir():
+            found = sorted(q for q in p.iterdir() if is_run_dir(q))
+        else:
+            found = []
+        if not found:
+            raise RunDirError(
+                f"{p}: not a run directory (none of config.yaml, logs/<name>_rank<r>.h5) "
+                + ("and no run directories inside it" if p.is_dir() else "(no such directory)")
+            )
+        out += [q for q in found if q.resolve() not in {x.resolve() for x in out}]
+    return out
+
+
+def _unique_ids(paths: Sequence[Path]) -> list[str]:
+    """The shortest path suffixes (1, 2, ... components) that tell the runs apart."""
+    parts = [p.resolve().parts for p in paths]
+    for k in range(1, max((len(x) for x in parts), default=1) + 1):
+        ids = ["/".join(x[-k:]) for x in parts]
+        if len(set(ids)) == len(ids):
+            return ids
+    return [str(p) for p in paths]
+
+
+def load_run(path: str | Path, label: str | None = None, run_id: str | None = None) -> Run:
+    """Read one run directory (all rank logs, config, summary)."""
+    path = Path(path)
+    if not is_run_dir(path):
+        raise RunDirError(f"{path}: not a run directory (none of config.yaml, logs/<name>_rank<r>.h5)")
+    logs = {r: read_log(p) for r, p in find_rank_logs(path).items()}
+    config: dict[str, Any] = {}
+    if (path / "config.yaml").exists():
+        import yaml
+
+        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    elif logs:
+        config = logs[min(logs)]["attrs"].get("config") or {}
+    summary = None
+    if (path / "summary.json").exists():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except ValueError:
+            summary = None
+    system = label or str(config.get("name") or path.name)
+    return Run(path=path, system=system, run=run_id or path.name, config=config, logs=logs, summary=summary,
+               attrs={r: log["attrs"] for r, log in logs.items()})
+
+
+def load_runs(paths: Iterable[str | Path] = (), labels: Mapping[str, str | Path] | Iterable[str] | None = None) -> list[Run]:
+    """Load run directories.
+
+    ``paths``: run directories or folders of them. ``labels``: ``{system: run_dir}`` or
+    ``["NAME=RUN_DIR", ...]``; a labelled directory is loaded too (no need to repeat it in
+    ``paths``), and a folder of runs gives all its runs that label.
+    """
+    pairs: list[tuple[str, Path]] = []
+    if labels is not None:
+        items = labels.items() if isinstance(labels, Mapping) else (_split_label(s) for s in labels)
+        pairs = [(str(k), Path(v)) for k, v in items]
+    labelled: dict[Path, str] = {}
+    order: list[Path] = expand_run_dirs(paths)  # in the order given; labelled ones not among them last
+    for name, p in pairs:
+        for q in expand_run_dirs([p]):
+            labelled[q.resolve()] = name
+            order.append(q)
+    dirs: list[Path] = []
+    for q in order:
+        if q.resolve() not in {d.resolve() for d in dirs}:
+            dirs.append(q)
+    if not dirs:
+        raise RunDirError("no run directories given")
+    ids = _unique_ids(dirs)
+    return [load_run(d, labelled.get(d.resolve()), i) for d, i in zip(dirs, ids)]
+
+
+def _split_label(s: str) -> tuple[str, str]:
+    if "=" not in s:
+        raise ValueError(f"label {s!r}: expected NAME=RUN_DIR")
+    k, v = s.split("=", 1)
+    if not k.strip() or not v.strip():
+        raise ValueError(f"label {s!r}: expected NAME=RUN_DIR")
+    return k.strip(), v.strip()
+
+
+# ---------------------------------------------------------------------- tables
+
+EVAL_COLUMNS = ("system", "task", "run", "pod", "seed", "pods", "mode", "num_envs", "eval_index", "update",
+                "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max", "episodes",
+                "device_type", "host", "git_revision", "run_dir")
+
+
+def eval_table(runs: Sequence[Run]) -> Table:
+    """One row per run x pod x evaluation (columns ``EVAL_COLUMNS``; values as in the logs).
+
+    ``env_steps`` is the pod's own count; ``wall_s`` its training seconds (cumulative over
+    resumes, excluding start-up).
+    """
+    rows = []
+    for run in runs:
+        for rank, log in run.logs.items():
+            a, ev = log["attrs"], log["eval"]
+            for i in range(len(ev.get("env_steps", ()))):
+                rows.append({
+                    "system": run.system, "task": run.task, "run": run.run, "pod": int(a.get("rank", rank)),
+                    "seed": int(a.get("seed", -1)), "pods": run.pods, "mode": run.mode, "num_envs": run.num_envs,
+                    "eval_index": i,
+                    **{k: ev[k][i].item() for k in ("update", "env_steps", "wall_s", "return_mean", "return_std",
+                                                       "return_min", "return_max", "episodes")},
+                    "device_type": str(a.get("device_type", "")), "host": str(a.get("host", "")),
+                    "git_revision": str(a.get("git_revision", "")), "run_dir": str(run.path),
+                })
+    return _typed(Table.from_rows(rows, EVAL_COLUMNS), EVAL_COLUMNS)
+
+
+def _typed(t: Table, names: Sequence[str]) -> Table:
+    """An empty table still has its columns."""
+    if len(t):
+        return t
+    return Table({k: np.array([], dtype=object) for k in names})
+
+
+def first_crossing(x: Any, y: Any, target: float) -> float:
+    """The first ``x[i]`` (in the given order) with ``y[i] >= target``; NaN if none (NaN y never crosses)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    hit = np.flatnonzero(np.nan_to_num(y, nan=-np.inf) >= target)
+    return float(x[hit[0]]) if len(hit) else math.nan
+
+
+Targets = Union[float, Mapping[str, float], None]
+
+
+def target_for(targets: Targets, task: str) -> float | None:
+    """The target return of ``task``: ``targets`` is one number for every task, or ``{task: number}``
+    (key ``"*"``: every other task), or None."""
+    if targets is None:
+        return None
+    if isinstance(targets, Mapping):
+        v = targets.get(task, targets.get("*"))
+        return None if v is None else float(v)
+    return float(targets)
+
+
+def parse_targets(specs: Iterable[str | float] | str | float | None) -> Targets:
+    """``["-250"]`` -> -250.0; ``["pendulum=-250", "cartpole=475"]`` -> a dict (``"*"`` for a bare number)."""
+    if specs is None:
+        return None
+    if isinstance(specs, (str, int, float)):
+        specs = [specs]
+    out: dict[str, float] = {}
+    for spec in specs:
+        if isinstance(spec, str) and "=" in spec:
+            k, v = spec.split("=", 1)
+            out[k.strip()] = float(v)
+        else:
+            out["*"] = float(spec)
+    if not out:
+        return None
+    return out["*"] if list(out) == ["*"] else out
+
+
+def time_to_target(evals: Table, target: Targets, x: str = "wall_s") -> Table:
+    """Per run: the first ``x`` (``wall_s`` or ``env_steps``, the pod's own) at which any pod's
+    evaluation return reaches the target of the run's task (NaN if none did), and which pod did.
+    Runs of a task without a target are left out."""
+    rows = []
+    for run in evals.unique("run") if len(evals) else []:
+        t = evals.where(run=run)
+        goal = target_for(target, str(t["task"][0]))
+        if goal is None:
+            continue
+        best, pod = math.inf, -1
+        for p in t.unique("pod"):
+            u = t.where(pod=p)
+            order = np.argsort(u[x], kind="stable")
+            v = first_crossing(u[x][order], u["return_mean"][order], goal)
+            if v < best:
+                best, pod = v, int(p)
+        rows.append({"system": t["system"][0], "task": t["task"][0], "run": run, "pods": int(t["pods"][0]),
+                     "target": goal, f"{x}_to_target": best if math.isfinite(best) else math.nan, "pod": pod})
+    return _typed(Table.from_rows(rows), ("system", "task", "run", "pods", "target", f"{x}_to_target", "pod"))
+
+
+RUN_COLUMNS = ("system", "task", "run", "pods", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
+               "steps_per_s_per_pod", "update_steps_per_s", "best_return", "final_return", "best_pod", "rounds",
+               "complete", "target", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
+
+
+def run_table(runs: Sequence[Run], target: Targets = None) -> Table:
+    """One row per run.
+
+    ``env_steps``: summed over pods (last train row of each); ``wall_s``: the slowest pod's
+    training seconds; ``steps_per_s`` = env_steps / wall_s (the pool's throughput, evaluation and
+    tournament included); ``update_steps_per_s``: the sum over pods of their median per-update
+    throughput (training only); ``best_return``: best evaluation of any pod; ``final_return``: the
+    best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
+    evaluation of any pod at or above the target of the run's task (a number for all tasks, or
+    ``{task: number}``; NaN if never reached or no target).
+    """
+    evals = eval_table(runs)
+    ttt_w = time_to_target(evals, target, "wall_s") if target is not None else None
+    ttt_s = time_to_target(evals, target, "env_steps") if target is not None else None
+    rows = []
+    for run in runs:
+        steps, walls, upd, best, finals = [], [], [], [], []
+        for log in run.logs.values():
+            tr, ev = log["train"], log["eval"]
+            if len(tr.get("env_steps", ())):
+                steps.append(int(tr["env_steps"][-1]))
+                walls.append(float(tr["wall_s"][-1]))
+                sps = tr["steps_per_s"][np.isfinite(tr["steps_per_s"])]
+                upd.append(float(np.median(sps)) if len(sps) else math.nan)
+            r = ev.get("return_mean", np.array([]))
+            fin = r[np.isfinite(r)] if len(r) else r
+            best.append(float(fin.max()) if len(fin) else -math.inf)
+            finals.append(float(r[-1]) if len(r) and math.isfinite(r[-1]) else -math.inf)
+        env_steps, wall = int(sum(steps)), (max(walls) if walls else math.nan)
+        ranks = list(run.logs)
+        best_i = int(np.argmax(best)) if best else -1
+        row = {
+            "system": run.system, "task": run.task, "run": run.run, "pods": run.pods, "mode": run.mode,
+            "num_envs": run.num_envs, "seed": int(run.config.get("seed", -1)), "env_steps": env_steps,
+            "wall_s": wall, "steps_per_s": env_steps / wall if wall and wall > 0 else math.nan,
+            "steps_per_s_per_pod": env_steps / wall / max(1, len(steps)) if wall and wall > 0 else math.nan,
+            "update_steps_per_s": float(np.nansum(upd)) if upd else math.nan,
+            "best_return": max(best) if best and math.isfinite(max(best)) else math.nan,
+            "final_return": max(finals) if finals and math.isfinite(max(finals)) else math.nan,
+            "best_pod": ranks[best_i] if best_i >= 0 and math.isfinite(best[best_i]) else -1,
+            "rounds": _rounds(run),
+            "complete": bool(run.summary is not None and run.summary.get("complete", True)),
+            "target": math.nan if target_for(target, run.task) is None else target_for(target, run.task),
+            "wall_s_to_target": _lookup(ttt_w, run.run, "wall_s_to_target"),
+            "env_steps_to_target": _lookup(ttt_s, run.run, "env_steps_to_target"),
+            "device_type": str(next(iter(run.attrs.values()), {}).get("device_type", "")),
+            "host": str(next(iter(run.attrs.values()), {}).get("host", "")),
+            "run_dir": str(run.path),
+        }
+        rows.append(row)
+    return _typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
+
+
+def _rounds(run: Run) -> int:
+    r = [int(log["tournament"]["round"][-1]) + 1 for log in run.logs.values()
+         if len(log["tournament"].get("round", ()))]
+    return max(r) if r else 0
+
+
+def _lookup(t: Table | None, run: str, col: str) -> float:
+    if t is None or not len(t):
+        return math.nan
+    m = t["run"] == run
+    return float(t[col][m][0]) if m.any() else math.nan
+
+
+_ENTRY_RE = re.compile(r"^(?P<job>.+)-(?P<pod>\d+)-(?P<round>\d+)-(?P<hex>[0-9a-f]{12})$")
+
+
+def parse_entry_id(source: str) -> dict[str, Any] | None:
+    """``job-pod-round-hex`` (leaderboard.make_entry_id) -> {job, pod, round}; ``pod<r>`` -> {pod};
+    anything else (empty, foreign ids) -> None. A ``rejected:`` prefix is ignored."""
+    s = source.split(":", 1)[1] if source.startswith("rejected:") else source
+    m = _ENTRY_RE.match(s)
+    if m:
+        return {"job": m["job"], "pod": int(m["pod"]), "round": int(m["round"])}
+    m = re.fullmatch(r"pod(\d+)", s)
+    if m:
+        return {"job": None, "pod": int(m[1]), "round": None}
+    return None
+
+
+TOURNAMENT_COLUMNS = ("system", "task", "run", "pod", "pods", "mode", "round", "env_steps", "wall_s", "fitness",
+                      "action", "source", "source_job", "source_pod", "source_round", "source_internal",
+                      "rejected", "tournament_s", "old_hparams", "new_hparams")
+
+
+def tournament_table(runs: Sequence[Run]) -> Table:
+    """One row per run x pod x tournament round, with the source entry id parsed
+    (``source_job``/``source_pod``/``source_round``; ``source_internal``: the entry came from this
+    run's own pods) and the new hyperparameters as ``hp_<name>`` columns."""
+    rows = []
+    for run in runs:
+        job = run.job
+        for rank, log in run.logs.items():
+            to = log["tournament"]
+            for i in range(len(to.get("round", ()))):
+                source = str(to["source"][i])
+                src = parse_entry_id(source) or {}
+                internal = bool(src) and (src.get("job") in (None, job)) and src.get("pod", -1) < run.pods
+                row = {
+                    "system": run.system, "task": run.task, "run": run.run, "pod": int(rank), "pods": run.pods,
+                    "mode": run.mode, "round": int(to["round"][i]), "env_steps": int(to["env_steps"][i]),
+                    "wall_s": float(to["wall_s"][i]), "fitness": float(to["fitness"][i]),
+                    "action": str(to["action"][i]), "source": source,
+                    "source_job": str(src.get("job") or ""),
+                    "source_pod": int(src["pod"]) if "pod" in src else -1,
+                    "source_round": int(src["round"]) if src.get("round") is not None else -1,
+                    "source_internal": internal, "rejected": source.startswith("rejected:"),
+                    "tournament_s": float(to["tournament_s"][i]),
+                    "old_hparams": str(to["old_hparams"][i]), "new_hparams": str(to["new_hparams"][i]),
+                }
+                for k, v in _hparams(row["new_hparams"]).items():
+                    row[f"hp_{k}"] = v
+                rows.append(row)
+    return _typed(Table.from_rows(rows, TOURNAMENT_COLUMNS), TOURNAMENT_COLUMNS)
+
+
+def _hparams(s: str) -> dict[str, float]:
+    try:
+        d = json.loads(s) if s else {}
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
+        if isinstance(d, dict) else {}
+
+
+# ---------------------------------------------------------------------- curves
+
+# Two-sided 95% Student t quantiles, df = 1..30 (beyond: the normal's 1.96).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96 if df > len(_T95) else math.nan
+
+
+def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_points: int = 400,
+               min_share: float = 0.5) -> dict[str, np.ndarray]:
+    """Mean and 95% confidence band of ``y`` over the units (run x pod) of ``evals``.
+
+    Each unit's curve is interpolated linearly on a common grid (the union of the units' ``x``
+    values, thinned to ``max_points``), only inside its own range; grid points where fewer than
+    ``min_share`` of the units have data are dropped (so that the mean does not jump where units
+    end). At each grid point: ``n`` units with data, ``mean``, and ``lo``/``hi`` = mean -/+
+    t(0.975, n-1) * sd / sqrt(n) (NaN where n < 2). Returns ``{x, mean, lo, hi, n}``.
+    """
+    units = []
+    for run in evals.unique("run") if len(evals) else []:
+        t = evals.where(run=run)
+        for p in t.unique("pod"):
+            u = t.where(pod=p)
+            xs, ys = u[x].astype(float), u[y].astype(float)
+            ok = np.isfinite(xs) & np.isfinite(ys)
+            xs, ys = xs[ok], ys[ok]
+            if len(xs):
+                o = np.argsort(xs, kind="stable")
+                units.append((xs[o], ys[o]))
+    if not units:
+        e = np.array([])
+        return {"x": e, "mean": e, "lo": e, "hi": e, "n": e.astype(int)}
+    grid = np.unique(np.concatenate([u[0] for u in units]))
+    if len(grid) > max_points:
+        grid = np.unique(np.concatenate([np.linspace(grid[0], grid[-1], max_points), [u[0][-1] for u in units]]))
+    vals = np.full((len(units), len(grid)), np.nan)
+    for i, (xs, ys) in enumerate(units):
+        inside = (grid >= xs[0]) & (grid <= xs[-1])
+        vals[i, inside] = np.interp(grid[inside], xs, ys)
+    n = np.isfinite(vals).sum(axis=0)
+    keep = n >= max(1, math.ceil(min_share * len(units)))
+    grid, vals, n = grid[keep], vals[:, keep], n[keep]
+    cols = [v[np.isfinite(v)] for v in vals.T]
+    mean = np.array([c.mean() if len(c) else np.nan for c in cols])
+    sd = np.array([c.std(ddof=1) if len(c) > 1 else np.nan for c in cols])
+    half = np.array([t95(k - 1) for k in n]) * sd / np.sqrt(np.maximum(n, 1))
+    return {"x": grid, "mean": mean, "lo": mean - half, "hi": mean + half, "n": n}

@@ -1,0 +1,277 @@
+"""analysis/: tidy tables equal the logs, time to target, figures (no overlapping text), the CLI, the notebook.
+
+Logs come from real runs made once for the module: a 2-pod PBT tournament under mpiexec and two
+single-pod runs in this process.
+"""
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `analysis` is a top-level folder of the repository, not an installed package
+    sys.path.insert(0, str(REPO))
+
+from analysis import aggregate, plots  # noqa: E402
+from analysis.aggregate import Table, first_crossing, mean_curve, read_csv, time_to_target  # noqa: E402
+from analysis.make_figures import main as make_figures_main  # noqa: E402
+from podracer_hpc.h5log import read_log  # noqa: E402
+
+# Small on purpose (2 CPU cores): 20 updates of 1024 env steps per pod, a round every 5 updates.
+PBT_SETS = ["env.num_envs=64", "total_env_steps=20480", "tournament.mode=pbt", "tournament.interval_env_steps=5120",
+            "eval.interval_env_steps=5120", "eval.episodes=5", "tournament.quantile=0.5",
+            "tournament.resample_prob=0.5", "tournament.hparam_space={learning_rate: [1.0e-4, 1.0e-2, true]}",
+            "log.progress_interval_s=0"]
+
+
+def _mpiexec() -> str:
+    exe = Path(sys.executable).parent / "mpiexec"
+    found = str(exe) if exe.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
+    return found
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{'pbt': 2-pod PBT run, 'solo0'/'solo1': single-pod runs, seeds 0 and 1} (all finished)."""
+    from podracer_hpc.config import load_config
+    from podracer_hpc.run import train
+
+    root = tmp_path_factory.mktemp("runs")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PODRACER_COMM", None)
+    args = [_mpiexec(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
+            "--run-dir", str(root / "pbt"), "--quiet", *sum((["--set", s] for s in PBT_SETS), [])]
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for seed in (0, 1):  # meanwhile, here
+            cfg = load_config(REPO / "jobs" / "pendulum.yaml",
+                              ["env.num_envs=128", "total_env_steps=12288", "eval.interval_env_steps=4096",
+                               "eval.episodes=5", f"seed={seed}", "log.progress_interval_s=0", "threads=1"])
+            assert train(cfg, root / f"solo{seed}", quiet=True).complete
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return {k: root / k for k in ("pbt", "solo0", "solo1")}
+
+
+@pytest.fixture(scope="module")
+def loaded(runs):
+    rs = aggregate.load_runs([runs["solo0"], runs["solo1"]], labels=[f"PBT x2={runs['pbt']}"])
+    return rs, aggregate.eval_table(rs), aggregate.tournament_table(rs)
+
+
+def _logs(run_dir: Path) -> dict[int, dict]:
+    return {int(p.stem.rsplit("rank", 1)[1]): read_log(p) for p in sorted((run_dir / "logs").glob("*_rank*.h5"))}
+
+
+def test_eval_table_has_one_row_per_run_pod_evaluation_with_the_logged_values(runs, loaded):
+    rs, evals, _ = loaded
+    assert [r.system for r in rs] == ["pendulum", "pendulum", "PBT x2"]  # config name, else the label
+    assert [r.run for r in rs] == ["solo0", "solo1", "pbt"]
+    for col in ("system", "task", "run", "pod", "seed", "env_steps", "wall_s", "return_mean", "return_std",
+                "return_min", "return_max", "episodes", "update", "pods", "mode"):
+        assert col in evals, col
+    expected_rows = 0
+    for name in ("solo0", "solo1", "pbt"):
+        for rank, log in _logs(runs[name]).items():
+            ev = log["eval"]
+            expected_rows += len(ev["env_steps"])
+            t = evals.where(run=name, pod=rank)
+            assert len(t) == len(ev["env_steps"]) > 0
+            for col in ("update", "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max",
+                        "episodes"):
+                np.testing.assert_array_equal(t[col], ev[col], err_msg=col)
+            assert set(t["seed"].tolist()) == {log["attrs"]["seed"]}
+            assert set(t["task"].tolist()) == {"pendulum"}
+    assert len(evals) == expected_rows
+    assert set(evals.where(run="pbt")["pods"].tolist()) == {2}
+    assert set(evals.where(run="pbt")["mode"].tolist()) == {"pbt"}
+    assert set(evals.where(run="solo1")["seed"].tolist()) == {1}
+
+
+def test_csv_round_trip_is_exact(loaded, tmp_path):
+    _, evals, tour = loaded
+    for t in (evals, tour):
+        back = read_csv(t.to_csv(tmp_path / "t.csv"))
+        assert back.names == t.names and len(back) == len(t)
+        for k in t.names:
+            if t[k].dtype == object:
+                assert back[k].tolist() == [str(v) for v in t[k].tolist()], k
+            else:
+                np.testing.assert_array_equal(back[k], t[k], err_msg=k)
+
+
+def test_run_table_agrees_with_summary_json(runs, loaded):
+    import json
+
+    rs, _, _ = loaded
+    table = aggregate.run_table(rs, target=-1e9)  # every run reaches it at its first evaluation
+    for row in table.rows():
+        summary = json.loads((runs[row["run"]] / "summary.json").read_text())
+        assert row["env_steps"] == summary["env_steps"]
+        assert row["pods"] == summary["pods"]
+        assert row["best_return"] == summary["best_return"]
+        assert row["final_return"] == summary["final_return"]
+        assert row["complete"] is True
+        assert row["rounds"] == summary.get("rounds", 0)
+        first = min(float(log["eval"]["wall_s"][0]) for log in _logs(runs[row["run"]]).values())
+        assert row["wall_s_to_target"] == first
+        assert row["steps_per_s"] == pytest.approx(row["env_steps"] / row["wall_s"])
+
+
+def test_tournament_table_and_pbt_hyperparameters(runs, loaded):
+    _, _, tour = loaded
+    logs = _logs(runs["pbt"])
+    assert len(tour) == sum(len(log["tournament"]["round"]) for log in logs.values()) == 2 * 4
+    assert set(tour["run"].tolist()) == {"pbt"}
+    t = tour.where(pod=1)
+    np.testing.assert_array_equal(t["fitness"], logs[1]["tournament"]["fitness"])
+    assert t["action"].tolist() == logs[1]["tournament"]["action"].tolist()
+    moved = [r for r in tour.rows() if r["action"] in ("copy_pod", "load_entry")]
+    assert moved, "with quantile 0.5 the weaker of 2 pods copies the other every round"
+    for r in moved:  # the source entry was published by the other pod of this run, this round
+        assert r["source_internal"] and r["source_pod"] == 1 - r["pod"] and r["source_round"] == r["round"]
+    lr = tour["hp_learning_rate"]
+    assert np.all((lr >= 1e-4) & (lr <= 1e-2)) and len(set(lr.tolist())) > 1
+
+
+def test_parse_entry_ids_and_lineage_parents():
+    assert aggregate.parse_entry_id("local-2-3-0123456789ab") == {"job": "local", "pod": 2, "round": 3}
+    assert aggregate.parse_entry_id("rejected:123_4-0-11-0123456789ab") == {"job": "123_4", "pod": 0, "round": 11}
+    assert aggregate.parse_entry_id("pod3") == {"job": None, "pod": 3, "round": None}
+    assert aggregate.parse_entry_id("") is None and aggregate.parse_entry_id("something-else") is None
+    base = {"source_internal": True, "source_pod": 1, "source_round": 3, "round": 3, "pod": 0}
+    assert plots._lineage_parent({**base, "action": "copy_pod"}) == (2, 1)  # pod 1's entry of round 3
+    assert plots._lineage_parent({**base, "action": "load_entry", "source_round": 1}) == (0, 1)
+    assert plots._lineage_parent({**base, "action": "keep"}) == (2, 0)
+    assert plots._lineage_parent({**base, "action": "load_entry", "source_internal": False}) is None
+    assert plots._lineage_parent({**base, "action": "reset"}) is None
+
+
+def test_first_crossing_and_time_to_target():
+    assert first_crossing([1, 2, 3], [-500, -240, -100], -250) == 2
+    assert first_crossing([1, 2, 3], [-500, -250, -100], -250) == 2  # reaching the target counts
+    assert first_crossing([1, 2, 3], [np.nan, -300, -200], -250) == 3  # NaN never crosses
+    assert math.isnan(first_crossing([1, 2], [-500, -300], -250))
+    assert math.isnan(first_crossing([], [], 0))
+    evals = Table({
+        "system": ["a"] * 6 + ["b"] * 3, "task": ["pendulum"] * 6 + ["cartpole"] * 3,
+        "run": ["r1"] * 6 + ["r2"] * 3, "pods": [2] * 6 + [1] * 3, "pod": [0, 0, 0, 1, 1, 1, 0, 0, 0],
+        "wall_s": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5, 1.0, 2.0, 3.0],
+        "env_steps": [10, 20, 30, 10, 20, 30, 10, 20, 30],
+        "return_mean": [-900, -300, -200, -800, -240, -100, 100, 480, 500.0],
+    })
+    t = time_to_target(evals, -250, "wall_s")
+    row = next(t.where(run="r1").rows())
+    assert row["wall_s_to_target"] == 2.5 and row["pod"] == 1  # pod 1 reaches -250 first (2.5 s < 3.0 s)
+    assert next(t.where(run="r2").rows())["wall_s_to_target"] == 1.0  # one number: the target of every task
+    t = time_to_target(evals, {"pendulum": -250, "cartpole": 475}, "env_steps")  # or one per task
+    assert t["env_steps_to_target"].tolist() == [20.0, 20.0] and t["target"].tolist() == [-250.0, 475.0]
+    t = time_to_target(evals, {"cartpole": 475}, "wall_s")
+    assert t["run"].tolist() == ["r2"]  # runs of a task without a target are left out
+    assert aggregate.parse_targets(["-250"]) == -250.0
+    assert aggregate.parse_targets(["pendulum=-250", "cartpole=475"]) == {"pendulum": -250.0, "cartpole": 475.0}
+
+
+def test_mean_curve_and_confidence_band():
+    evals = Table({"run": ["a"] * 6, "pod": [0, 0, 0, 1, 1, 1], "env_steps": [10, 20, 30, 10, 20, 40],
+                   "return_mean": [0.0, 2.0, 4.0, 2.0, 4.0, 8.0]})
+    c = mean_curve(evals, "env_steps", min_share=1.0)  # only where every unit has data
+    assert c["x"].tolist() == [10, 20, 30]
+    np.testing.assert_allclose(c["mean"], [1.0, 3.0, 5.0])  # pod 1 at 30 interpolates to 6
+    np.testing.assert_allclose(c["hi"] - c["mean"], 12.706 * np.std([0, 2], ddof=1) / np.sqrt(2) * np.ones(3))
+    np.testing.assert_allclose(c["mean"] - c["lo"], c["hi"] - c["mean"])
+    c = mean_curve(evals, "env_steps")  # default: where at least half the units have data
+    assert c["x"].tolist() == [10, 20, 30, 40] and c["n"].tolist() == [2, 2, 2, 1]
+    assert c["mean"][-1] == 8.0 and math.isnan(c["lo"][-1])  # one unit: no band
+
+
+def test_learning_curve_figure_has_no_overlapping_text(loaded, tmp_path):
+    _, evals, _ = loaded
+    fig = plots.learning_curves(evals, target=-250)
+    assert plots.text_overlaps(fig) == []
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "environment steps per pod" and "return" in ax.get_ylabel()
+    assert "(s)" in fig.axes[1].get_xlabel()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(s.startswith("pendulum (2 pods, 2 runs)") for s in legend)
+    assert any(s.startswith("PBT x2") for s in legend) and "target return" in legend
+    # the checker itself sees an overlap, and a text cut by the figure's edge
+    ax.text(0.5, 0.5, "XXXXXXXX", transform=ax.transAxes)
+    ax.text(0.5, 0.5, "YYYYYYYY", transform=ax.transAxes)
+    fig.text(0.99, 0.5, "cut by the edge")
+    found = plots.text_overlaps(fig)
+    assert ("XXXXXXXX", "YYYYYYYY") in found and ("cut by the edge", "<figure edge>") in found
+
+
+def test_other_figures_have_no_overlapping_text(loaded):
+    rs, evals, tour = loaded
+    table = aggregate.run_table(rs, target=-1200)
+    figs = [plots.scaling(table, evals, target=-1200), plots.lineage(tour, "pbt", evals),
+            plots.hparam_trajectories(tour, "pbt", rs[2].config["tournament"]["hparam_space"])]
+    for fig in figs:
+        assert fig is not None and plots.text_overlaps(fig) == []
+    assert plots.hparam_trajectories(tour.where(run="nope"), "nope") is None
+
+
+def test_make_figures_command_writes_tables_and_figures(runs, tmp_path, capsys):
+    out = tmp_path / "figs"
+    rc = make_figures_main([str(runs["solo0"]), str(runs["solo1"]), "--label", f"pbt2={runs['pbt']}",
+                            "--out", str(out), "--target", "pendulum=-1000", "--dpi", "60"])
+    assert rc == 0
+    printed = capsys.readouterr().out.split()
+    names = {"evals.csv", "runs.csv", "tournament.csv", "learning_curves.png", "learning_curves.pdf", "scaling.png",
+             "scaling.pdf", "lineage_pbt.png", "lineage_pbt.pdf", "hparams_pbt.png", "hparams_pbt.pdf"}
+    assert names <= {Path(p).name for p in printed}
+    for n in names:
+        data = (out / n).read_bytes()
+        assert len(data) > 500, n
+        if n.endswith(".png"):
+            assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        if n.endswith(".pdf"):
+            assert data[:5] == b"%PDF-"
+    ev = read_csv(out / "evals.csv")
+    assert set(ev["system"].tolist()) == {"pendulum", "pbt2"} and set(ev["run"].tolist()) == {"solo0", "solo1", "pbt"}
+    rt = read_csv(out / "runs.csv")
+    assert rt["target"].tolist() == [-1000.0] * 3
+
+
+def test_make_figures_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "junk").mkdir()
+    assert make_figures_main([str(tmp_path / "junk"), "--out", str(tmp_path / "o")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
+
+
+def test_a_folder_of_runs_expands_to_its_runs(runs):
+    found = aggregate.expand_run_dirs([runs["pbt"].parent])
+    assert sorted(p.name for p in found) == ["pbt", "solo0", "solo1"]
+    with pytest.raises(aggregate.RunDirError, match="not a run directory"):
+        aggregate.expand_run_dirs([runs["pbt"] / "logs"])
+
+
+def test_notebook_runs_top_to_bottom_on_the_test_runs(runs, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    path = REPO / "analysis" / "notebooks" / "podracer_analysis.ipynb"
+    monkeypatch.setenv("PODRACER_RUNS", os.pathsep.join(str(runs[k]) for k in ("solo0", "solo1")))
+    monkeypatch.setenv("PODRACER_LABELS", f"PBT={runs['pbt']}")
+    monkeypatch.setenv("PODRACER_TARGET", "-1000")
+    nb = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()  # raises on a cell error
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 4  # learning curves, scaling, lineage, hyperparameters
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "3 runs" in text and "1 tournament run(s) shown" in text

@@ -1,0 +1,179 @@
+"""`podracer status`: the pods and leaderboard of a run, read while it trains and after it ended."""
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import podracer_hpc.leaderboard  # noqa: F401  (imported now: the live check below should not wait for torch)
+from podracer_hpc.h5log import read_log
+from podracer_hpc.status import StatusError, render, status
+
+REPO = Path(__file__).resolve().parent.parent
+ROW = re.compile(r"^\s*(?P<rank>\d+)\s+(?P<seed>\d+)\s+(?P<rounds>\d+|-)\s+(?P<steps>[\d,]+)")
+
+
+def _mpiexec() -> str:
+    exe = Path(sys.executable).parent / "mpiexec"
+    found = str(exe) if exe.exists() else shutil.which("mpiexec")
+    if not found:
+        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
+    return found
+
+
+def pod_rows(text: str) -> dict[int, str]:
+    return {int(m["rank"]): line for line in text.splitlines() if (m := ROW.match(line))}
+
+
+def _has_rows(run: Path) -> bool:
+    logs = sorted((run / "logs").glob("*_rank*.h5")) if (run / "logs").is_dir() else []
+    if len(logs) < 2:
+        return False
+    try:
+        return all(len(read_log(p)["eval"]["env_steps"]) > 0 for p in logs)
+    except Exception:  # noqa: BLE001 - a file still being created
+        return False
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """A 2-pod tournament: the status table while it trains, then the run, finished."""
+    run = tmp_path_factory.mktemp("status") / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PODRACER_COMM", None)
+    sets = ["total_env_steps=204800", "tournament.interval_env_steps=25600", "eval.interval_env_steps=25600",
+            "eval.episodes=5", "log.progress_interval_s=0"]
+    proc = subprocess.Popen([_mpiexec(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
+                             "jobs/quickstart.yaml", "--run-dir", str(run), "--quiet",
+                             *sum((["--set", s] for s in sets), [])],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _has_rows(run):  # the first evaluation (a tournament round) is flushed at once
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no log rows after 120 s"
+            time.sleep(0.1)
+        text = render(run)
+        running = proc.poll() is None
+        watched = io.StringIO()
+        result: dict = {}
+        watcher = threading.Thread(target=lambda: result.setdefault("rc", status(run, watch=0.3, out=watched)))
+        watcher.start()
+        out, err = proc.communicate(timeout=240)
+        watcher.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return {"run": run, "live_text": text, "was_running": running, "watched": watched.getvalue(),
+            "watch_rc": result.get("rc"), "watch_alive": watcher.is_alive()}
+
+
+def test_status_reads_a_run_while_it_trains(live):
+    text = live["live_text"]
+    assert live["was_running"], "the run ended before the status was read: raise total_env_steps"
+    header = text.splitlines()[0]
+    assert "running" in header and "2 pods" in header and "tournament elegantrl" in header
+    rows = pod_rows(text)
+    assert sorted(rows) == [0, 1]
+    for rank, line in rows.items():
+        steps = int(ROW.match(line)["steps"].replace(",", ""))
+        assert 0 < steps < 204800, line
+        assert ROW.match(line)["rounds"] != "-"
+    assert "leaderboard" in text and "summary:" not in text
+
+
+def test_status_after_the_run_matches_logs_and_summary(live):
+    run = live["run"]
+    text = render(run)
+    summary = json.loads((run / "summary.json").read_text())
+    assert "finished" in text.splitlines()[0]
+    rows = pod_rows(text)
+    assert sorted(rows) == [0, 1]
+    for rank, line in rows.items():
+        log = read_log(run / "logs" / f"quickstart_rank{rank}.h5")
+        m = ROW.match(line)
+        assert int(m["steps"].replace(",", "")) == int(log["train"]["env_steps"][-1])
+        assert int(m["seed"]) == log["attrs"]["seed"] == rank
+        assert int(m["rounds"]) == int(log["tournament"]["round"][-1]) + 1 == summary["rounds"]
+        ev = log["eval"]["return_mean"]
+        assert f"{ev[-1]:.1f}" in line and f"{np.nanmax(ev):.1f}" in line  # last and best evaluation
+        action = str(log["tournament"]["action"][-1])
+        assert f"r{summary['rounds'] - 1}: " in line
+        assert ("keep" in line) == (action == "keep")
+    total = next(line for line in text.splitlines() if line.lstrip().startswith("all "))
+    assert f"{summary['env_steps']:,}" in total and f"{summary['best_return']:.1f}" in total
+    assert f"best: pod {summary['best_pod']}" in total
+    assert f"best_return {summary['best_return']:,.1f}" in text and f"rounds {summary['rounds']}" in text
+    board = podracer_hpc.leaderboard.Leaderboard(run / "leaderboard").list()
+    assert board and board[0].id in text and f"({len(board)} entries" in text
+
+
+def test_watch_refreshes_until_the_run_ends(live):
+    assert not live["watch_alive"] and live["watch_rc"] == 0
+    frames = live["watched"].split("\nrun ")
+    assert len(frames) >= 2, live["watched"]
+    assert "finished" in frames[-1].splitlines()[0] and "summary:" in frames[-1]
+    assert all("summary:" not in f for f in frames[:-1])  # printed once more after the summary appeared
+
+
+def test_status_once_prints_and_returns(live, capsys):
+    buf = io.StringIO()
+    assert status(live["run"], out=buf) == 0
+    once = buf.getvalue()
+    assert once.startswith(f"run {live['run']}") and once.count("\nrun ") == 0 and "summary:" in once
+    assert sorted(pod_rows(once)) == [0, 1]
+    t0 = time.monotonic()
+    assert status(live["run"], watch=5, out=buf) == 0  # the run has ended: printed once, no waiting
+    assert time.monotonic() - t0 < 4
+
+
+def test_watch_waits_for_a_run_directory_to_appear(live, tmp_path):
+    target = tmp_path / "later"
+    buf = io.StringIO()
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault("rc", status(target, watch=0.1, out=buf)))
+    t.start()
+    time.sleep(0.3)
+    shutil.copytree(live["run"], target)
+    t.join(timeout=20)
+    assert not t.is_alive() and result["rc"] == 0
+    out = buf.getvalue()
+    assert "waiting for the run to start" in out and "finished" in out.split("\nrun ")[-1]
+
+
+def test_logs_without_config_and_an_unreadable_log(live, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(live["run"] / "logs", copy / "logs")  # logs only: the config comes from their attributes
+    (copy / "logs" / "quickstart_rank2.h5").write_bytes(b"not an HDF5 file")
+    text = render(copy)
+    assert "[quickstart: pendulum, 3 pods, tournament elegantrl]  running" in text.splitlines()[0]
+    rows = pod_rows(text)
+    assert sorted(rows) == [0, 1]
+    assert re.search(r"^\s*2\s.*unreadable: quickstart_rank2\.h5", text, re.M)
+
+
+def test_not_a_run_directory_is_refused_clearly(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("x")
+    assert status(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "is not a podracer run directory" in err and "config.yaml" in err
+    assert status(tmp_path / "notes.txt") == 2
+    assert "is a file, not a run directory" in capsys.readouterr().err
+    with pytest.raises(StatusError, match="no such directory") as e:
+        render(tmp_path / "missing")
+    assert e.value.pending
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    (tmp_path / "runs" / "a" / "config.yaml").write_text("name: a\n")
+    with pytest.raises(StatusError, match="run directories inside it: a") as e:
+        render(tmp_path / "runs")
+    assert not e.value.pending
