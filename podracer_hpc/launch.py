@@ -258,7 +258,8 @@ def submit_slurm(req: Request, cfg: Config) -> Launched:
     return Launched("slurm", dirs, jobs=jobs, logs=[Path(str(jobs[0].paths.stderr))])
 
 
-def _mpiexec() -> str:
+def find_mpiexec() -> str:
+    """The mpiexec next to this interpreter (the venv's mpich wheel), else the one on PATH."""
     exe = Path(sys.executable).parent / "mpiexec"
     found = str(exe) if exe.exists() else shutil.which("mpiexec")
     if not found:
@@ -274,7 +275,7 @@ def submit_local(req: Request, cfg: Config) -> Launched:
         sets, d = task_overrides(req, cfg, t)
         d.mkdir(parents=True, exist_ok=True)
         log = d / "launch.log"
-        cmd = [_mpiexec(), "-n", str(req.ranks), sys.executable, "-m", "podracer_hpc.cli", "train",
+        cmd = [find_mpiexec(), "-n", str(req.ranks), sys.executable, "-m", "podracer_hpc.cli", "train",
                str(Path(req.job_file).resolve()), "--run-dir", str(d), *sum((["--set", s] for s in sets), [])]
         if req.array_parallelism:
             while sum(p.poll() is None for p in launched.procs) >= req.array_parallelism:

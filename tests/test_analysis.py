@@ -6,7 +6,6 @@ single-pod runs in this process.
 
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from analysis import aggregate, plots  # noqa: E402
 from analysis.aggregate import Table, first_crossing, mean_curve, read_csv, time_to_target  # noqa: E402
 from analysis.make_figures import main as make_figures_main  # noqa: E402
 from podracer_hpc.h5log import read_log  # noqa: E402
+from helpers import mpiexec_or_skip
 
 # Small on purpose (2 CPU cores): 20 updates of 1024 env steps per pod, a round every 5 updates.
 PBT_SETS = ["env.num_envs=64", "total_env_steps=20480", "tournament.mode=pbt", "tournament.interval_env_steps=5120",
@@ -30,12 +30,6 @@ PBT_SETS = ["env.num_envs=64", "total_env_steps=20480", "tournament.mode=pbt", "
             "log.progress_interval_s=0"]
 
 
-def _mpiexec() -> str:
-    exe = Path(sys.executable).parent / "mpiexec"
-    found = str(exe) if exe.exists() else shutil.which("mpiexec")
-    if not found:
-        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +41,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
-    args = [_mpiexec(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
+    args = [mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
             "--run-dir", str(root / "pbt"), "--quiet", *sum((["--set", s] for s in PBT_SETS), [])]
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -32,6 +32,7 @@ import pytest
 import torch
 
 from podracer_hpc.leaderboard import EntryCorrupt, EntryGone, Leaderboard, LeaderboardWarning
+from helpers import mpiexec_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -389,12 +390,6 @@ def test_tampered_entries_with_forged_digests_are_rejected_and_skipped(tmp_path)
 # --------------------------------------------------------------------------- (c) ... under mpiexec
 
 
-def _mpiexec() -> str:
-    exe = Path(sys.executable).parent / "mpiexec"
-    found = str(exe) if exe.exists() else shutil.which("mpiexec")
-    if not found:
-        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
-    return found
 
 
 SENTINEL = 4242.0  # every network weight of the corrupt entry: a pod that used it would show it
@@ -404,7 +399,7 @@ SENTINEL = 4242.0  # every network weight of the corrupt entry: a pod that used 
 def corrupt_run(tmp_path_factory):
     """A 2-pod quickstart run against a leaderboard that holds a corrupt entry with a huge score
     (and one genuine, modest entry): elastic join at start and both rounds want the corrupt one."""
-    mpiexec = _mpiexec()
+    mpiexec = mpiexec_or_skip()
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 

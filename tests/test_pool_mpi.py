@@ -3,7 +3,6 @@
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,23 +11,18 @@ import pytest
 
 from podracer_hpc.h5log import read_log
 from podracer_hpc.leaderboard import Leaderboard
+from helpers import mpiexec_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.mpi
 
 
-def mpiexec() -> str:
-    exe = Path(sys.executable).parent / "mpiexec"
-    found = str(exe) if exe.exists() else shutil.which("mpiexec")
-    if not found:
-        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
-    return found
 
 
 def run_mpi(n: int, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     e.pop("PODRACER_COMM", None)
-    return subprocess.run([mpiexec(), "-n", str(n), sys.executable, *args], capture_output=True, text=True,
+    return subprocess.run([mpiexec_or_skip(), "-n", str(n), sys.executable, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=e)
 
 

@@ -17,17 +17,12 @@ import pytest
 import podracer_hpc.leaderboard  # noqa: F401  (imported now: the live check below should not wait for torch)
 from podracer_hpc.h5log import read_log
 from podracer_hpc.status import StatusError, render, status
+from helpers import mpiexec_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 ROW = re.compile(r"^\s*(?P<rank>\d+)\s+(?P<seed>\d+)\s+(?P<rounds>\d+|-)\s+(?P<steps>[\d,]+)")
 
 
-def _mpiexec() -> str:
-    exe = Path(sys.executable).parent / "mpiexec"
-    found = str(exe) if exe.exists() else shutil.which("mpiexec")
-    if not found:
-        pytest.skip("no mpiexec: pip install mpich (the test extra) or load the site's MPI")
-    return found
 
 
 def pod_rows(text: str) -> dict[int, str]:
@@ -52,7 +47,7 @@ def live(tmp_path_factory):
     env.pop("PODRACER_COMM", None)
     sets = ["total_env_steps=204800", "tournament.interval_env_steps=25600", "eval.interval_env_steps=25600",
             "eval.episodes=5", "log.progress_interval_s=0"]
-    proc = subprocess.Popen([_mpiexec(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
+    proc = subprocess.Popen([mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
                              "jobs/quickstart.yaml", "--run-dir", str(run), "--quiet",
                              *sum((["--set", s] for s in sets), [])],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
