@@ -1,4 +1,4 @@
-"""The ``podracer`` console script: train | submit | status | bench | config."""
+"""The ``podracer`` console script: train | submit | status | backtest | bench | config."""
 
 from __future__ import annotations
 
@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="refresh every SECONDS until interrupted or until the run ends")
     st.set_defaults(func=_cmd_status)
 
+    sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.trading.backtest.main
+                   help="stock trading: run a checkpoint's policy on held-out data (podracer backtest --help)")
+
     b = sub.add_parser("bench", help="benchmarks: a table, then one JSON line")
     bsub = b.add_subparsers(dest="what", required=True)
     be = bsub.add_parser("env", help="env steps/s over num_envs, next to gymnasium's SyncVectorEnv")
@@ -175,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/trading/backtest.py)
+        from .trading.backtest import main as backtest_main
+
+        return backtest_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

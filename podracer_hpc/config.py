@@ -32,10 +32,33 @@ MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_c
 
 
 @dataclass
+class TradingConfig:
+    """Settings of the stock_trading task (section ``env.trading``); ignored by other tasks."""
+
+    data: str = F("", "long-format bars (CSV, Parquet, HDF5: date, ticker, OHLCV); '' = synthetic market")
+    stocks: list = F([], "tickers to trade, in this order; [] = every ticker the alignment keeps")
+    start: str = F("", "first day of the training window (e.g. 2016-01-04); '' = data start + warmup_bars")
+    end: str = F("", "last day of the training window; '' = the data's last day (a backtest starts after it)")
+    initial_cash: float = F(1_000_000.0, "cash of a new account")
+    cost: float = F(0.001, "proportional transaction cost of a buy or a sell (0.002 = 0.2%)")
+    max_shares: int = F(100, "largest order per stock per step, in shares (action +-1)")
+    reward_scale: float = F(0.0, "reward = change in account value x this; 0 = 100 / initial_cash (percent)")
+    turbulence_threshold: float = F(0.0, "sell everything and buy nothing at or above this turbulence; 0 = never")
+    turbulence_window: int = F(252, "past returns (bars) in the turbulence index's covariance; 0 = no index")
+    warmup_bars: int = F(60, "bars at the start of the data used only to warm up the indicators")
+    random_start: bool = F(True, "each env starts at a random day of the window (false: all at its first day)")
+    synthetic_stocks: int = F(30, "assets of the synthetic market (when data is '')")
+    synthetic_days: int = F(1512, "business days of the synthetic market")
+    synthetic_seed: int = F(0, "seed of the synthetic market (the same for every pod)")
+    synthetic_structure: str = F("momentum", "predictable structure: none | momentum | mean_reversion | mixed")
+
+
+@dataclass
 class EnvConfig:
-    name: str = F("pendulum", "task: pendulum | cartpole")
+    name: str = F("pendulum", "task: pendulum | cartpole | stock_trading")
     num_envs: int = F(1024, "environments stepped together as one batch on the pod's device")
     max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500)")
+    trading: TradingConfig = F(TradingConfig, "stock_trading settings (market data, costs, capital)")
 
 
 @dataclass

@@ -40,6 +40,15 @@ def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
     return torch.device(spec)
 
 
+def task_options(e: Any) -> dict[str, Any]:
+    """The task-specific settings of an env config section, as keyword options of its env."""
+    if e.name == "stock_trading":
+        from .trading.env import env_options
+
+        return env_options(e.trading)
+    return {}
+
+
 def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
     """torch CPU threads for one pod: ``threads`` or, if 0, the node's cores divided by its ranks."""
     n = threads or max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
@@ -56,9 +65,10 @@ class Pod:
         self.device = torch.device(device)
         self.seed = cfg.seed + rank
         e, a = cfg.env, cfg.agent
-        self.env = make_env(e.name, e.num_envs, self.device, self.seed, e.max_episode_steps)
+        opts = task_options(e)
+        self.env = make_env(e.name, e.num_envs, self.device, self.seed, e.max_episode_steps, **opts)
         self.eval_env = make_env(
-            e.name, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET, e.max_episode_steps
+            e.name, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET, e.max_episode_steps, **opts
         )
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = PPOAgent(

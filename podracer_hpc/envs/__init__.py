@@ -19,13 +19,14 @@ def make_env(
     seed: int = 0,
     max_episode_steps: int = 0,
     dtype: torch.dtype = torch.float32,
+    **options: object,
 ) -> VecEnv:
-    """Build a batched environment of task ``name`` on ``device``."""
+    """Build a batched environment of task ``name`` on ``device`` (``options``: task settings)."""
     try:
         cls = TASKS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}") from None
-    return cls(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype)
+    return cls(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype, **options)
 
 
 __all__ = ["TASKS", "VecEnv", "TorchVecEnv", "make_env", "Pendulum", "CartPole"]

@@ -115,25 +115,30 @@ class TorchVecEnv:
                                                    self.rng.counter, action))
         next_state, reward, terminated = self.dynamics(self.state, action)
         t = self.t + 1
-        truncated = (t >= self.max_episode_steps) & ~terminated
-        done = terminated | truncated
-        if self.device.type == "cpu" and not bool(done.any()):
+        if self.device.type == "cpu":
             # Fast path where checking on the host is free (CPU): nobody finished, so the
             # restart draw and the second observation are skipped; results are identical.
-            obs = self.observe(next_state)
-            ep_return = self.ep_return + reward.to(torch.float64)
-            self.state, self.t, self.ep_return = next_state, t, ep_return
-            info = {"final_obs": obs, "done": done, "episode_return": ep_return, "episode_length": t}
-            return obs, reward, terminated, truncated, info
-        return self._apply(self.pure_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action))
+            truncated = (t >= self.max_episode_steps) & ~terminated
+            done = terminated | truncated
+            if not bool(done.any()):
+                obs = self.observe(next_state)
+                ep_return = self.ep_return + reward.to(torch.float64)
+                self.state, self.t, self.ep_return = next_state, t, ep_return
+                info = {"final_obs": obs, "done": done, "episode_return": ep_return, "episode_length": t}
+                return obs, reward, terminated, truncated, info
+        return self._apply(self._finish(next_state, reward, terminated, t, self.ep_return, self.rng.key,
+                                        self.rng.counter))
 
     def pure_step(self, state, t, ep_return, key, counter, action):
-        """The whole step as a pure function of the env's tensors (what ``compile`` compiles).
+        """The whole step as a pure function of the env's tensors (what ``compile`` compiles)."""
+        next_state, reward, terminated = self.dynamics(state, action)
+        return self._finish(next_state, reward, terminated, t + 1, ep_return, key, counter)
+
+    def _finish(self, next_state, reward, terminated, t, ep_return, key, counter):
+        """Clocks, episode totals and auto-reset after the physics, branch-free (no host sync).
 
         Every env computes a candidate restart; only finished envs consume randomness.
         """
-        next_state, reward, terminated = self.dynamics(state, action)
-        t = t + 1
         truncated = (t >= self.max_episode_steps) & ~terminated
         done = terminated | truncated
         final_obs = self.observe(next_state)

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from .data import DataError, MarketData, is_daily
-from .env import CONFIG_DEFAULTS, Market, StockTradingEnv, get_market
+from .env import CONFIG_DEFAULTS, Market, StockTradingEnv, get_market, tickers_from_state
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio", "max_drawdown", "calmar_ratio")
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -152,7 +152,7 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     """The deterministic policy of a pod checkpoint or a leaderboard entry: (policy, run config dict)."""
     from .. import safeio
     from ..agents.ppo import PPOAgent
-    from ..config import Config, from_dict
+    from ..config import PPOConfig, from_dict
     from ..leaderboard import ENTRY_KIND
 
     dev = torch.device(device)
@@ -167,13 +167,13 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     if (cfg_dict.get("env") or {}).get("name") != "stock_trading":
         raise safeio.StateFileError(
             f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading")
-    cfg = from_dict(Config, cfg_dict)
+    agent_cfg = from_dict(PPOConfig, cfg_dict.get("agent") or {}, "agent.")  # only what builds the networks
     try:
         obs_dim = int(tensors["net.actor.0.weight"].shape[1])
         act_dim = int(tensors["net.log_std"].shape[0])
     except KeyError as e:
         raise safeio.StateFileError(f"{path}: holds no policy network ({e} missing)") from None
-    agent = PPOAgent(obs_dim, act_dim, False, 0, cfg.env.num_envs, cfg.agent, dev)
+    agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev)
     agent.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
     agent.obs_rms.load_state_dict({k[8:]: v for k, v in tensors.items() if k.startswith("obs_rms.")})
     agent.eval()
@@ -183,6 +183,7 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
         return agent.act_deterministic(agent.normalize_obs(obs.to(torch.float32), update=False)).clamp(-1.0, 1.0)
 
     policy.obs_dim = obs_dim  # type: ignore[attr-defined]
+    policy.tickers = tickers_from_state(tensors)  # type: ignore[attr-defined]  (None for leaderboard entries)
     return policy, cfg_dict
 
 
@@ -219,11 +220,18 @@ def backtest(
     dev = torch.device(device)
     if not callable(policy):
         policy, _ = load_policy(policy, dev)
+    trained_on = getattr(policy, "tickers", None)
+    if not stocks and trained_on and not isinstance(data, Market):
+        stocks = trained_on  # a checkpoint knows its stocks and their order
     if isinstance(data, Market):
         market = data
     else:
         syn = {f"synthetic_{k}": v for k, v in (synthetic or {}).items()}
         market = get_market(data, stocks, dev, torch.float32, turbulence_window, **syn)
+    if trained_on and market.data.tickers != list(trained_on):
+        raise ValueError(f"the policy was trained on {len(trained_on)} stocks ({', '.join(trained_on[:8])}"
+                         f"{', ...' if len(trained_on) > 8 else ''}), the backtest data has "
+                         f"{', '.join(market.data.tickers[:8])}{', ...' if market.num_stocks > 8 else ''}")
     env = StockTradingEnv(
         1, dev, data=market, start=start, end=end, initial_cash=initial_cash, cost=cost, max_shares=max_shares,
         turbulence_threshold=turbulence_threshold, warmup_bars=warmup_bars, random_start=False,
@@ -312,11 +320,11 @@ def _parser() -> argparse.ArgumentParser:
                     "a minimum-variance portfolio. Settings not given default to the checkpoint's env config.",
     )
     ap.add_argument("checkpoint", help="a pod checkpoint (checkpoints/rank<r>.safetensors) or a leaderboard entry")
-    ap.add_argument("--data", default=None, help="long-format bars (CSV/Parquet/HDF5); default: the run's env.data "
+    ap.add_argument("--data", default=None, help="long-format bars (CSV/Parquet/HDF5); default: the run's env.trading.data "
                                                  "(the synthetic market when empty)")
-    ap.add_argument("--start", default=None, help="first day (default: the day after the run's env.end, if set)")
+    ap.add_argument("--start", default=None, help="first day (default: the day after the run's env.trading.end, if set)")
     ap.add_argument("--end", default=None, help="last day (default: the end of the data)")
-    ap.add_argument("--stocks", default=None, help="comma-separated tickers (default: the run's env.stocks)")
+    ap.add_argument("--stocks", default=None, help="comma-separated tickers (default: the run's env.trading.stocks)")
     ap.add_argument("--initial-cash", type=float, default=None)
     ap.add_argument("--cost", type=float, default=None, help="proportional transaction cost, e.g. 0.002")
     ap.add_argument("--max-shares", type=int, default=None)
@@ -335,7 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         policy, cfg = load_policy(args.checkpoint, args.device)
-        env_cfg = {**CONFIG_DEFAULTS, **{k: v for k, v in (cfg.get("env") or {}).items() if k in CONFIG_DEFAULTS}}
+        trading = (cfg.get("env") or {}).get("trading") or {}
+        env_cfg = {**CONFIG_DEFAULTS, **{k: v for k, v in trading.items() if k in CONFIG_DEFAULTS}}
 
         def pick(cli: Any, key: str) -> Any:
             return env_cfg[key] if cli is None else cli

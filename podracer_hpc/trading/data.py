@@ -16,8 +16,8 @@ Alignment policy (applied in this order, every step reported in ``MarketData.not
 1. Rows outside ``[start, end]`` are dropped; with ``tickers`` only those are kept (an unknown
    ticker is an error).
 2. The calendar is the union of all bar times. A time at which fewer than
-   ``min_date_coverage`` (default 0.5) of the tickers have a bar is dropped as a stray bar
-   (a holiday print, a bad tick).
+   ``min_date_coverage`` (default 0.5) of the tickers listed then (between their first and
+   last bar) have a bar is dropped as a stray bar (a holiday print, a bad tick).
 3. A ticker with bars on fewer than ``min_coverage`` (default 0.9) of the calendar's times is
    dropped (a late listing, a delisting, a sparse history).
 4. The calendar is trimmed to the span where every kept ticker has started and not yet ended
@@ -426,11 +426,11 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     vals[tidx, sidx] = values
 
     # 2. stray times
-    per_time = present.sum(1)
-    stray = per_time < min_date_coverage * S
+    listed = (np.maximum.accumulate(present, axis=0) & np.maximum.accumulate(present[::-1], axis=0)[::-1])
+    stray = present.sum(1) < min_date_coverage * listed.sum(1)
     if stray.any():
         notes.append(f"dropped {int(stray.sum())} of {T} times with bars for fewer than "
-                     f"{min_date_coverage:.0%} of the tickers (first {np.datetime64(int(cal[stray][0]), 's')})")
+                     f"{min_date_coverage:.0%} of the tickers listed then (first {np.datetime64(int(cal[stray][0]), 's')})")
         cal, present, vals = cal[~stray], present[~stray], vals[~stray]
     if len(cal) == 0:
         raise DataError(f"{src}: no time has bars for {min_date_coverage:.0%} of the tickers")
@@ -500,14 +500,14 @@ def load_market(path: str | os.PathLike, tickers: Sequence[str] | None = None, s
 
 def from_arrays(close: Any, *, open: Any = None, high: Any = None, low: Any = None, volume: Any = None,
                 dates: Any = None, tickers: Sequence[str] | None = None) -> MarketData:
-    """A complete market from ``[T, S]`` arrays (high/low/open default to close, volume to 0)."""
-    c = torch.as_tensor(np.asarray(close, dtype=np.float64))
+    """A complete market from ``[T, S]`` arrays (copied; high/low/open default to close, volume to 0)."""
+    c = torch.tensor(np.asarray(close, dtype=np.float64))
     if c.ndim != 2:
         raise DataError(f"close must be [time, stocks], got shape {tuple(c.shape)}")
     T, S = c.shape
 
     def get(x: Any, default: torch.Tensor) -> torch.Tensor:
-        return default.clone() if x is None else torch.as_tensor(np.asarray(x, dtype=np.float64)).reshape(T, S)
+        return default.clone() if x is None else torch.tensor(np.asarray(x, dtype=np.float64)).reshape(T, S)
 
     if dates is None:
         dates = np.datetime64("2000-01-03") + np.arange(T)

@@ -5,8 +5,12 @@ an episode starts at a day drawn from the env's own random stream (uniform over 
 window, so the accounts are spread over the whole history, never in lockstep) and lasts
 ``max_episode_steps`` days (truncated) or until the last day of the window (terminated).
 
-State (float64, one row per env): ``[cash, holdings (S), day]``. The market (closes, the
-indicators, the turbulence index) is a constant table shared by all envs and indexed by day.
+State (float64, one row per env, so that money is exact): ``[cash, holdings (S), day]``
+(``env.dtype`` is this float64; observations and rewards come in the ``dtype`` asked for,
+``env.obs_dtype``). The market (closes, the observation features, the turbulence index) is a
+constant table on the env's device, shared by all envs and indexed by day. The trading window
+is the days ``max(start, warmup_bars) .. end`` of the data; a restart draws one uniform from
+the env's stream for its start day and opens a fresh account (``initial_cash``, no shares).
 
 Step at day ``d`` (everything is a tensor op over ``[N, S]``; no loop over envs or stocks):
 
@@ -44,6 +48,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..config import TradingConfig
 from ..envs.base import TorchVecEnv
 from ..envs.rng import BatchRNG, draw
 from . import indicators as ind
@@ -51,23 +56,12 @@ from .data import DataError, MarketData, load_market
 from .synthetic import synthetic_market
 
 # The env settings a job file needs (proposed as env.* config keys): name, type, default, doc.
-CONFIG_KEYS: tuple[tuple[str, type, Any, str], ...] = (
-    ("data", str, "", "stock_trading: long-format bars (CSV, Parquet, HDF5: date, ticker, OHLCV); '' = synthetic market"),
-    ("stocks", list, [], "stock_trading: tickers to trade, in this order; [] = every ticker the alignment keeps"),
-    ("start", str, "", "stock_trading: first day of the training window (e.g. 2016-01-04); '' = the data's first day + warmup_bars"),
-    ("end", str, "", "stock_trading: last day of the training window; '' = the data's last day"),
-    ("initial_cash", float, 1_000_000.0, "stock_trading: cash of a new account"),
-    ("cost", float, 0.001, "stock_trading: proportional transaction cost of a buy or a sell (0.002 = 0.2%)"),
-    ("max_shares", int, 100, "stock_trading: largest order per stock per step, in shares (action +-1)"),
-    ("reward_scale", float, 0.0, "stock_trading: reward = change in account value x this; 0 = 100 / initial_cash (percent)"),
-    ("turbulence_threshold", float, 0.0, "stock_trading: sell everything and buy nothing on days at or above this turbulence; 0 = never"),
-    ("turbulence_window", int, 252, "stock_trading: past returns (bars) in the turbulence index's covariance"),
-    ("warmup_bars", int, 60, "stock_trading: bars at the start of the data used only to warm up the indicators"),
-    ("random_start", bool, True, "stock_trading: each env starts at a random day of the window (false: all at its first day)"),
-    ("synthetic_stocks", int, 30, "stock_trading: assets of the synthetic market (when data is '')"),
-    ("synthetic_days", int, 1512, "stock_trading: business days of the synthetic market"),
-    ("synthetic_seed", int, 0, "stock_trading: seed of the synthetic market (the same for every pod)"),
-    ("synthetic_structure", str, "momentum", "stock_trading: predictable structure: none | momentum | mean_reversion | mixed"),
+_TRADING_TYPES = __import__("typing").get_type_hints(TradingConfig)
+# The settings live in the config schema (section env.trading); this is their flat view.
+CONFIG_KEYS: tuple[tuple[str, type, Any, str], ...] = tuple(
+    (f.name, _TRADING_TYPES[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+     f.metadata["doc"])
+    for f in dataclasses.fields(TradingConfig)
 )
 CONFIG_DEFAULTS = {k: d for k, _, d, _ in CONFIG_KEYS}
 
@@ -103,9 +97,15 @@ class Market:
         return self.data.num_stocks
 
 
-def market_features(md: MarketData, turbulence_window: int = 252) -> tuple[torch.Tensor, torch.Tensor]:
-    """(market observation ``[T, 9 S + 1]`` float64, turbulence ``[T]``) of a market, on the CPU."""
-    c, h, lo = md.close.to(torch.float64), md.high.to(torch.float64), md.low.to(torch.float64)
+def market_features(md: MarketData, turbulence_window: int = 252, device: str | torch.device = "cpu"
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(market observation ``[T, 9 S + 1]`` float64, turbulence ``[T]``) of a market, computed on ``device``.
+
+    ``turbulence_window`` 0 (or 1) turns the turbulence index off (it is 0 everywhere): the index
+    costs a covariance pseudo-inverse per bar, which matters for long minute-bar histories.
+    """
+    dev = torch.device(device)
+    c, h, lo = (x.to(dev, torch.float64) for x in (md.close, md.high, md.low))
     f = ind.compute_indicators(h, lo, c)
     turb = ind.turbulence(c, turbulence_window)
     S = c.shape[1]
@@ -126,8 +126,8 @@ def market_features(md: MarketData, turbulence_window: int = 252) -> tuple[torch
 
 def prepare_market(md: MarketData, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                    turbulence_window: int = 252) -> Market:
-    obs, turb = market_features(md, turbulence_window)
     dev = torch.device(device)
+    obs, turb = market_features(md, turbulence_window, dev)
     return Market(md, md.close.to(dev, torch.float64).contiguous(), obs.to(dev, dtype).contiguous(),
                   turb.to(dev), md.fingerprint())
 
@@ -159,7 +159,7 @@ def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Seque
     if data:
         p = Path(data)
         if not p.is_file():
-            raise DataError(f"{p}: no such market data file (env.data)")
+            raise DataError(f"{p}: no such market data file (env.trading.data)")
         st = p.stat()
         key = ("file", str(p.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window)
         return _cached_market(key, lambda: prepare_market(load_market(p, stocks or None), dev, dtype, turbulence_window))
@@ -223,7 +223,9 @@ class StockTradingEnv(TorchVecEnv):
         dev = torch.device(device)
         if isinstance(data, Market):
             market = data
-            need(market.close.device == dev, f"the market lives on {market.close.device}, the env on {dev}")
+            mdev = market.close.device
+            need(mdev.type == dev.type and (dev.index is None or mdev.index in (None, dev.index)),
+                 f"the market lives on {mdev}, the env on {dev}")
         else:
             market = get_market(data, stocks, dev, dtype, turbulence_window, synthetic_stocks, synthetic_days,
                                 synthetic_seed, synthetic_structure)
@@ -238,8 +240,7 @@ class StockTradingEnv(TorchVecEnv):
         self.obs_dtype = dtype
 
         # the trading window [lo, hi]: day indices into the market table
-        lo = md.index_at_or_after(start) if start else 0
-        lo = max(lo, min(int(warmup_bars), md.num_days - 2)) if not start else lo
+        lo = max(md.index_at_or_after(start) if start else 0, min(int(warmup_bars), md.num_days - 2))
         hi = md.index_at_or_before(end) if end else md.num_days - 1
         need(hi - lo >= 1, f"the trading window {start or '(data start)'} .. {end or '(data end)'} holds fewer than "
                           f"2 bars of the data ({md.date_strings()[0]} .. {md.date_strings()[-1]}, {md.num_days} bars)")
@@ -297,6 +298,11 @@ class StockTradingEnv(TorchVecEnv):
     def orders(self, state: torch.Tensor, action: torch.Tensor, p: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(shares sold, shares bought) ``[N, S]`` at the current day's close ``p``, by the rules above."""
+        sell, buy, _ = self._orders(state, action, p)
+        return sell, buy
+
+    def _orders(self, state: torch.Tensor, action: torch.Tensor, p: torch.Tensor | None = None):
+        """``orders`` plus the value of the sells ``[N]``."""
         n, S = state.shape[0], self.num_stocks
         a = action.reshape(n, -1)
         if a.shape[1] != S:
@@ -315,12 +321,13 @@ class StockTradingEnv(TorchVecEnv):
             ask = torch.where(liq, hold, ask)
             buy = buy.masked_fill_(liq, 0.0)
         sell = torch.minimum(ask, hold)
-        budget = (cash + torch.linalg.vecdot(sell, p) * (1.0 - self.cost)) * (1.0 - self.BUY_MARGIN)
+        sold = torch.linalg.vecdot(sell, p)
+        budget = (cash + sold * (1.0 - self.cost)) * (1.0 - self.BUY_MARGIN)
         want = torch.linalg.vecdot(buy, p) * (1.0 + self.cost)
         short = want > budget
         f = torch.where(short, budget / torch.where(short, want, 1.0), 1.0)
         buy = buy.mul_(f[:, None]).floor_()  # f = 1 where affordable: whole orders stay whole
-        return sell, buy
+        return sell, buy, sold
 
     def _dynamics(self, state: torch.Tensor, action: torch.Tensor):
         """``dynamics`` plus the next day's closes ``[N, S]`` (reused by the observation)."""
@@ -330,8 +337,8 @@ class StockTradingEnv(TorchVecEnv):
         day = day_f.long()
         p = close.index_select(0, day)
         p1 = close.index_select(0, day + 1)
-        sell, buy = self.orders(state, action, p)
-        new_cash = cash + torch.linalg.vecdot(sell, p) * (1.0 - self.cost) - torch.linalg.vecdot(buy, p) * (1.0 + self.cost)
+        sell, buy, sold = self._orders(state, action, p)
+        new_cash = cash + sold * (1.0 - self.cost) - torch.linalg.vecdot(buy, p) * (1.0 + self.cost)
         next_state = torch.empty_like(state)
         new_hold = torch.add(hold, buy.sub_(sell), out=next_state[:, 1:1 + S])
         next_state[:, 0] = new_cash
@@ -388,8 +395,10 @@ class StockTradingEnv(TorchVecEnv):
                 reward.to(self.obs_dtype), terminated, truncated, final_obs, done, ep_ret, t)
 
     def step(self, action: torch.Tensor):
-        if self.device.type != "cpu" or self._compiled_step is not None:
-            return super().step(action)  # -> pure_step
+        if self._compiled_step is not None:
+            return super().step(action)
+        if self.device.type != "cpu":  # branch-free: no host sync
+            return self._apply(self.pure_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action))
         # CPU: checking on the host is free, so only finished envs are restarted and observed again
         next_state, reward, terminated, p1 = self._dynamics(self.state, action)
         t = self.t + 1
@@ -418,6 +427,8 @@ class StockTradingEnv(TorchVecEnv):
         sd = super().state_dict()
         sd["data_id"] = self.data_id.clone()
         sd["window"] = torch.tensor([self.lo, self.hi], dtype=torch.int64)
+        # the tickers, in order, so that a backtest of this checkpoint trades the same stocks
+        sd["tickers"] = torch.tensor(list("\n".join(self.market.data.tickers).encode()), dtype=torch.uint8)
         return sd
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
@@ -426,9 +437,17 @@ class StockTradingEnv(TorchVecEnv):
                              "synthetic market changed since the checkpoint)")
         if "window" in sd and sd["window"].tolist() != [self.lo, self.hi]:
             raise ValueError(f"stock_trading: the env state was saved for trading window days {sd['window'].tolist()}, "
-                             f"this env trades days {[self.lo, self.hi]} (env.start/end changed?)")
-        super().load_state_dict({k: v for k, v in sd.items() if k not in ("data_id", "window")})
+                             f"this env trades days {[self.lo, self.hi]} (env.trading.start/end changed?)")
+        super().load_state_dict({k: v for k, v in sd.items() if k not in ("data_id", "window", "tickers")})
 
 
-__all__ = ["StockTradingEnv", "Market", "get_market", "prepare_market", "market_features", "env_options",
+def tickers_from_state(sd: dict[str, torch.Tensor]) -> list[str] | None:
+    """The tickers saved by ``StockTradingEnv.state_dict`` (keys with or without the ``env.`` prefix)."""
+    t = sd.get("tickers", sd.get("env.tickers"))
+    if t is None:
+        return None
+    return bytes(t.to("cpu", torch.uint8).tolist()).decode().split("\n")
+
+
+__all__ = ["StockTradingEnv", "tickers_from_state", "Market", "get_market", "prepare_market", "market_features", "env_options",
            "CONFIG_KEYS", "CONFIG_DEFAULTS", "OBS_FEATURES"]
