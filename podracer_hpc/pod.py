@@ -252,9 +252,13 @@ class Pod:
         for pid, st in opt["state"].items():
             for k, v in st.items():
                 t[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
-        for k, v in self.env.state_dict().items():
-            t[f"env.{k}"] = v
-        t["obs"] = self.obs
+        try:
+            for k, v in self.env.state_dict().items():
+                t[f"env.{k}"] = v
+            t["obs"] = self.obs
+            env_exact = True
+        except NotImplementedError:  # a host backend (gymnasium, envpool) cannot be checkpointed
+            env_exact = False
         t["gen_state"] = self.gen.get_state()
         t["cpu_rng_state"] = torch.get_rng_state()
         meta = {
@@ -265,6 +269,7 @@ class Pod:
             "seed": self.seed,
             "learning_rate": self.agent.learning_rate,
             "hparams": self.hparams(),
+            "env_exact": env_exact,
             "optim_param_groups": opt["param_groups"],
             "config": to_dict(self.cfg),
         }
@@ -277,13 +282,17 @@ class Pod:
         try:
             self._load_agent_tensors(tensors, meta)
             self.agent.reward_scaler.ret.copy_(tensors["reward_scaler.ret"].to(dev))
-            self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
+            if meta.get("env_exact", True):
+                self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
         except (RuntimeError, KeyError, ValueError) as e:
             raise safeio.StateFileError(
                 f"{source}: does not fit this pod ({e}). Was the network or num_envs changed since it was written?"
             ) from None
         self.set_hparams(meta.get("hparams", {}))
-        self.obs = tensors["obs"].to(dev)
+        if meta.get("env_exact", True):
+            self.obs = tensors["obs"].to(dev)
+        else:  # resumed with fresh episodes: the agent is exact, the environments restart
+            self.obs = self.env.reset(self.seed + int(meta["updates"]))
         self.gen.set_state(tensors["gen_state"])
         torch.set_rng_state(tensors["cpu_rng_state"])
         self.env_steps = int(meta["env_steps"])

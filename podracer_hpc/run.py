@@ -255,6 +255,9 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
             )
         state_meta = pod.load(ckpt_path)
         say(f"resuming from {ckpt_path} at {_fmt_steps(pod.env_steps)} env steps, update {pod.updates}")
+        if not state_meta.get("env_exact", True):
+            say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
+                "its environments start new episodes")
     elif rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
