@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from typing import Any
 import submitit
 from submitit.slurm.slurm import _make_sbatch_string
 
-from .config import Config, ConfigError, load_config, to_dict
+from .config import Config, ConfigError, load_config
 
 TERMINAL_FAILED = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                    "PREEMPTED"}
@@ -390,18 +389,6 @@ def _tail(path: Path, n: int = 15) -> str:
     except OSError:
         return "  (no log file yet)"
     return "\n".join("  " + x for x in lines)
-
-
-def cancel(launched: Launched) -> None:
-    for j in launched.jobs:
-        j.cancel(check=False)
-    for p in launched.procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-
-
-def request_summary(req: Request, cfg: Config) -> dict[str, Any]:
-    return {"request": {k: getattr(req, k) for k in req.__dataclass_fields__}, "config": to_dict(cfg)}
 
 
 __all__ = ["Request", "LaunchError", "ConfigError", "validate", "sbatch_text", "submit_slurm", "submit_local",
