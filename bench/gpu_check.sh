@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check (at most about 5 minutes on one GPU): env throughput eager and
+# One prepared GPU check (5 steps of at most 60 s each: at most 5 minutes on one GPU): env throughput eager and
 # compiled (CUDA graphs), end-to-end PPO throughput, and a short Pendulum learning run, on
 # cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md with the date and
 # the device. Usage on the GPU machine, from the repo root:
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 export PYTHONUNBUFFERED=1
-run() { echo; echo "### $*"; timeout "${STEP_TIMEOUT:-120}" "$@" || echo "(step failed or timed out: rc=$?)"; }
+run() { echo; echo "### $*"; timeout "${STEP_TIMEOUT:-60}" "$@" || echo "(step failed or timed out: rc=$?)"; }
 
 $PY - <<'PYEOF'
 import torch, platform

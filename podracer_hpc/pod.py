@@ -50,8 +50,26 @@ def task_options(e: Any) -> dict[str, Any]:
 
 
 def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
-    """torch CPU threads for one pod: ``threads`` or, if 0, the node's cores divided by its ranks."""
-    n = threads or max(1, (os.cpu_count() or 1) // max(1, ranks_on_node))
+    """torch CPU threads for one pod: ``threads``, or if 0 the CPUs this process may use.
+
+    Those are, in order: ``SLURM_CPUS_PER_TASK``; ``OMP_NUM_THREADS``; the CPUs of the process's
+    affinity mask (what Slurm's task binding or taskset gave it), shared by the node's ranks
+    when the mask is the whole node.
+    """
+    if not threads:
+        try:
+            mask = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            mask = os.cpu_count() or 1
+        if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+            threads = min(mask, int(os.environ["SLURM_CPUS_PER_TASK"]))
+        elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
+            threads = int(os.environ["OMP_NUM_THREADS"])
+        elif mask >= (os.cpu_count() or 1):  # not bound: share the node
+            threads = mask // max(1, ranks_on_node)
+        else:
+            threads = mask
+    n = max(1, threads)
     torch.set_num_threads(n)
     return n
 

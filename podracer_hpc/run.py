@@ -209,6 +209,43 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
+def _agree_on_checkpoint(comm: Comm, ckpt_path: Path, say: Any) -> Path:
+    """Make every rank resume from the same update (a hard kill may have caught a checkpoint
+    half-way through the ranks): ranks ahead fall back to their ``.prev``; else a clear error."""
+    def updates_of(p: Path) -> int | None:
+        if not p.exists():
+            return None
+        try:
+            return int(safeio.load(p, "pod-state")[1]["updates"])
+        except safeio.StateFileError:
+            return -1  # reported properly when loaded
+    mine = updates_of(ckpt_path)
+    if comm.size == 1:
+        return ckpt_path
+    everyone = comm.allgather(mine)
+    if len(set(everyone)) == 1:
+        return ckpt_path
+    if None in everyone and any(u is not None for u in everyone):
+        missing = [r for r, u in enumerate(everyone) if u is None]
+        raise TrainingError(
+            f"{ckpt_path.parent}: ranks {missing} have no checkpoint while others do; this run directory "
+            "was written by a different number of ranks or damaged. Use the same number of ranks, or a new --run-dir."
+        )
+    target = min(u for u in everyone if u is not None)
+    prev = ckpt_path.with_suffix(".prev")
+    choice = ckpt_path if mine == target else prev if updates_of(prev) == target else None
+    agreed = comm.allgather(choice is not None)
+    if not all(agreed):
+        raise TrainingError(
+            f"{ckpt_path.parent}: the ranks' checkpoints are at updates {everyone} and cannot be brought to "
+            f"one update ({target}); start a new --run-dir."
+        )
+    if choice != ckpt_path:
+        say(f"checkpoint at update {mine} is ahead of other ranks; resuming from {prev} (update {target})")
+        os.replace(prev, ckpt_path)
+    return ckpt_path
+
+
 def _nan_injection(rank: int) -> int:
     """Fault testing: ``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
     spec = os.environ.get("PODRACER_INJECT_NAN", "")
@@ -242,8 +279,15 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
 
+    if comm.launcher_size and comm.launcher_size > 1 and size == 1:
+        raise TrainingError(
+            f"the launcher started {comm.launcher_size} processes but they do not form one MPI world "
+            f"({comm.note}). Refusing to run {comm.launcher_size} copies of rank 0 into one run directory: "
+            "match srun's --mpi plugin to the MPI of mpi4py (pmi2 for the mpich wheel, pmix for Open MPI)."
+        )
     pod = Pod(cfg, rank=rank, device=device)
     state_meta: dict[str, Any] = {}
+    ckpt_path = _agree_on_checkpoint(comm, ckpt_path, say)
     if ckpt_path.exists():
         _, meta0, _ = safeio.load(ckpt_path, "pod-state")  # verifies before anything is touched
         diffs = _diff_config(meta0.get("config", {}), to_dict(cfg))
@@ -315,8 +359,11 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     def checkpoint() -> None:
         extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall(),
                  "round": round_index}
-        if ckpt_path.exists():
-            os.replace(ckpt_path, ckpt_path.with_suffix(".prev"))
+        if ckpt_path.exists():  # keep the last one as .prev; the path always holds a whole checkpoint
+            tmp = ckpt_path.with_suffix(".prev.tmp")
+            tmp.unlink(missing_ok=True)
+            os.link(ckpt_path, tmp)
+            os.replace(tmp, ckpt_path.with_suffix(".prev"))
         pod.save(ckpt_path, extra)
 
     def evaluate() -> float:
@@ -394,12 +441,14 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                 say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
                     f"{sps / 1e3:.0f}k steps/s | train {last_train:.1f} | eval {last_eval:.1f} (best {best:.1f}) | "
                     f"ETA {eta:.0f}s", progress=True)
-            if cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s:
+            ckpt_due = bool(cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s)
+            want_stop = stop.signal is not None or bool(stop_after_updates and updates_here >= stop_after_updates)
+            if size > 1:  # decided together: every rank checkpoints and stops after the same update
+                votes = comm.allgather((ckpt_due, want_stop))
+                ckpt_due, want_stop = any(v[0] for v in votes), any(v[1] for v in votes)
+            if ckpt_due and not want_stop:
                 checkpoint()
                 last_ckpt = now
-            want_stop = stop.signal is not None or bool(stop_after_updates and updates_here >= stop_after_updates)
-            if size > 1:  # every rank stops after the same update, or a round would hang
-                want_stop = bool(comm.allreduce_max(int(want_stop)))
             if want_stop:
                 break
         if updates_here or not ckpt_path.exists():

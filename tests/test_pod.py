@@ -142,3 +142,26 @@ def test_eval_is_deterministic_and_does_not_disturb_training():
     p1.train_iteration()
     p2.train_iteration()
     assert torch.equal(p1.agent.net.actor[0].weight, p2.agent.net.actor[0].weight)
+
+
+def test_refuses_to_run_launcher_ranks_that_are_not_one_world(tmp_path):
+    """srun started 2 tasks but MPI sees a world of 1 each (wrong --mpi plugin): never run 2 rank-0s."""
+    from podracer_hpc.comm import Comm
+    from podracer_hpc.run import TrainingError, train
+
+    lonely = Comm(note="world of one: MPI sees 1 rank", launcher_size=2)
+    with pytest.raises(TrainingError, match="do not form one MPI world.*--mpi"):
+        train(load_config(None, small()), tmp_path / "r", comm=lonely, quiet=True)
+    assert not (tmp_path / "r" / "checkpoints").exists()
+
+
+def test_thread_count_follows_the_cpus_given(monkeypatch):
+    from podracer_hpc.pod import set_cpu_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")
+    assert set_cpu_threads(0, 1) == 1
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
+    assert set_cpu_threads(0, 1) == 1  # bound to one CPU
+    assert set_cpu_threads(3, 1) == 3  # an explicit setting wins

@@ -101,3 +101,21 @@ def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
                   for k in range(4)]
         res[mode] = max(finals)
     assert res["pbt"] > res["none"] + 100, res
+
+
+def test_ranks_resume_from_the_same_update_after_a_torn_checkpoint(tmp_path):
+    """A hard kill caught the ranks' checkpoints at different updates: the one ahead uses its .prev."""
+    run = tmp_path / "run"
+    sets = ("total_env_steps=40960", "tournament.interval_env_steps=20480", "eval.interval_env_steps=20480")
+    r = run_mpi(2, *train_args(run, *sets), "--stop-after-updates", "2")
+    assert r.returncode == 75, r.stderr
+    behind = (run / "checkpoints" / "rank0.safetensors").read_bytes()
+    r = run_mpi(2, *train_args(run, *sets), "--stop-after-updates", "1")
+    assert r.returncode == 75, r.stderr
+    (run / "checkpoints" / "rank0.safetensors").write_bytes(behind)  # rank 0 at update 2, rank 1 at 3
+    r = run_mpi(2, *train_args(run, *sets))
+    assert r.returncode == 0, r.stderr
+    assert "is ahead of other ranks; resuming from" in r.stderr
+    for k in range(2):
+        steps = read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["env_steps"]
+        assert len(steps) == len(set(steps)) and list(steps) == sorted(steps)

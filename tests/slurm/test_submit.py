@@ -14,7 +14,8 @@ from podracer_hpc.leaderboard import Leaderboard
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
-SHORT = ["--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0"]
+SHORT = ["--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
+         "--set", "threads=1"]
 
 
 def submit(cluster, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:

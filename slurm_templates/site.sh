@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# slurm_templates/site.sh -- the site settings of every template, in one file.
+#
+# Sourced inside the job (by lib.sh, on the first node of the allocation) and by submit.sh on
+# the login node. Edit the defaults below for your cluster. Each line only sets a value that
+# is not set yet, so anything here can also be overridden from the submitting shell, because
+# sbatch passes that environment into the job (its default --export=ALL):
+#     PODRACER_MPI=pmi2 sbatch slurm_templates/tournament.sbatch
+# Another file can replace this one: PODRACER_SITE=/path/to/mysite.sh sbatch ...
+#
+# Only variables are set here; nothing is run.
+
+# ---- submission (read by submit.sh before it calls sbatch; a plain `sbatch` takes -p/-A/-q)
+# Partition, account and QoS choose the allocation, so they must reach sbatch itself: inside
+# the job it is too late for them.
+: "${PODRACER_PARTITION:=}"        # e.g. batch        -> sbatch --partition
+: "${PODRACER_ACCOUNT:=}"          # e.g. myproject    -> sbatch --account
+: "${PODRACER_QOS:=}"              # e.g. normal       -> sbatch --qos
+
+# ---- software on the compute nodes
+: "${PODRACER_MODULES:=}"          # e.g. "cuda/12.6 openmpi/4.1.7": `module load` them first
+: "${PODRACER_CONDA_ENV:=}"        # e.g. podracer-hpc (environment.yml); wins over PODRACER_VENV
+: "${PODRACER_VENV:=$PODRACER_ROOT/.venv}"  # a venv with `pip install -e .`; if absent, PATH as is
+# srun --mpi=<this>. pmix: the site's Open MPI / HPC-X (and conda's openmpi=*=external_*);
+# pmi2: the PyPI mpich wheel (`pip install mpich`, this repo's .venv; also MPICH/MVAPICH).
+# `srun --mpi=list` shows what this Slurm offers.
+: "${PODRACER_MPI:=pmix}"
+# Where run directories (checkpoints, HDF5 logs, leaderboards) go: a shared parallel filesystem
+# (Lustre/GPFS scratch) that every node sees, not a node-local disk.
+: "${PODRACER_RUNS:=$PODRACER_ROOT/runs}"
+# Seconds srun lets the other ranks run once one rank has exited (srun --wait): a rank that
+# crashes cannot leave the others hanging in a collective until the time limit.
+: "${PODRACER_SRUN_WAIT:=120}"
+# Requeues allowed per job (SLURM_RESTART_COUNT); beyond it the job ends with exit code 75.
+: "${PODRACER_MAX_REQUEUES:=20}"
+
+# ---- container variant (container.sbatch; pyxis + enroot)
+# An image with podracer-hpc's dependencies (torch, mpi4py built against the image's PMIx-aware
+# MPI, h5py, safetensors, pyyaml), as an enroot squashfs file or a registry reference
+# (`nvcr.io#nvidia/pytorch:...` style). docs/slurm-templates.md shows how to build one.
+: "${PODRACER_IMAGE:=}"
+# Extra bind mounts, pyxis syntax SRC[:DST[:FLAGS]],... (the checkout and PODRACER_RUNS are
+# always mounted at their own paths)
+: "${PODRACER_CONTAINER_MOUNTS:=}"
+
+# ---- the environment of every rank (srun passes the batch shell's environment on)
+export PODRACER_COMM="${PODRACER_COMM:-mpi}"   # fail loudly if MPI cannot be loaded
+export PYTHONUNBUFFERED=1
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
+# PMIx (srun --mpi=pmix): quiets the Open MPI wheel's munge warning; harmless elsewhere.
+export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
+# NCCL and UCX. The tournament's collectives are small pickled MPI messages, so these matter
+# little for podracer today; they matter for Open MPI over UCX and for any torch.distributed /
+# NCCL code. NCCL_DEBUG=WARN prints only problems.
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+# Site-specific: the InfiniBand adapters of the compute fabric, and the interface for NCCL's
+# bootstrap. Example for a DGX A100 (check `ibstat`/`ibdev2netdev` and your site's notes),
+# uncomment and adapt:
+# export NCCL_IB_HCA="${NCCL_IB_HCA:-mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_6,mlx5_7,mlx5_8,mlx5_9}"
+# export UCX_NET_DEVICES="${UCX_NET_DEVICES:-mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_6:1,mlx5_7:1,mlx5_8:1,mlx5_9:1}"
+# export NCCL_SOCKET_IFNAME="${NCCL_SOCKET_IFNAME:-enp225s0f0}"
+# export UCX_TLS="${UCX_TLS:-rc,sm,self}"
+# Debian's apt Open MPI across logical nodes of one host (not the default mpich wheel here)
+# segfaulted in shared memory; this fixed it:
+# export OMPI_MCA_btl="${OMPI_MCA_btl:-self,tcp}"
