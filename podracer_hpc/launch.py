@@ -172,12 +172,17 @@ class RankProgram:
         result = train(cfg, self.run_dir)
         if result.complete:
             return result.summary
-        # Stopped by Slurm's warning: every rank has checkpointed. Rank 0 requeues the job; all
-        # ranks leave without a result so the submitter keeps waiting for the requeued run.
-        if os.environ.get("SLURM_PROCID", "0") == "0" and "SLURM_JOB_ID" in os.environ:
+        # Stopped by Slurm's warning: every rank has checkpointed. Rank 0 requeues the job; the
+        # others wait for that (srun --kill-on-bad-exit would otherwise end rank 0 first), then all
+        # leave without a result so the submitter keeps waiting for the requeued run.
+        from .comm import get_comm
+
+        comm = get_comm()
+        if comm.rank == 0 and "SLURM_JOB_ID" in os.environ:
             job = os.environ.get("SLURM_ARRAY_JOB_ID", "")
             job = f"{job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if job else os.environ["SLURM_JOB_ID"]
             subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
+        comm.barrier()
         raise SystemExit(75)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
@@ -195,7 +200,8 @@ def _slurm_parameters(req: Request, cfg: Config, name: str) -> dict[str, Any]:
         "ntasks_per_node": req.tasks_per_node,
         "time": req.time_min,
         "signal_delay_s": min(req.signal_delay_s, max(10, req.time_min * 60 // 3)),
-        "srun_args": [] if req.mpi == "none" else [f"--mpi={req.mpi}"],
+        # A rank that dies ends the step, instead of leaving the others waiting in a collective.
+        "srun_args": ["--kill-on-bad-exit=1"] + ([] if req.mpi == "none" else [f"--mpi={req.mpi}"]),
         "additional_parameters": {"requeue": True},
         "setup": ["export PYTHONUNBUFFERED=1"],
     }
