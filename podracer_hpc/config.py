@@ -54,11 +54,20 @@ class TradingConfig:
 
 
 @dataclass
+class MujocoConfig:
+    """Settings of the MuJoCo tasks (section ``env.mujoco``): ant, humanoid, halfcheetah, hopper, walker2d."""
+
+    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: envpool if installed, else gymnasium)")
+    num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
+
+
+@dataclass
 class EnvConfig:
-    name: str = F("pendulum", "task: pendulum | cartpole | stock_trading")
+    name: str = F("pendulum", "task: pendulum | cartpole | stock_trading | ant | humanoid | halfcheetah | hopper | walker2d")
     num_envs: int = F(1024, "environments stepped together as one batch on the pod's device")
-    max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500)")
+    max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500, MuJoCo 1000)")
     trading: TradingConfig = F(TradingConfig, "stock_trading settings (market data, costs, capital)")
+    mujoco: MujocoConfig = F(MujocoConfig, "MuJoCo task settings (simulator backend)")
 
 
 @dataclass
@@ -305,6 +314,9 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    backends = ("auto", "envpool", "gymnasium", "warp")
+    need(e.mujoco.backend in backends, "env.mujoco.backend", f"must be one of {', '.join(backends)}, got {e.mujoco.backend!r}")
+    need(e.mujoco.num_threads >= 0, "env.mujoco.num_threads", f"must be >= 0, got {e.mujoco.num_threads}")
     bad = sorted(set(cfg.tournament.hparam_space) - set(MUTABLE_HPARAMS))
     need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad}; allowed: {', '.join(MUTABLE_HPARAMS)}")
     return cfg

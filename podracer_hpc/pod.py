@@ -46,6 +46,10 @@ def task_options(e: Any) -> dict[str, Any]:
         from .trading.env import env_options
 
         return env_options(e.trading)
+    from .envs.mujoco import GYM_IDS
+
+    if e.name in GYM_IDS:
+        return {"backend": e.mujoco.backend, "num_threads": e.mujoco.num_threads}
     return {}
 
 

@@ -280,7 +280,7 @@ def test_configerror_is_a_valueerror():
         (["env.num_envs=10", "agent.rollout_steps=32", "agent.num_minibatches=7"], "agent.num_minibatches", "320"),
         (["agent.num_minibatches=0"], "agent.num_minibatches", "got 0"),
         (["env.num_envs=2", "agent.rollout_steps=2", "agent.num_minibatches=8"], "agent.num_minibatches", "= 4"),
-        (["env.name=humanoid"], "env.name", "humanoid"),
+        (["env.name=doom"], "env.name", "doom"),
         (["device=gpu"], "device", "'gpu'"),
         (["device=cuda:"], "device", "expected a string"),  # YAML reads 'cuda:' as a mapping
         (["device='cuda:'"], "device", "cuda:N"),
@@ -306,7 +306,7 @@ def test_invalid_values_raise_naming_the_key(overrides, key, fragment):
 
 
 def test_unknown_env_name_lists_known_tasks():
-    msg = error_of(None, ["env.name=humanoid"])
+    msg = error_of(None, ["env.name=doom"])
     for name in TASKS:
         assert name in msg
 

@@ -20,10 +20,12 @@ def test_environment_yml_lists_every_pyproject_dependency():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     env = yaml.safe_load((REPO / "environment.yml").read_text())
     conda = {}
-    for dep in env["dependencies"]:
-        if isinstance(dep, str) and dep != "pip":
-            name, low = _name_and_min(dep.split("=", 1)[0] if "==" not in dep and ">=" not in dep else dep)
-            conda[name] = low
+    pip_deps = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d), [])
+    for dep in [d for d in env["dependencies"] if isinstance(d, str) and d != "pip"] + pip_deps:
+        if dep.startswith("-"):
+            continue
+        name, low = _name_and_min(dep.split("=", 1)[0] if "==" not in dep and ">=" not in dep else dep)
+        conda[name] = low
     reqs = project["dependencies"] + [r for r in project["optional-dependencies"]["test"] if not r.startswith("mpich")]
     for req in reqs:
         name, low = _name_and_min(req)

@@ -10,6 +10,7 @@ from .pendulum import Pendulum
 
 TASKS: dict[str, type[TorchVecEnv]] = {"pendulum": Pendulum, "cartpole": CartPole}
 TASKS["stock_trading"] = __import__("podracer_hpc.trading.env", fromlist=["StockTradingEnv"]).StockTradingEnv
+TASKS.update(__import__("podracer_hpc.envs.mujoco", fromlist=["MUJOCO_TASKS"]).MUJOCO_TASKS)  # ant, humanoid, ...
 
 
 def make_env(

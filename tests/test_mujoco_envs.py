@@ -1,0 +1,193 @@
+"""The MuJoCo v5 tasks on the host backends (envpool, gymnasium) keep the VecEnv protocol."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from podracer_hpc.envs import TASKS, make_env
+from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
+
+HAVE_MUJOCO = importlib.util.find_spec("mujoco") is not None
+HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
+
+pytestmark = pytest.mark.skipif(not HAVE_MUJOCO, reason="mujoco not installed: pip install 'gymnasium[mujoco]'")
+needs_envpool = pytest.mark.skipif(
+    not HAVE_ENVPOOL, reason="envpool not installed (pip install envpool; it has wheels for CPython 3.11 "
+                             "x86_64 Linux, not for every platform)")
+BACKENDS = [pytest.param("envpool", marks=needs_envpool), "gymnasium"]
+DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
+HOPPER_START = np.array([1.25] + [0.0] * 10)  # init qpos[1:] and qvel; reset noise is +-0.005
+
+
+def rollout(env, actions):
+    out = []
+    for a in actions:
+        out.append(env.step(a))
+    return out
+
+
+def random_actions(n, N, act_dim, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return [scale * (2 * torch.rand(N, act_dim, generator=g) - 1) for _ in range(n)]
+
+
+def test_registry_and_backend_choice():
+    for name in GYM_IDS:
+        assert name in TASKS
+    assert resolve_backend("auto") == ("envpool" if HAVE_ENVPOOL else "gymnasium")
+    with pytest.raises(ValueError, match="unknown MuJoCo backend"):
+        make_env("hopper", 2, backend="bullet")
+    with pytest.raises(NotImplementedError, match="warp"):
+        make_env("hopper", 2, backend="warp")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("task", list(DIMS))
+def test_shapes_dtypes_device(task, backend):
+    N = 3
+    env = make_env(task, N, "cpu", seed=0, backend=backend)
+    assert env.backend == backend
+    obs_dim, act_dim = DIMS[task]
+    assert (env.obs_dim, env.act_dim, env.discrete, env.max_episode_steps) == (obs_dim, act_dim, False, 1000)
+    assert env.action_low == pytest.approx(-0.4 if task == "humanoid" else -1.0) == -env.action_high
+    obs = env.reset(0)
+    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32 and obs.device == torch.device("cpu")
+    obs, rew, term, trunc, info = env.step(torch.zeros(N, act_dim))
+    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32
+    assert rew.shape == (N,) and rew.dtype == torch.float32
+    assert term.dtype == trunc.dtype == info["done"].dtype == torch.bool and term.shape == (N,)
+    assert info["final_obs"].shape == (N, obs_dim)
+    assert info["episode_return"].dtype == torch.float64 and info["episode_length"].dtype == torch.int64
+    assert torch.isfinite(obs).all() and torch.isfinite(rew).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_semantics_hopper(backend):
+    """Random large actions: hopper falls (terminated) or hits the 40-step limit (truncated)."""
+    N, T, limit = 16, 120, 40
+    env = make_env("hopper", N, "cpu", seed=1, max_episode_steps=limit, backend=backend)
+    prev = env.reset(1)
+    ret = torch.zeros(N, dtype=torch.float64)
+    length = torch.zeros(N, dtype=torch.int64)
+    n_term = n_trunc = 0
+    for a in random_actions(T, N, 3, seed=2):
+        obs, rew, term, trunc, info = env.step(a)
+        done, final = info["done"], info["final_obs"]
+        ret += rew.double()
+        length += 1
+        assert not (term & trunc).any()
+        assert torch.equal(done, term | trunc)
+        assert torch.equal(final[~done], obs[~done])  # unfinished rows: final_obs is the obs
+        # finished rows: obs is a fresh start state, final_obs the last state of the episode
+        assert torch.allclose(obs[done], torch.as_tensor(HOPPER_START, dtype=torch.float32).expand_as(obs[done]),
+                              atol=0.0051)
+        assert not torch.allclose(final[done], obs[done]) if done.any() else True
+        for i in torch.nonzero(term).flatten().tolist():  # a terminal state is unhealthy
+            z, angle, rest = final[i, 0].item(), final[i, 1].item(), final[i, 1:]
+            assert z <= 0.7 or abs(angle) >= 0.2 or rest.abs().max() >= 100, final[i]
+            assert length[i] <= limit
+        assert (length[trunc] == limit).all()
+        assert torch.equal(info["episode_length"][done], length[done])
+        assert torch.allclose(info["episode_return"][done], ret[done], rtol=1e-5)
+        n_term += int(term.sum())
+        n_trunc += int(trunc.sum())
+        ret[done] = 0
+        length[done] = 0
+        prev = obs
+    assert n_term > 0 and n_trunc > 0, (n_term, n_trunc)
+    del prev
+
+
+@needs_envpool
+def test_envpool_same_step_matches_raw_next_step_envpool():
+    """final_obs is envpool's own terminal observation and obs its (next-step) reset observation."""
+    import envpool
+
+    N, limit = 4, 10
+    env = make_env("hopper", N, "cpu", seed=5, max_episode_steps=limit, backend="envpool")
+    raw = envpool.make("Hopper-v5", env_type="gymnasium", num_envs=N, seed=5, max_episode_steps=limit)
+    acts = random_actions(2 * limit, N, 3, seed=3, scale=0.05)  # small: nobody falls in 10 steps
+    o0 = env.reset(5)
+    r0, _ = raw.reset()
+    assert np.allclose(o0.numpy(), r0, atol=1e-6)
+    for t, a in enumerate(acts[:limit]):
+        obs, rew, term, trunc, info = env.step(a)
+        r_obs, r_rew, r_term, r_trunc, _ = raw.step(a.double().numpy())
+        assert np.allclose(info["final_obs"].numpy(), r_obs, atol=1e-5)
+        assert np.allclose(rew.numpy(), r_rew, atol=1e-5)
+    assert trunc.all() and not term.any()
+    r_obs, r_rew, *_ = raw.step(np.zeros((N, 3)))  # raw envpool's filler step: the reset observation
+    assert np.allclose(obs.numpy(), r_obs, atol=1e-5) and (r_rew == 0).all()
+    for a in acts[limit:]:  # then both step the new episode in lockstep (to its time limit again)
+        obs, rew, term, trunc, info = env.step(a)
+        r_obs, r_rew, *_ = raw.step(a.double().numpy())
+        assert np.allclose(info["final_obs"].numpy(), r_obs, atol=1e-5) and np.allclose(rew.numpy(), r_rew, atol=1e-5)
+    assert trunc.all()
+
+
+def test_gymnasium_matches_single_envs():
+    """The gymnasium backend equals N plain gym.make envs seeded seed + i, through a reset."""
+    import gymnasium as gym
+
+    N, limit, seed = 3, 8, 11
+    env = make_env("hopper", N, "cpu", seed=seed, max_episode_steps=limit, backend="gymnasium")
+    refs = [gym.make("Hopper-v5", max_episode_steps=limit) for _ in range(N)]
+    obs = env.reset(seed)
+    ref_obs = np.stack([r.reset(seed=seed + i)[0] for i, r in enumerate(refs)])
+    assert np.allclose(obs.numpy(), ref_obs, atol=1e-6)
+    for a in random_actions(2 * limit + 3, N, 3, seed=4, scale=0.05):
+        obs, rew, term, trunc, info = env.step(a)
+        for i, r in enumerate(refs):
+            o, rw, te, tr, _ = r.step(a[i].numpy())
+            assert np.allclose(info["final_obs"][i].numpy(), o, atol=1e-5)
+            assert abs(rew[i].item() - rw) < 1e-4 and bool(term[i]) == te and bool(trunc[i]) == (tr and not te)
+            if te or tr:
+                o, _ = r.reset()
+            assert np.allclose(obs[i].numpy(), o, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_seeding_and_determinism(backend):
+    N = 4
+    acts = random_actions(30, N, 6, seed=7)
+
+    def run(seed):
+        env = make_env("walker2d", N, "cpu", seed=seed, max_episode_steps=12, backend=backend)
+        o = env.reset(seed)
+        return [o] + [s[0] for s in rollout(env, acts)], env
+
+    a, env = run(3)
+    b, _ = run(3)
+    c, _ = run(4)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    assert len({tuple(r.tolist()) for r in a[0]}) == N  # envs of one pool start apart
+    # reset(seed) again after stepping: the same start states (fixed-start evaluations)
+    assert torch.equal(env.reset(3), a[0])
+    assert not torch.equal(env.reset(9), a[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_exact_checkpoint(backend):
+    env = make_env("hopper", 2, backend=backend)
+    with pytest.raises(NotImplementedError, match="cannot be checkpointed exactly"):
+        env.state_dict()
+    with pytest.raises(NotImplementedError, match="cannot be checkpointed exactly"):
+        env.load_state_dict({})
+
+
+def test_pod_trains_an_iteration_on_hopper():
+    """A pod runs a rollout, an update and an evaluation on the auto backend."""
+    from podracer_hpc.config import load_config
+    from podracer_hpc.pod import Pod
+
+    cfg = load_config(None, ["env.name=hopper", "env.num_envs=8", "agent.rollout_steps=16",
+                             "agent.num_minibatches=2", "eval.episodes=2", "env.max_episode_steps=30"])
+    pod = Pod(cfg, device="cpu")
+    m = pod.train_iteration()
+    assert all(torch.isfinite(torch.as_tensor(v)).all() for v in m.values())
+    r = pod.evaluate()
+    assert r.shape == (2,) and torch.isfinite(r).all()
+    assert torch.equal(pod.evaluate(), r)  # fixed start states, deterministic policy
