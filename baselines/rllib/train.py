@@ -1,0 +1,351 @@
+"""RLlib PPO baseline: train RLlib's PPO on a gymnasium task and write podracer's HDF5 log schema.
+
+    python -m baselines.rllib.train jobs/rllib/pendulum.yaml --run-dir runs/rllib-pendulum \
+        [--set key=value ...] [--stop-at-return -250] [--quiet]
+
+Runs in its own environment (``.venv-rllib``: ray[rllib]==2.58.0, see baselines/rllib/README.md).
+The run directory gets what ``podracer train`` writes, so ``analysis`` treats it as one more
+system: ``config.yaml``, ``logs/<name>_rank0.h5`` (schema version 1, ``/train`` one row per
+RLlib training iteration, ``/eval`` one row per evaluation; root attribute ``system='rllib'``)
+and ``summary.json`` (also printed as the last line of stdout).
+
+Evaluation protocol (same as a pod): every ``eval.interval_env_steps`` and at the end,
+``eval.episodes`` episodes of the deterministic policy (the mode of the action distribution)
+from fixed start states (gymnasium ``reset(seed=seed + 1_000_003 + i)`` for episode i).
+``wall_s`` in the log is seconds since the algorithm was built (Ray start-up and the build are
+excluded, as a pod's start-up is; evaluation included); ``startup_s`` is in the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from podracer_hpc.h5log import H5Writer
+
+TASKS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1"}
+EVAL_SEED_OFFSET = 1_000_003  # as podracer_hpc.pod: eval start states come from their own seeds
+
+DEFAULTS: dict[str, Any] = {
+    "name": "",
+    "task": "pendulum",
+    "seed": 0,
+    "total_env_steps": 1_000_000,
+    "eval": {"interval_env_steps": 100_000, "episodes": 20},
+    "rllib": {"env_runners": {}, "training": {}, "model": {}, "normalize_obs": False},
+    "ray": {"address": None, "num_cpus": None},
+}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any], path: str = "") -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if path == "" and k not in base:
+            raise ConfigError(f"unknown key {k!r}; known: {', '.join(base)}")
+        if isinstance(out.get(k), dict) and isinstance(v, dict):
+            out[k] = _merge(out[k], v, f"{path}{k}.")
+        else:
+            out[k] = v
+    return out
+
+
+def _set(cfg: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    d = cfg
+    for k in keys[:-1]:
+        d = d.setdefault(k, {})
+        if not isinstance(d, dict):
+            raise ConfigError(f"--set {dotted}: {k} is not a section")
+    d[keys[-1]] = value
+
+
+def load_config(path: str | Path, sets: list[str] = ()) -> dict[str, Any]:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    for s in sets:
+        if "=" not in s:
+            raise ConfigError(f"--set {s!r}: expected key=value")
+        k, v = s.split("=", 1)
+        _set(raw, k.strip(), yaml.safe_load(v))
+    cfg = _merge(DEFAULTS, raw)
+    if cfg["task"] not in TASKS:
+        raise ConfigError(f"task {cfg['task']!r}: one of {', '.join(TASKS)}")
+    if int(cfg["total_env_steps"]) <= 0 or int(cfg["eval"]["episodes"]) <= 0:
+        raise ConfigError("total_env_steps and eval.episodes must be positive")
+    cfg["name"] = cfg["name"] or Path(path).stem
+    # What analysis.aggregate reads from a config: the task (env.name), envs per pod, pool mode.
+    runners = cfg["rllib"]["env_runners"]
+    n_envs = max(1, int(runners.get("num_env_runners", 2) or 0)) * int(runners.get("num_envs_per_env_runner", 1))
+    cfg["env"] = {"name": cfg["task"], "gym_id": TASKS[cfg["task"]], "num_envs": n_envs}
+    cfg["tournament"] = {"mode": "none"}
+    cfg["system"] = "rllib"
+    return cfg
+
+
+def build_algo(cfg: dict[str, Any]):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    r = cfg["rllib"]
+    pc = (
+        PPOConfig()
+        .environment(TASKS[cfg["task"]])
+        .env_runners(**r["env_runners"])
+        .training(**r["training"])
+        .debugging(seed=int(cfg["seed"]))
+    )
+    if r.get("model"):
+        from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+
+        pc = pc.rl_module(model_config=DefaultModelConfig(**r["model"]))
+    if r.get("normalize_obs"):
+        from ray.rllib.connectors.env_to_module import MeanStdFilter
+
+        pc = pc.env_runners(env_to_module_connector=lambda *a, **k: MeanStdFilter())
+    return pc, pc.build_algo()
+
+
+def _get(d: dict[str, Any], *path: str, default: float = math.nan) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return default
+        d = d[p]
+    return d
+
+
+def _f(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class Evaluator:
+    """Deterministic episodes from fixed start states, in lockstep, with the learner's RLModule."""
+
+    def __init__(self, cfg: dict[str, Any], pc: Any):
+        import gymnasium as gym
+
+        self.gym_id = TASKS[cfg["task"]]
+        self.n = int(cfg["eval"]["episodes"])
+        self.seed = int(cfg["seed"]) + EVAL_SEED_OFFSET
+        self.envs = [gym.make(self.gym_id) for _ in range(self.n)]
+        self.space = self.envs[0].action_space
+        self.normalize_actions = bool(getattr(pc, "normalize_actions", False))
+        self.clip_actions = bool(getattr(pc, "clip_actions", False))
+        self.normalize_obs = bool(cfg["rllib"].get("normalize_obs"))
+
+    def _obs_filter(self, algo: Any):
+        """A copy of the env runners' MeanStdFilter (RLlib keeps them in sync), or None."""
+        if not self.normalize_obs:
+            return None
+
+        def grab(runner: Any) -> Any:
+            for c in getattr(runner._env_to_module, "connectors", []):
+                if type(c).__name__ == "MeanStdFilter" and getattr(c, "_filters", None):
+                    return next(iter(c._filters.values()))
+            return None
+
+        group = algo.env_runner_group
+        found = [f for f in group.foreach_env_runner(grab, local_env_runner=False) if f is not None]
+        if not found and getattr(group, "local_env_runner", None) is not None:
+            found = [grab(group.local_env_runner)]
+        if not found or found[0] is None:
+            raise RuntimeError("rllib.normalize_obs is set but no MeanStdFilter was found on the env runners")
+        return found[0]
+
+    def __call__(self, algo: Any) -> np.ndarray:
+        import torch
+        from ray.rllib.core.columns import Columns
+
+        module = algo.get_module()
+        dist_cls = module.get_inference_action_dist_cls()
+        filt = self._obs_filter(algo)
+        obs = np.stack([e.reset(seed=self.seed + i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
+        returns = np.zeros(self.n)
+        running = np.ones(self.n, dtype=bool)
+        while running.any():
+            x = obs if filt is None else np.stack([filt(o, update=False) for o in obs])
+            with torch.no_grad():
+                out = module.forward_inference({Columns.OBS: torch.as_tensor(np.asarray(x, np.float32))})
+            dist = dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS]).to_deterministic()
+            act = dist.sample().cpu().numpy()
+            for i, e in enumerate(self.envs):
+                if not running[i]:
+                    continue
+                a = act[i]
+                if not np.issubdtype(np.asarray(a).dtype, np.integer) and hasattr(self.space, "low"):
+                    if self.normalize_actions:
+                        a = self.space.low + (np.clip(a, -1.0, 1.0) + 1.0) * (self.space.high - self.space.low) / 2.0
+                    elif self.clip_actions:
+                        a = np.clip(a, self.space.low, self.space.high)
+                else:
+                    a = int(a)
+                o, rew, term, trunc, _ = e.step(a)
+                returns[i] += rew
+                obs[i] = o
+                if term or trunc:
+                    running[i] = False
+        return returns
+
+
+def git_revision() -> str:
+    """As podracer_hpc.run.git_revision (that module needs mpi4py, which .venv-rllib lacks)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=5).stdout.strip()
+        if rev:
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
+def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = None, quiet: bool = False,
+          max_wall_s: float | None = None) -> dict[str, Any]:
+    import ray
+    import torch
+
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    address = cfg["ray"].get("address") or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=not quiet)
+    else:
+        runners = cfg["rllib"]["env_runners"]
+        need = int(runners.get("num_env_runners", 2)) + 1
+        ray.init(num_cpus=int(cfg["ray"].get("num_cpus") or max(os.cpu_count() or 1, need)),
+                 include_dashboard=False, log_to_driver=not quiet)
+    pc, algo = build_algo(cfg)
+    evaluate = Evaluator(cfg, pc)
+    startup_s = time.perf_counter() - t0
+    say(f"rllib {ray.__version__}: {TASKS[cfg['task']]}, start-up {startup_s:.1f} s")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    attrs = {
+        "config": cfg,
+        "system": "rllib",
+        "git_revision": git_revision(),
+        "host": socket.gethostname(),
+        "device": platform.processor() or "cpu",
+        "device_type": "cpu",
+        "versions": {"ray": ray.__version__, "torch": torch.__version__, "python": platform.python_version()},
+        "seed": int(cfg["seed"]),
+        "rank": 0,
+        "world_size": 1,
+        "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_") and k in (
+            "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_PROCID",
+            "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")},
+        "comm": "ray",
+        "ray_nodes": len(ray.nodes()),
+        "startup_s": startup_s,
+        "created": time.time(),
+    }
+    total = int(cfg["total_env_steps"])
+    every = int(cfg["eval"]["interval_env_steps"]) or total
+    next_eval, best, last, env_steps, it = every, -math.inf, math.nan, 0, 0
+    reached = timed_out = False
+    log = H5Writer(run_dir / "logs" / f"{cfg['name']}_rank0.h5", attrs)
+    t_train = time.perf_counter()
+    wall = lambda: time.perf_counter() - t_train  # noqa: E731
+    try:
+        while env_steps < total and not reached and not timed_out:
+            t_it = time.perf_counter()
+            res = algo.train()
+            it += 1
+            prev = env_steps
+            env_steps = int(_get(res, "env_runners", "num_env_steps_sampled_lifetime", default=0)
+                            or _get(res, "num_env_steps_sampled_lifetime", default=0))
+            lrn = _get(res, "learners", "default_policy", default={})
+            row = {
+                "update": it, "env_steps": env_steps, "wall_s": wall(),
+                "steps_per_s": (env_steps - prev) / max(time.perf_counter() - t_it, 1e-9),
+                "return_mean": _f(_get(res, "env_runners", "episode_return_mean")),
+                "episodes": int(_f(_get(res, "env_runners", "num_episodes", default=-1))
+                                if math.isfinite(_f(_get(res, "env_runners", "num_episodes", default=-1))) else -1),
+                "loss": _f(_get(lrn, "total_loss")),
+                "policy_loss": _f(_get(lrn, "policy_loss")),
+                "value_loss": _f(_get(lrn, "vf_loss")),
+                "entropy": _f(_get(lrn, "entropy")),
+                "approx_kl": _f(_get(lrn, "mean_kl_loss")),
+                "explained_variance": _f(_get(lrn, "vf_explained_var")),
+                "learning_rate": _f(_get(lrn, "default_optimizer_learning_rate")),
+            }
+            log.append("train", row)
+            timed_out = max_wall_s is not None and wall() >= max_wall_s
+            if env_steps >= next_eval or env_steps >= total or timed_out:
+                rets = evaluate(algo)
+                last = float(rets.mean())
+                best = max(best, last)
+                log.append("eval", {
+                    "update": it, "env_steps": env_steps, "wall_s": wall(), "return_mean": last,
+                    "return_std": float(rets.std()), "return_min": float(rets.min()),
+                    "return_max": float(rets.max()), "episodes": len(rets),
+                }, flush=True)
+                say(f"{env_steps:>9,} env steps  {wall():7.1f} s  eval {last:8.1f}  train {row['return_mean']:8.1f}")
+                while next_eval <= env_steps:
+                    next_eval += every
+                reached = stop_at_return is not None and last >= stop_at_return
+        wall_s = wall()
+    finally:
+        log.close()
+        algo.stop()
+        ray.shutdown()
+    summary = {
+        "system": "rllib", "task": cfg["task"], "pods": 1, "env_steps": env_steps, "wall_s": round(wall_s, 3),
+        "steps_per_s": round(env_steps / max(wall_s, 1e-9), 1), "best_return": best,
+        "final_return": last if math.isfinite(last) else None, "startup_s": round(startup_s, 3),
+        "iterations": it,
+    }
+    if env_steps < total and not reached:
+        summary["complete"] = False
+    if stop_at_return is not None:
+        summary["stopped_at_return"] = reached
+    if timed_out:
+        summary["stopped_at_wall_s"] = True
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m baselines.rllib.train", description=__doc__.split("\n")[0])
+    p.add_argument("job", help="job file (jobs/rllib_*.yaml)")
+    p.add_argument("--run-dir", default=None, help="where the log and summary go (default runs/<name>)")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="override a dotted key: key=value (YAML)")
+    p.add_argument("--stop-at-return", type=float, default=None,
+                   help="stop at the first evaluation whose mean return is at least this")
+    p.add_argument("--max-wall-s", type=float, default=None,
+                   help="stop (after a last evaluation) once training has run this many seconds")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.job, args.sets)
+    except (ConfigError, OSError, yaml.YAMLError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir or Path("runs") / cfg["name"])
+    summary = train(cfg, run_dir, args.stop_at_return, args.quiet, args.max_wall_s)
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
