@@ -24,20 +24,25 @@ from podracer_hpc.envs import make_env
 from podracer_hpc.envs.mujoco import GYM_IDS
 
 
+def _steps_per_s(env, acts: list, n: int, steps: int) -> float:
+    """Env steps/s of ``steps`` batched steps after 5 warm-up steps (actions cycled), then close."""
+    for i in range(5):
+        env.step(acts[i % len(acts)])
+    t0 = time.perf_counter()
+    for i in range(steps):
+        env.step(acts[i % len(acts)])
+    dt = time.perf_counter() - t0
+    env.close()
+    return n * steps / dt
+
+
 def time_adapter(task: str, backend: str, n: int, steps: int, threads: int) -> float:
     opts = {"num_threads": threads} if backend == "envpool" else {}
     env = make_env(task, n, "cpu", seed=0, backend=backend, **opts)
     env.reset(0)
     g = torch.Generator().manual_seed(0)
     acts = [env.action_high * (2 * torch.rand(n, env.act_dim, generator=g) - 1) for _ in range(16)]
-    for i in range(5):
-        env.step(acts[i % 16])
-    t0 = time.perf_counter()
-    for i in range(steps):
-        env.step(acts[i % 16])
-    dt = time.perf_counter() - t0
-    env.close()
-    return n * steps / dt
+    return _steps_per_s(env, acts, n, steps)
 
 
 def time_raw_gym(task: str, n: int, steps: int) -> float:
@@ -49,14 +54,7 @@ def time_raw_gym(task: str, n: int, steps: int) -> float:
     rng = np.random.default_rng(0)
     hi = env.single_action_space.high
     acts = [hi * rng.uniform(-1, 1, (n, *env.single_action_space.shape)).astype(np.float32) for _ in range(16)]
-    for i in range(5):
-        env.step(acts[i % 16])
-    t0 = time.perf_counter()
-    for i in range(steps):
-        env.step(acts[i % 16])
-    dt = time.perf_counter() - t0
-    env.close()
-    return n * steps / dt
+    return _steps_per_s(env, acts, n, steps)
 
 
 def main() -> None:
