@@ -21,3 +21,14 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with torch on one CPU thread, then restore the thread count."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

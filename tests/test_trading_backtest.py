@@ -13,12 +13,8 @@ from podracer_hpc.trading import from_arrays
 from podracer_hpc.trading.backtest import backtest, infer_periods_per_year, main, metrics, min_variance_weights
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_metrics_by_hand():

@@ -15,12 +15,8 @@ from podracer_hpc.trading.data import parse_time
 HEADER = "date,ticker,open,high,low,close,volume\n"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write(tmp_path, rows, name="bars.csv", header=HEADER):

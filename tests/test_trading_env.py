@@ -18,12 +18,8 @@ from podracer_hpc.trading import StockTradingEnv, from_arrays
 from podracer_hpc.trading.env import CONFIG_KEYS, env_options, get_market, tickers_from_state
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_market(seed, T=40, S=3):

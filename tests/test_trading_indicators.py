@@ -11,12 +11,8 @@ import torch
 from podracer_hpc.trading import indicators as ind
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: threads only add overhead on a shared machine
-    yield
-    torch.set_num_threads(n)
+# small tensors: threads only add overhead on a shared machine (fixture in tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def random_bars(T=300, S=3, seed=0):
