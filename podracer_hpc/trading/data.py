@@ -143,6 +143,18 @@ class MarketData:
 # --------------------------------------------------------------------------------------
 # Times
 # --------------------------------------------------------------------------------------
+def _parse_time_cached(cache: dict[str, int], text: str, where: str, hint: str = "") -> int:
+    """:func:`parse_time` memoized per file (each time repeats once per ticker); a bad time raises
+    DataError naming ``where``."""
+    t = cache.get(text)
+    if t is None:
+        try:
+            t = cache[text] = parse_time(text)
+        except ValueError:
+            raise DataError(f"{where}: time {text!r} is not a date{hint}") from None
+    return t
+
+
 def parse_time(text: str) -> int:
     """Seconds since 1970-01-01 (UTC for zoned times) of an ISO 8601 or YYYYMMDD time."""
     s = text.strip()
@@ -247,12 +259,7 @@ def _read_csv(path: Path) -> _Rows:
                 if len(row) != width:
                     raise DataError(f"{source}: line {line}: {len(row)} fields, the header has {width}")
                 ts = row[ti]
-                t = cache.get(ts)
-                if t is None:
-                    try:
-                        t = cache[ts] = parse_time(ts)
-                    except ValueError:
-                        raise DataError(f"{source}: line {line}: time {ts!r} is not a date (e.g. 2020-05-01 09:30)") from None
+                t = _parse_time_cached(cache, ts, f"{source}: line {line}", " (e.g. 2020-05-01 09:30)")
                 tic = row[ki].strip()
                 if not tic:
                     raise DataError(f"{source}: line {line}: empty ticker")
@@ -300,13 +307,7 @@ def _columns_to_rows(cols: dict[str, Any], source: str, unit: str) -> _Rows:
         cache: dict[str, int] = {}
         for i, x in enumerate(raw_t):
             s = x.decode() if isinstance(x, bytes) else str(x)
-            t = cache.get(s)
-            if t is None:
-                try:
-                    t = cache[s] = parse_time(s)
-                except ValueError:
-                    raise DataError(f"{source}: {where(i)}: time {s!r} is not a date") from None
-            times[i] = t
+            times[i] = _parse_time_cached(cache, s, f"{source}: {where(i)}")
     tick = np.array([x.decode() if isinstance(x, bytes) else str(x) for x in cols[names[ki]]], dtype=object)
     values = np.empty((n, 5), dtype=np.float64)
     for j, i in enumerate(fi):
