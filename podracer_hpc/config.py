@@ -57,7 +57,8 @@ class TradingConfig:
 class MujocoConfig:
     """Settings of the MuJoCo tasks (section ``env.mujoco``): ant, humanoid, halfcheetah, hopper, walker2d."""
 
-    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: envpool if installed, else gymnasium)")
+    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
+                             "installed, else envpool if installed, else gymnasium)")
     num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
 
 

@@ -1,4 +1,4 @@
-"""The gymnasium MuJoCo v5 locomotion tasks behind the VecEnv protocol, on host backends.
+"""The gymnasium MuJoCo v5 locomotion tasks behind the VecEnv protocol, on any backend.
 
 Task names are backend-independent: ``halfcheetah, hopper, walker2d, ant, humanoid`` (the
 gymnasium ids ``HalfCheetah-v5`` ... ``Humanoid-v5``). The option ``backend`` chooses who
@@ -7,10 +7,12 @@ steps the physics (docs/mujoco.md):
 - ``envpool``: EnvPool's C++ thread pool, one batched call per step (the fast CPU path).
 - ``gymnasium``: ``gymnasium.vector.SyncVectorEnv`` of ``gym.make(id)`` (the reference and the
   fallback when envpool is not installed).
-- ``warp``: MuJoCo Warp on the GPU; not implemented yet (a clear error).
-- ``auto``: ``envpool`` when it imports, else ``gymnasium``.
+- ``warp``: MuJoCo Warp, thousands of worlds on the pod's GPU with zero-copy torch views
+  (:mod:`podracer_hpc.envs.mujoco_warp`; it also runs on Warp's CPU device, slowly).
+- ``auto``: ``warp`` on a CUDA device when ``mujoco_warp`` and ``warp`` are installed, else
+  ``envpool`` when it imports, else ``gymnasium``.
 
-Both host backends keep the protocol of ``base.py``: tensors on the pod's device (observations
+Every backend keeps the protocol of ``base.py``: tensors on the pod's device (observations
 float32), **same-step** auto-reset (``obs`` of a finished env is the first observation of its
 next episode, ``info["final_obs"]`` its last one), ``terminated`` and ``truncated`` never both
 true (terminated wins), and ``info["episode_return"]``/``["episode_length"]`` where
@@ -29,10 +31,13 @@ Seeding. gymnasium reseeds every sub-env on ``reset(seed)`` (env i gets ``seed +
 fixes its seeds when the pool is built, so ``reset(seed)`` rebuilds the pool unless it is the
 pool's own seed and the pool has not stepped yet; ``reset(seed)`` with the same seed therefore
 gives the same start states on both backends (what the pod's fixed-start evaluation needs).
-The two backends draw different start states for the same seed (different RNGs).
+The two backends draw different start states for the same seed (different RNGs). The warp
+backend draws its start states from the project's per-env counter streams (``rng.py``):
+``reset(seed)`` restarts them, ``reset()`` continues them, as the batched torch tasks do.
 
-Neither backend can be checkpointed exactly (simulator state and RNG streams live in C++ or
-in gymnasium objects): ``state_dict`` raises ``NotImplementedError``.
+Neither host backend can be checkpointed exactly (simulator state and RNG streams live in C++
+or in gymnasium objects): ``state_dict`` raises ``NotImplementedError``. The warp backend's
+whole state is device arrays and tensors, so its ``state_dict`` is exact.
 """
 
 from __future__ import annotations
@@ -63,11 +68,18 @@ def envpool_available() -> bool:
     return importlib.util.find_spec("envpool") is not None
 
 
+def warp_available() -> bool:
+    """MuJoCo Warp is installed (``mujoco_warp`` and ``warp``; found, not imported: imports are slow)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("warp", "mujoco_warp"))
+
+
 def resolve_backend(backend: str, device: torch.device | str = "cpu") -> str:
-    """``auto`` -> ``envpool`` when installed, else ``gymnasium`` (warp is never chosen yet)."""
+    """``auto`` -> ``warp`` on CUDA when installed, else ``envpool`` when installed, else ``gymnasium``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown MuJoCo backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "auto":
+        if torch.device(device).type == "cuda" and warp_available():
+            return "warp"
         return "envpool" if envpool_available() else "gymnasium"
     return backend
 
@@ -209,17 +221,24 @@ class EnvPoolMujoco:
 
 def make_mujoco_env(task: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
                     max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, backend: str = "auto",
-                    num_threads: int = 0):
-    """A MuJoCo v5 task on ``backend`` (auto | envpool | gymnasium | warp)."""
+                    num_threads: int = 0, **warp_options: Any):
+    """A MuJoCo v5 task on ``backend`` (auto | envpool | gymnasium | warp).
+
+    ``num_threads`` is envpool's (ignored elsewhere); ``warp_options`` (``graph``, ``nconmax``,
+    ``njmax``) go to :class:`~podracer_hpc.envs.mujoco_warp.WarpMujoco`.
+    """
     if task not in GYM_IDS:
         raise ValueError(f"unknown MuJoCo task {task!r}; known: {', '.join(GYM_IDS)}")
     b = resolve_backend(backend, device)
+    if warp_options and b != "warp":
+        raise TypeError(f"options {', '.join(warp_options)} are for backend 'warp', not {b!r}")
     if b == "envpool":
         return EnvPoolMujoco(task, num_envs, device, seed, max_episode_steps, dtype, num_threads=num_threads)
     if b == "gymnasium":
         return GymnasiumMujoco(task, num_envs, device, seed, max_episode_steps, dtype)
-    raise NotImplementedError("backend 'warp' (MuJoCo Warp on the GPU) is not implemented yet; "
-                              "use backend 'envpool' or 'gymnasium'")
+    from .mujoco_warp import WarpMujoco  # imports warp only when asked for (a clear error if missing)
+
+    return WarpMujoco(task, num_envs, device, seed, max_episode_steps, dtype, **warp_options)
 
 
 def _task(name: str) -> type:
@@ -233,7 +252,7 @@ def _task(name: str) -> type:
             return make_mujoco_env(name, num_envs, device, seed, max_episode_steps, dtype, **options)
 
     Task.__name__ = Task.__qualname__ = f"Mujoco_{name}"
-    Task.__doc__ = f"MuJoCo {GYM_IDS[name]} (options: backend, num_threads)."
+    Task.__doc__ = f"MuJoCo {GYM_IDS[name]} (options: backend, num_threads; warp: graph, nconmax, njmax)."
     return Task
 
 
