@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One prepared GPU check (5 steps of at most 60 s each: at most 5 minutes on one GPU): env throughput eager and
-# compiled (CUDA graphs), end-to-end PPO throughput, and a short Pendulum learning run, on
+# One prepared GPU check (at most about 8 minutes on one GPU): env throughput eager and
+# compiled (CUDA graphs), end-to-end PPO throughput, a short Pendulum learning run, MuJoCo Warp
+# (correctness of one step against MuJoCo C, env steps/s, PPO on it) and the stock-trading env, on
 # cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md with the date and
 # the device. Usage on the GPU machine, from the repo root:
 #   bash bench/gpu_check.sh            # uses python3 from PATH (torch with CUDA installed)
@@ -21,3 +22,28 @@ run $PY -m podracer_hpc.cli bench env --task cartpole --device cuda --num-envs 6
 run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.num_envs=4096 --set agent.num_minibatches=8 --seconds 10
 run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.num_envs=16384 --set agent.num_minibatches=16 --set agent.hidden_sizes=[256,256] --seconds 10
 run $PY -m podracer_hpc.cli train jobs/pendulum.yaml --set device=cuda --set env.num_envs=4096 --set agent.num_minibatches=16 --run-dir /tmp/gpu-pendulum --set log.progress_interval_s=5
+
+# MuJoCo Warp backend (env.mujoco.backend=warp) at scale on cuda:0. Needs warp-lang, mujoco-warp, mujoco (+ mujoco-core)
+# and gymnasium (only its v5 XML files are read) importable; the first step compiles and caches the CUDA kernels.
+STEP_TIMEOUT=90 run $PY - <<'PYEOF'
+import os, time, torch, mujoco, numpy as np
+from podracer_hpc.envs.mujoco_warp import WarpMujoco, load_model
+dev = os.environ.get("DEV", "cuda")
+for task in ("halfcheetah", "ant"):
+    t0 = time.perf_counter(); env = WarpMujoco(task, 256, dev, seed=0); torch.cuda.synchronize() if dev == "cuda" else None
+    build = time.perf_counter() - t0
+    q, qd = env._qpos[:8].double().cpu().numpy(), env._qvel[:8].double().cpu().numpy()
+    a = 2 * torch.rand(256, env.act_dim, device=dev) - 1
+    obs, rew, term, trunc, info = env.step(a)
+    m, err = load_model(task), 0.0
+    for i in range(8):  # the same step in MuJoCo C (float64) from the same state
+        d = mujoco.MjData(m); d.qpos[:] = q[i]; d.qvel[:] = qd[i]; d.ctrl[:] = a[i].cpu().numpy()
+        mujoco.mj_step(m, d, nstep=env.spec.frame_skip)
+        w, ref = torch.cat([env._qpos[i], env._qvel[i]]).double().cpu().numpy(), np.concatenate([d.qpos, d.qvel])
+        err = max(err, float(np.max(np.abs(w - ref) / (1 + np.abs(ref)))))
+    print(f"warp {task} on {dev}: build+compile {build:.1f} s, obs {tuple(obs.shape)} {obs.device}, "
+          f"one step vs MuJoCo C from the same state: max rel err {err:.1e} (CPU run: ~1e-5)", flush=True)
+PYEOF
+STEP_TIMEOUT=60 run $PY bench/mujoco_envs.py --backends warp --device cuda --tasks halfcheetah,ant --num-envs 4096 32768 --steps 100
+# PPO end to end on MuJoCo Warp (the pod's loop with physics on the GPU)
+STEP_TIMEOUT=60 run $PY -m podracer_hpc.cli bench train jobs/halfcheetah.yaml --set device=cuda --set env.mujoco.backend=warp --set env.num_envs=4096 --set agent.rollout_steps=16 --set agent.num_minibatches=8 --set agent.update_epochs=4 --seconds 20
