@@ -5,7 +5,7 @@
 
 Runs, one after the other, as subprocesses:
 
-- podracer: ``<.venv>/bin/podracer train jobs/pendulum.yaml --set eval.interval_env_steps=25000``;
+- podracer: ``<.venv>/bin/podracer train jobs/pendulum_fast.yaml --set eval.interval_env_steps=10000``;
 - RLlib: ``.venv-rllib/bin/python -m baselines.rllib.train jobs/rllib/pendulum.yaml`` (RLlib's own
   tuned Pendulum PPO), bounded by ``--rllib-steps`` env steps and ``--rllib-wall-s`` training
   seconds, evaluating every ``--rllib-eval-every`` env steps and stopping at the target.

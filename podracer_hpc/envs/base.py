@@ -84,6 +84,7 @@ class TorchVecEnv:
         self.t = torch.zeros(n, dtype=torch.int64, device=self.device)
         self.ep_return = torch.zeros(n, dtype=torch.float64, device=self.device)
         self._compiled_step = None
+        self._cuda_graphs = False
 
     # --- physics, implemented by subclasses -------------------------------------------
     def initial_state(self, u: torch.Tensor) -> torch.Tensor:
@@ -111,8 +112,12 @@ class TorchVecEnv:
 
     def step(self, action: torch.Tensor):
         if self._compiled_step is not None:
-            return self._apply(self._compiled_step(self.state, self.t, self.ep_return, self.rng.key,
-                                                   self.rng.counter, action))
+            out = self._compiled_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action)
+            if self._cuda_graphs:
+                # CUDA graphs (reduce-overhead) reuse their output buffers on the next replay: the
+                # env keeps its state across steps and the caller keeps obs/info, so copy them out.
+                out = tuple(x.clone() for x in out)
+            return self._apply(out)
         next_state, reward, terminated = self.dynamics(self.state, action)
         t = self.t + 1
         if self.device.type == "cpu":
@@ -159,7 +164,15 @@ class TorchVecEnv:
 
     def compile(self, mode: str | None = None) -> "TorchVecEnv":
         """Compile ``pure_step`` with torch.compile (on CUDA, mode="reduce-overhead" adds CUDA graphs)."""
-        self._compiled_step = torch.compile(self.pure_step, mode=mode, fullgraph=True, dynamic=False)
+        compiled = torch.compile(self.pure_step, mode=mode, fullgraph=True, dynamic=False)
+        self._cuda_graphs = self.device.type == "cuda" and mode in ("reduce-overhead", "max-autotune")
+
+        def step(*args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            if self._cuda_graphs:
+                torch.compiler.cudagraph_mark_step_begin()  # the previous replay's outputs are ours now
+            return compiled(*args)
+
+        self._compiled_step = step
         return self
 
     def state_dict(self) -> dict[str, torch.Tensor]:
