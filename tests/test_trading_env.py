@@ -313,6 +313,52 @@ def test_branch_free_path_equals_the_cpu_path():
         assert torch.equal(a.state, b.state) and torch.equal(a.rng.counter, b.rng.counter)
 
 
+def _compiled_equals_eager(device: str, mode: str | None) -> None:
+    md = random_market(8, T=50, S=4)
+    acts = torch.tensor(np.random.default_rng(4).uniform(-1, 1, (14, 16, 4)), dtype=torch.float32)
+    kw = dict(seed=3, max_episode_steps=5, turbulence_window=10, warmup_bars=0, data=md)
+    a = StockTradingEnv(16, device, **kw)
+    b = StockTradingEnv(16, device, **kw).compile(mode=mode)
+    a.reset(), b.reset()
+    for act in acts.to(device):
+        ra, rb = a.step(act), b.step(act)
+        for x, y in zip(ra[:4], rb[:4]):
+            assert torch.equal(x, y)
+        for k in ra[4]:
+            assert torch.equal(ra[4][k], rb[4][k]), k
+        assert torch.equal(a.state, b.state) and torch.equal(a.rng.counter, b.rng.counter)
+
+
+def test_compiled_step_equals_eager_on_cpu():
+    """env.compile() traces pure_step whole (fullgraph): the eager step writes into views of one
+    buffer with out=, which torch.compile refuses, so the traced path builds them by concatenation."""
+    _compiled_equals_eager("cpu", None)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_cuda_graphs_equal_eager():
+    _compiled_equals_eager("cuda", "reduce-overhead")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_step_equals_the_cpu_step():
+    """On a GPU the env takes the branch-free path; it trades, resets and observes as on the CPU."""
+    md = random_market(7, T=60, S=5)
+    acts = torch.tensor(np.random.default_rng(3).uniform(-1, 1, (40, 64, 5)))
+    a = make(md, 64, seed=5, max_episode_steps=7, cost=0.002, max_shares=50)
+    b = StockTradingEnv(64, "cuda", seed=5, dtype=torch.float64, data=md, warmup_bars=0, turbulence_window=10,
+                        max_episode_steps=7, cost=0.002, max_shares=50)
+    oa, ob = a.reset(), b.reset()
+    torch.testing.assert_close(ob.cpu(), oa, rtol=1e-12, atol=1e-12)
+    for act in acts:
+        ra, rb = a.step(act), b.step(act.cuda())
+        for x, y in zip(ra[:4], rb[:4]):
+            torch.testing.assert_close(y.cpu(), x, rtol=1e-12, atol=1e-9)
+        assert torch.equal(rb[4]["done"].cpu(), ra[4]["done"])
+        assert torch.equal(b.day(b.state).cpu(), a.day(a.state)) and torch.equal(b.holdings(b.state).cpu(), a.holdings(a.state))
+        torch.testing.assert_close(b.cash(b.state).cpu(), a.cash(a.state), rtol=1e-12, atol=1e-6)
+
+
 def op_counts(env, action):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         env.step(action)

@@ -339,10 +339,14 @@ class StockTradingEnv(TorchVecEnv):
         p1 = close.index_select(0, day + 1)
         sell, buy, sold = self._orders(state, action, p)
         new_cash = cash + sold * (1.0 - self.cost) - torch.linalg.vecdot(buy, p) * (1.0 + self.cost)
-        next_state = torch.empty_like(state)
-        new_hold = torch.add(hold, buy.sub_(sell), out=next_state[:, 1:1 + S])
-        next_state[:, 0] = new_cash
-        next_state[:, 1 + S] = day_f + 1.0
+        if torch.compiler.is_compiling():  # torch.compile refuses out= into a strided view
+            new_hold = hold + buy.sub_(sell)
+            next_state = torch.cat([new_cash[:, None], new_hold, (day_f + 1.0)[:, None]], 1)
+        else:  # eager: written in place, one allocation
+            next_state = torch.empty_like(state)
+            new_hold = torch.add(hold, buy.sub_(sell), out=next_state[:, 1:1 + S])
+            next_state[:, 0] = new_cash
+            next_state[:, 1 + S] = day_f + 1.0
         v0 = cash + torch.linalg.vecdot(hold, p)
         v1 = new_cash + torch.linalg.vecdot(new_hold, p1)
         reward = (v1 - v0) * self.reward_scale
@@ -358,11 +362,14 @@ class StockTradingEnv(TorchVecEnv):
         day = state[:, 1 + S].long()
         if p is None:
             p = self.market.close.index_select(0, day)
-        obs = torch.empty(state.shape[0], self.obs_dim, dtype=self.obs_dtype, device=state.device)
         inv = 1.0 / self.initial_cash
+        mo = self.market.market_obs
+        if torch.compiler.is_compiling():  # no out= into a strided view under torch.compile
+            return torch.cat([(state[:, :1] * inv).to(self.obs_dtype), (state[:, 1:1 + S] * p * inv).to(self.obs_dtype),
+                              mo.index_select(0, day).to(self.obs_dtype)], 1)
+        obs = torch.empty(state.shape[0], self.obs_dim, dtype=self.obs_dtype, device=state.device)
         obs[:, 0] = state[:, 0] * inv
         obs[:, 1:1 + S] = torch.mul(state[:, 1:1 + S], p).mul_(inv)
-        mo = self.market.market_obs
         if mo.dtype == self.obs_dtype:
             torch.index_select(mo, 0, day, out=obs[:, 1 + S:])
         else:
