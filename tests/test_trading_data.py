@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from podracer_hpc.trading import DataError, from_arrays, load_market, synthetic_market
+from podracer_hpc.trading import DataError, from_arrays, load_market, synthetic_history, synthetic_market
 from podracer_hpc.trading.data import parse_time
 
 HEADER = "date,ticker,open,high,low,close,volume\n"
@@ -234,3 +234,27 @@ def test_synthetic_market_structure(structure, sign):
     assert none.meta["predictable"] == {} and abs(lag1_autocorr_of_residuals(none).mean()) < 0.05
     with pytest.raises(ValueError, match="structure"):
         synthetic_market(structure="trend")
+
+
+def test_synthetic_history_joins_independent_markets():
+    seeds = [11, 12, 13]
+    h = synthetic_history(seeds, num_stocks=4, days_per_market=300, structure="momentum", predictable_fraction=1.0,
+                          price_band=(20.0, 60.0))
+    assert h.num_days == 900 and h.tickers == synthetic_market(4, 300, seed=11).tickers
+    assert h.meta["segments"] == [0, 300, 600] and h.meta["seeds"] == seeds
+    assert np.is_busday(h.dates.astype("datetime64[D]")).all() and (np.diff(h.dates) > np.timedelta64(0)).all()
+    c = h.close.numpy()
+    for k, sd in enumerate(seeds):
+        m = synthetic_market(4, 300, seed=sd, structure="momentum", predictable_fraction=1.0)
+        seg = slice(300 * k, 300 * (k + 1))
+        # each market's own returns and candles (prices scaled per stock), volumes unchanged
+        scale = c[300 * k] / m.close.numpy()[0]
+        for f in ("open", "high", "low", "close"):
+            np.testing.assert_allclose(getattr(h, f).numpy()[seg], getattr(m, f).numpy() * scale, rtol=1e-12)
+        assert torch.equal(h.volume[seg], m.volume)
+        if k:  # the join: the last close, brought into the band, is the next market's first close
+            np.testing.assert_allclose(c[300 * k], np.clip(c[300 * k - 1], 20.0, 60.0), rtol=1e-12)
+    assert all(len(v) == 3 and all(p == 0.25 for p in v) for v in h.meta["predictable"].values())
+    assert torch.equal(synthetic_history(seeds, 4, 300).close, synthetic_history(seeds, 4, 300).close)
+    with pytest.raises(ValueError, match="seed"):
+        synthetic_history([])

@@ -6,7 +6,7 @@
 from .. import envs as _envs  # noqa: F401  isort: skip
 from .data import DataError, MarketData, from_arrays, load_market
 from .env import CONFIG_KEYS, Market, StockTradingEnv, env_options, get_market
-from .synthetic import synthetic_market
+from .synthetic import synthetic_history, synthetic_market
 
 __all__ = ["DataError", "MarketData", "from_arrays", "load_market", "CONFIG_KEYS", "Market", "StockTradingEnv",
-           "env_options", "get_market", "synthetic_market"]
+           "env_options", "get_market", "synthetic_history", "synthetic_market"]

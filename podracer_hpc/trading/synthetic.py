@@ -12,12 +12,18 @@ Daily bars of ``num_stocks`` assets on business days, from a regime-switching fa
   ``-predictability`` (``mean_reversion``), either sign by asset (``mixed``), or none
   (``none``). Which assets and which sign are in ``meta["predictable"]``.
 
+``synthetic_history(seeds, ...)`` joins independent draws of the market (one per seed) end to end:
+a long training history in which no single path, stock or price level repeats, so that a policy
+trained on it has to learn the structure rather than the path (``bench/trading_edge.py``).
+
 Open, high, low and volume are derived from the closes (an overnight gap, an intraday range,
 volume growing with the absolute return) so that every indicator has sensible input. The same
 arguments always give the same market (numpy's PCG64 from ``seed``).
 """
 
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -129,4 +135,57 @@ def synthetic_market(
     )
 
 
-__all__ = ["synthetic_market", "STRUCTURES"]
+def synthetic_history(
+    seeds: Sequence[int],
+    num_stocks: int = 30,
+    days_per_market: int = 1512,
+    structure: str = "momentum",
+    price_band: tuple[float, float] = (10.0, 300.0),
+    start_date: str = "2010-01-04",
+    **market_kwargs: Any,
+) -> MarketData:
+    """Independent synthetic markets (``synthetic_market(num_stocks, days_per_market, seed, structure,
+    **market_kwargs)`` for each seed) joined end to end on one business-day calendar.
+
+    At each join every stock's prices (open, high, low, close) of the next market are scaled so
+    that its first close equals the previous market's last close clipped into ``price_band``:
+    the price path continues without a jump unless it had left the band (a stock near zero or
+    far above its start is brought back in one bar), so that share-based orders keep their size
+    over a long history. Returns inside each market are those of the market drawn alone.
+    ``meta["segments"]`` holds the first row of each market and ``meta["seeds"]`` the seeds.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("synthetic_history needs at least one seed")
+    lo, hi = (float(x) for x in price_band)
+    if not 0 < lo <= hi:
+        raise ValueError(f"price_band must be 0 < low <= high, got {price_band}")
+    parts: dict[str, list[np.ndarray]] = {f: [] for f in ("open", "high", "low", "close", "volume")}
+    last = None
+    predictable: dict[str, list[float]] = {}
+    for sd in seeds:
+        m = synthetic_market(num_stocks, days_per_market, sd, structure, **market_kwargs)
+        c = m.close.numpy()
+        scale = np.ones(c.shape[1]) if last is None else np.clip(last, lo, hi) / c[0]
+        for f in ("open", "high", "low", "close"):
+            parts[f].append(getattr(m, f).numpy() * scale)
+        parts["volume"].append(m.volume.numpy())
+        last = parts["close"][-1][-1]
+        for tic, phi in m.meta["predictable"].items():
+            predictable.setdefault(tic, []).append(phi)
+    T = len(seeds) * int(days_per_market)
+    dates = np.busday_offset(np.datetime64(start_date, "D"), np.arange(T), roll="forward")
+    t = lambda f: torch.from_numpy(np.ascontiguousarray(np.concatenate(parts[f]), dtype=np.float64))  # noqa: E731
+    return MarketData(
+        dates=dates.astype("datetime64[s]"),
+        tickers=[f"SYN{i:03d}" for i in range(num_stocks)],
+        open=t("open"), high=t("high"), low=t("low"), close=t("close"), volume=t("volume"),
+        valid=torch.ones(T, num_stocks, dtype=torch.bool),
+        notes=[f"synthetic history: {len(seeds)} markets (seeds {seeds[0]}..{seeds[-1]}) of {days_per_market} days, "
+               f"{num_stocks} stocks, structure {structure}"],
+        meta={"source": "synthetic_history", "seeds": seeds, "structure": structure,
+              "segments": [i * int(days_per_market) for i in range(len(seeds))], "predictable": predictable},
+    )
+
+
+__all__ = ["synthetic_market", "synthetic_history", "STRUCTURES"]
