@@ -2,7 +2,7 @@
 
     python bench/trading.py                         # 30 stocks, 256 / 4,096 / 16,384 envs, 1 and all threads
     python bench/trading.py --num-envs 4096 --threads 1 --seconds 5
-    python bench/trading.py --device cuda           # on a GPU machine
+    python bench/trading.py --device cuda --num-envs 4096 65536 --compile reduce-overhead   # on a GPU machine
 
 Random actions in [-1, 1] (pre-drawn), the default synthetic market (1,512 days), episodes of
 252 steps with random starts, so restarts happen on most steps (the real training case). The
@@ -31,9 +31,9 @@ from podracer_hpc.trading.env import StockTradingEnv, get_market  # noqa: E402
 TARGET = 1_000_000
 
 
-def rate(step, per_call: int, seconds: float, sync=lambda: None) -> tuple[float, float]:
+def rate(step, per_call: int, seconds: float, sync=lambda: None, warmup: int = 3) -> tuple[float, float]:
     """(steps per wall second, steps per CPU second of this process) after a warm-up."""
-    for _ in range(3):
+    for _ in range(warmup):
         step()
     sync()
     n, t0, c0 = 0, time.perf_counter(), time.process_time()
@@ -103,6 +103,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=None, help="torch CPU threads to try (default: 1 and all cores)")
     ap.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--compile", default=None, metavar="MODE",
+                    help="also measure the torch.compile'd step (default | reduce-overhead: CUDA graphs on a GPU)")
     ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
@@ -114,18 +116,23 @@ def main(argv=None) -> int:
     for th in threads:
         torch.set_num_threads(th)
         for n in args.num_envs:
-            env = StockTradingEnv(n, dev, seed=0, synthetic_stocks=args.stocks)
-            env.reset()
-            g = torch.Generator().manual_seed(0)
-            acts = [(torch.rand(n, args.stocks, generator=g) * 2 - 1).to(dev) for _ in range(16)]
-            i = [0]
+            for variant in ["eager"] + (["compiled"] if args.compile else []):
+                env = StockTradingEnv(n, dev, seed=0, synthetic_stocks=args.stocks)
+                if variant == "compiled":
+                    env.compile(mode=args.compile)
+                env.reset()
+                g = torch.Generator().manual_seed(0)
+                acts = [(torch.rand(n, args.stocks, generator=g) * 2 - 1).to(dev) for _ in range(16)]
+                i = [0]
 
-            def step():
-                env.step(acts[i[0] % 16])
-                i[0] += 1
+                def step():
+                    env.step(acts[i[0] % 16])
+                    i[0] += 1
 
-            r, rc = rate(step, n, args.seconds, sync)
-            rows.append({"num_envs": n, "threads": th, "steps_per_s": r, "steps_per_cpu_s": rc})
+                # the compiled step records its graphs (CUDA graphs) in the first calls: warm up longer
+                r, rc = rate(step, n, args.seconds, sync, warmup=3 if variant == "eager" else 20)
+                rows.append({"num_envs": n, "threads": th, "variant": variant, "steps_per_s": r,
+                             "steps_per_cpu_s": rc})
     torch.set_num_threads(threads[0])
     peer = None if args.no_peer else peer_rate(args.seconds)
     lines = [f"stock_trading env steps/s, {args.stocks} stocks, on {dev} "
@@ -135,7 +142,7 @@ def main(argv=None) -> int:
         lines.append(f"{'per-account numpy, loop over stocks':<36}{1:>8}{16:>10}{peer:>14,.0f}{'':>14}{1.0:>8.1f}")
     for r in rows:
         ratio = f"{r['steps_per_s'] / peer:.0f}" if peer else "-"
-        lines.append(f"{'podracer torch (batched)':<36}{r['threads']:>8}{r['num_envs']:>10}{r['steps_per_s']:>14,.0f}"
+        lines.append(f"{'podracer torch (batched, ' + r['variant'] + ')':<36}{r['threads']:>8}{r['num_envs']:>10}{r['steps_per_s']:>14,.0f}"
                      f"{r['steps_per_cpu_s']:>14,.0f}{ratio:>8}")
     at = [r for r in rows if r["num_envs"] == 4096]
     best4096 = max((r["steps_per_s"] for r in at), default=None)
