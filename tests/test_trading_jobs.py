@@ -12,7 +12,7 @@ from podracer_hpc.config import load_config
 from podracer_hpc.trading.env import CONFIG_KEYS
 
 REPO = Path(__file__).resolve().parent.parent
-JOBS = ["jobs/trading_quickstart.yaml", "jobs/trading_paper.yaml"]
+JOBS = ["jobs/trading_quickstart.yaml", "jobs/trading_paper.yaml", "jobs/trading_edge.yaml"]
 KNOWN = {k for k, *_ in CONFIG_KEYS}
 
 
