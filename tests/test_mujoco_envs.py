@@ -9,6 +9,8 @@ import torch
 from podracer_hpc.envs import TASKS, make_env
 from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
 
+from helpers import assert_mujoco_contract
+
 HAVE_MUJOCO = importlib.util.find_spec("mujoco") is not None
 HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
 
@@ -47,18 +49,7 @@ def test_shapes_dtypes_device(task, backend):
     N = 3
     env = make_env(task, N, "cpu", seed=0, backend=backend)
     assert env.backend == backend
-    obs_dim, act_dim = DIMS[task]
-    assert (env.obs_dim, env.act_dim, env.discrete, env.max_episode_steps) == (obs_dim, act_dim, False, 1000)
-    assert env.action_low == pytest.approx(-0.4 if task == "humanoid" else -1.0) == -env.action_high
-    obs = env.reset(0)
-    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32 and obs.device == torch.device("cpu")
-    obs, rew, term, trunc, info = env.step(torch.zeros(N, act_dim))
-    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32
-    assert rew.shape == (N,) and rew.dtype == torch.float32
-    assert term.dtype == trunc.dtype == info["done"].dtype == torch.bool and term.shape == (N,)
-    assert info["final_obs"].shape == (N, obs_dim)
-    assert info["episode_return"].dtype == torch.float64 and info["episode_length"].dtype == torch.int64
-    assert torch.isfinite(obs).all() and torch.isfinite(rew).all()
+    assert_mujoco_contract(env, task, N, *DIMS[task])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -27,6 +27,8 @@ import torch
 from podracer_hpc.envs import make_env
 from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
 
+from helpers import assert_mujoco_contract
+
 HAVE_WARP = all(importlib.util.find_spec(m) is not None for m in ("warp", "mujoco_warp", "mujoco", "gymnasium"))
 needs_warp = pytest.mark.skipif(
     not HAVE_WARP, reason="MuJoCo Warp not installed: pip install 'podracer-hpc[warp]' "
@@ -71,20 +73,9 @@ def test_shapes_dtypes_device_zero_copy(task):
     N = 3
     env = make_env(task, N, "cpu", seed=0, backend="warp")
     assert env.backend == "warp" and env.gym_id == GYM_IDS[task]
-    obs_dim, act_dim = DIMS[task]
-    assert (env.obs_dim, env.act_dim, env.discrete, env.max_episode_steps) == (obs_dim, act_dim, False, 1000)
-    assert env.action_low == pytest.approx(-0.4 if task == "humanoid" else -1.0) == -env.action_high
     # the torch views are the simulator's memory (zero-copy)
     assert env._qpos.data_ptr() == env.d.qpos.ptr and env._ctrl.data_ptr() == env.d.ctrl.ptr
-    obs = env.reset(0)
-    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32 and obs.device == torch.device("cpu")
-    obs, rew, term, trunc, info = env.step(torch.zeros(N, act_dim))
-    assert obs.shape == (N, obs_dim) and obs.dtype == torch.float32
-    assert rew.shape == (N,) and rew.dtype == torch.float32
-    assert term.dtype == trunc.dtype == info["done"].dtype == torch.bool and term.shape == (N,)
-    assert info["final_obs"].shape == (N, obs_dim)
-    assert info["episode_return"].dtype == torch.float64 and info["episode_length"].dtype == torch.int64
-    assert torch.isfinite(obs).all() and torch.isfinite(rew).all()
+    assert_mujoco_contract(env, task, N, *DIMS[task])
 
 
 def _gym_pair(task, seeds):
