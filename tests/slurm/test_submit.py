@@ -92,16 +92,24 @@ def test_array_tasks_join_the_shared_leaderboard(slurm_cluster, tmp_path):
 
 
 def test_preempted_tournament_requeues_and_loses_nothing(slurm_cluster, tmp_path):
-    run = tmp_path / "run"
     budget = ["--set", "total_env_steps=245760", "--set", "tournament.interval_env_steps=40960",
               "--set", "eval.interval_env_steps=40960", "--set", "log.checkpoint_interval_s=1000", *SHORT]
-    proc, job = start(slurm_cluster, "--nodes", "2", "--tasks-per-node", "2", "--time", "5",
-                      "--run-dir", str(run), *budget, out=tmp_path / "submit.out")
-    try:
+    for attempt in (1, 2):
+        run = tmp_path / f"run{attempt}"
+        proc, job = start(slurm_cluster, "--nodes", "2", "--tasks-per-node", "2", "--time", "5",
+                          "--run-dir", str(run), *budget, out=tmp_path / "submit.out")
         end = time.monotonic() + 150
         while rounds_logged(run) < 2 and time.monotonic() < end and proc.poll() is None:
             time.sleep(0.5)
-        assert rounds_logged(run) >= 2, (tmp_path / "submit.out").read_text()
+        out = (tmp_path / "submit.out").read_text()
+        # The local cluster's 4 logical nodes are one host: MPICH's set-up can fail in MPI_Init
+        # there (docs/local-slurm.md, "Known artifact"; seen in CI on 2026-11-30), which a real
+        # cluster's separate hosts cannot. Only that failure, before any round, is retried once.
+        if attempt == 1 and proc.poll() is not None and rounds_logged(run) == 0 and "MPI_Init" in out:
+            continue
+        break
+    try:
+        assert rounds_logged(run) >= 2, out
         slurm_cluster.run("scancel", "--signal=USR2", job)  # Slurm's warning, as before a preemption
         proc.wait(timeout=240)
     finally:
