@@ -25,13 +25,9 @@ setup: $(BIN)/.installed
 quickstart: setup
 	$(BIN)/mpiexec -n $(PODS) $(BIN)/podracer train $(JOB)
 
-## test: set up, then run the whole test suite (unit, MPI under a real mpiexec, the Slurm tier).
-## The preemption test runs in a second pytest on a fresh local cluster: after the tier's other
-## jobs its 4-rank job fails in MPI_Init on this one-host cluster (docs/local-slurm.md).
-ISOLATED := tests/slurm/test_submit.py::test_preempted_tournament_requeues_and_loses_nothing
+## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
 test: setup
-	$(BIN)/python -m pytest -q --deselect $(ISOLATED) $(PYTEST_ARGS)
-	$(if $(PYTEST_ARGS),,$(BIN)/python -m pytest -q $(ISOLATED))
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup
