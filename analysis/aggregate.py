@@ -185,8 +185,12 @@ def read_csv(path: str | Path) -> Table:
     cols: dict[str, Any] = {}
     for i, k in enumerate(names):
         vals = [row[i] for row in data]
-        cols[k] = _parse_column(vals)
+        # a git revision such as 34425e4 would parse as the float 344250000.0
+        cols[k] = np.array(vals, dtype=object) if k in TEXT_COLUMNS else _parse_column(vals)
     return Table(cols)
+
+
+TEXT_COLUMNS = frozenset({"git_revision"})
 
 
 def _parse_column(vals: list[str]) -> np.ndarray:
