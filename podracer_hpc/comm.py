@@ -23,7 +23,7 @@ import pickle
 import warnings
 from typing import Any, Callable
 
-__all__ = ["Comm", "get_comm", "launcher_env"]
+__all__ = ["Comm", "get_comm", "launcher_env", "slurm_pmi2_netmod"]
 
 # Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
 _LAUNCHER_VARS: tuple[tuple[str, str | None], ...] = (
@@ -61,8 +61,31 @@ def _int_or_none(s: str | None) -> int | None:
         return None
 
 
+def slurm_pmi2_netmod(environ: dict[str, str] | None = None) -> str | None:
+    """Under Slurm's pmi2 plugin, make MPICH use its OFI netmod (unless the user chose one).
+
+    Slurm's ``mpi/pmi2`` server reads a PMI-1 request with one ``read()`` of at most 1024 bytes
+    (Slurm 22.05 and later: "TODO: read until newline"). MPICH 4-5 (the PyPI ``mpich`` wheel)
+    speaks PMI-1 and sends its UCX business cards in segments of up to 1024 value characters,
+    so a ``cmd=put ... value=...`` line can be longer than one read: Slurm then parses the tail as
+    a new request ("mpi/pmi2: invalid client request") and ``MPI_Init`` fails with "Destination
+    is unreachable" or hangs. Whether a line overflows depends on how well the address bytes
+    compress, so it failed some starts and not others. The OFI netmod's addresses are a few
+    dozen bytes: one short put, no overflow. Only MPICH reads the variable; an explicit
+    ``MPIR_CVAR_CH4_NETMOD`` (e.g. ``ucx`` on a site whose Slurm reads whole lines) is kept.
+
+    Returns the value set, or None when nothing was changed.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("SLURM_MPI_TYPE", "").lower() != "pmi2" or env.get("MPIR_CVAR_CH4_NETMOD"):
+        return None
+    env["MPIR_CVAR_CH4_NETMOD"] = "ofi"
+    return "ofi"
+
+
 def _import_mpi() -> Any:
     """Import (and thereby initialize) mpi4py.MPI. Separate so tests can simulate failures."""
+    slurm_pmi2_netmod()
     from mpi4py import MPI  # noqa: PLC0415  (lazy on purpose)
 
     return MPI

@@ -24,6 +24,9 @@
 # srun --mpi=<this>. pmix: the site's Open MPI / HPC-X (and conda's openmpi=*=external_*);
 # pmi2: the PyPI mpich wheel (`pip install mpich`, this repo's .venv; also MPICH/MVAPICH).
 # `srun --mpi=list` shows what this Slurm offers.
+# With pmi2 each rank sets MPIR_CVAR_CH4_NETMOD=ofi unless it is set here or in the submitting
+# shell: Slurm's pmi2 server cuts PMI-1 lines over 1024 bytes, and MPICH's UCX addresses make
+# such lines (docs/local-slurm.md, "Solved"). Only MPICH reads it.
 : "${PODRACER_MPI:=pmix}"
 # Where run directories (checkpoints, HDF5 logs, leaderboards) go: a shared parallel filesystem
 # (Lustre/GPFS scratch) that every node sees, not a node-local disk.

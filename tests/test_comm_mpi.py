@@ -168,3 +168,20 @@ def test_world_of_one_bcast_root() -> None:
     with pytest.raises(ValueError):
         c.bcast(1, root=1)
     assert "world-of-one" in repr(c)
+
+
+@pytest.mark.parametrize(
+    "env, expected, netmod",
+    [
+        ({"SLURM_MPI_TYPE": "pmi2"}, "ofi", "ofi"),  # srun --mpi=pmi2: MPICH's short OFI addresses
+        ({"SLURM_MPI_TYPE": "pmi2", "MPIR_CVAR_CH4_NETMOD": "ucx"}, None, "ucx"),  # the user's choice stays
+        ({"SLURM_MPI_TYPE": "pmix"}, None, None),  # PMIx reads whole messages
+        ({"PMI_RANK": "0", "PMI_FD": "5"}, None, None),  # mpiexec (hydra) outside Slurm
+    ],
+)
+def test_slurm_pmi2_netmod(env: dict, expected: str | None, netmod: str | None) -> None:
+    from podracer_hpc.comm import slurm_pmi2_netmod
+
+    env = dict(env)
+    assert slurm_pmi2_netmod(env) == expected
+    assert env.get("MPIR_CVAR_CH4_NETMOD") == netmod

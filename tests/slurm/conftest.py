@@ -88,6 +88,17 @@ class SlurmCluster:
         raise AssertionError(f"job {job_id} not finished after {timeout}s; sacct says {last}; "
                              f"squeue:\n{squeue.stdout}{squeue.stderr}\nlogs: {self.dir / 'log'}")
 
+    def job_report(self, job_id: str) -> str:
+        """Everything Slurm says about a job (sacct's steps, scontrol, slurmctld's lines): for messages."""
+        sacct = self.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,Reason,NodeList",
+                         check=False).stdout
+        scontrol = self.run("scontrol", "show", "job", job_id, check=False).stdout
+        ctld = self.dir / "log" / "slurmctld.log"
+        lines = [ln for ln in ctld.read_text(errors="replace").splitlines()
+                 if f"JobId={job_id} " in ln or f"job_id={job_id} " in ln or f"StepId={job_id}." in ln] \
+            if ctld.exists() else []
+        return f"sacct:\n{sacct}scontrol:\n{scontrol}slurmctld.log:\n" + "\n".join(lines[-20:])
+
     def wait_squeue_state(self, job_id: str, state: str, timeout: float = 60) -> None:
         end = time.monotonic() + timeout
         seen = ""
