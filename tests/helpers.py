@@ -29,3 +29,49 @@ def assert_mujoco_contract(env, task: str, n: int, obs_dim: int, act_dim: int) -
     assert info["final_obs"].shape == (n, obs_dim)
     assert info["episode_return"].dtype == torch.float64 and info["episode_length"].dtype == torch.int64
     assert torch.isfinite(obs).all() and torch.isfinite(rew).all()
+
+
+HOPPER_START = [1.25] + [0.0] * 10  # hopper's init qpos[1:] and qvel; reset noise is +-0.005
+
+
+def random_actions(n: int, num_envs: int, act_dim: int, seed: int = 0, scale: float = 1.0) -> list:
+    """``n`` uniform random action batches in [-scale, scale], from a seeded torch Generator."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [scale * (2 * torch.rand(num_envs, act_dim, generator=g) - 1) for _ in range(n)]
+
+
+def assert_hopper_autoreset(env, n: int, steps: int, limit: int, rtol: float) -> None:
+    """Hopper under random large actions: episodes end by falling (terminated) or by the step limit
+    (truncated), each finished row restarts in the same step (obs is a start state, final_obs the
+    episode's last state) and the episode statistics match what the test summed itself."""
+    import torch
+
+    env.reset(1)
+    ret = torch.zeros(n, dtype=torch.float64)
+    length = torch.zeros(n, dtype=torch.int64)
+    n_term = n_trunc = 0
+    for a in random_actions(steps, n, 3, seed=2):
+        obs, rew, term, trunc, info = env.step(a)
+        done, final = info["done"], info["final_obs"]
+        ret += rew.double()
+        length += 1
+        assert not (term & trunc).any() and torch.equal(done, term | trunc)
+        assert torch.equal(final[~done], obs[~done])  # unfinished rows: final_obs is the obs
+        start = torch.as_tensor(HOPPER_START, dtype=torch.float32).expand_as(obs[done])
+        assert torch.allclose(obs[done], start, atol=0.0051)  # restarted: gymnasium's start noise
+        for i in torch.nonzero(done).flatten().tolist():
+            assert not torch.allclose(final[i], obs[i])  # the last state, not the new start
+        for i in torch.nonzero(term).flatten().tolist():  # a terminal state is unhealthy
+            z, angle, rest = final[i, 0].item(), final[i, 1].item(), final[i, 1:]
+            assert z <= 0.7 or abs(angle) >= 0.2 or rest.abs().max() >= 100, final[i]
+            assert length[i] <= limit
+        assert (length[trunc] == limit).all()
+        assert torch.equal(info["episode_length"][done], length[done])
+        assert torch.allclose(info["episode_return"][done], ret[done], rtol=rtol)
+        n_term += int(term.sum())
+        n_trunc += int(trunc.sum())
+        ret[done] = 0
+        length[done] = 0
+    assert n_term > 0 and n_trunc > 0, (n_term, n_trunc)

@@ -9,7 +9,7 @@ import torch
 from podracer_hpc.envs import TASKS, make_env
 from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
 
-from helpers import assert_mujoco_contract
+from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
 
 HAVE_MUJOCO = importlib.util.find_spec("mujoco") is not None
 HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
@@ -20,7 +20,6 @@ needs_envpool = pytest.mark.skipif(
                              "x86_64 Linux, not for every platform)")
 BACKENDS = [pytest.param("envpool", marks=needs_envpool), "gymnasium"]
 DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
-HOPPER_START = np.array([1.25] + [0.0] * 10)  # init qpos[1:] and qvel; reset noise is +-0.005
 
 
 def rollout(env, actions):
@@ -28,11 +27,6 @@ def rollout(env, actions):
     for a in actions:
         out.append(env.step(a))
     return out
-
-
-def random_actions(n, N, act_dim, seed=0, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return [scale * (2 * torch.rand(N, act_dim, generator=g) - 1) for _ in range(n)]
 
 
 def test_registry_and_backend_choice():
@@ -55,38 +49,8 @@ def test_shapes_dtypes_device(task, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reset_semantics_hopper(backend):
     """Random large actions: hopper falls (terminated) or hits the 40-step limit (truncated)."""
-    N, T, limit = 16, 120, 40
-    env = make_env("hopper", N, "cpu", seed=1, max_episode_steps=limit, backend=backend)
-    prev = env.reset(1)
-    ret = torch.zeros(N, dtype=torch.float64)
-    length = torch.zeros(N, dtype=torch.int64)
-    n_term = n_trunc = 0
-    for a in random_actions(T, N, 3, seed=2):
-        obs, rew, term, trunc, info = env.step(a)
-        done, final = info["done"], info["final_obs"]
-        ret += rew.double()
-        length += 1
-        assert not (term & trunc).any()
-        assert torch.equal(done, term | trunc)
-        assert torch.equal(final[~done], obs[~done])  # unfinished rows: final_obs is the obs
-        # finished rows: obs is a fresh start state, final_obs the last state of the episode
-        assert torch.allclose(obs[done], torch.as_tensor(HOPPER_START, dtype=torch.float32).expand_as(obs[done]),
-                              atol=0.0051)
-        assert not torch.allclose(final[done], obs[done]) if done.any() else True
-        for i in torch.nonzero(term).flatten().tolist():  # a terminal state is unhealthy
-            z, angle, rest = final[i, 0].item(), final[i, 1].item(), final[i, 1:]
-            assert z <= 0.7 or abs(angle) >= 0.2 or rest.abs().max() >= 100, final[i]
-            assert length[i] <= limit
-        assert (length[trunc] == limit).all()
-        assert torch.equal(info["episode_length"][done], length[done])
-        assert torch.allclose(info["episode_return"][done], ret[done], rtol=1e-5)
-        n_term += int(term.sum())
-        n_trunc += int(trunc.sum())
-        ret[done] = 0
-        length[done] = 0
-        prev = obs
-    assert n_term > 0 and n_trunc > 0, (n_term, n_trunc)
-    del prev
+    env = make_env("hopper", 16, "cpu", seed=1, max_episode_steps=40, backend=backend)
+    assert_hopper_autoreset(env, 16, steps=120, limit=40, rtol=1e-5)
 
 
 @needs_envpool

@@ -27,25 +27,19 @@ import torch
 from podracer_hpc.envs import make_env
 from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
 
-from helpers import assert_mujoco_contract
+from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
 
 HAVE_WARP = all(importlib.util.find_spec(m) is not None for m in ("warp", "mujoco_warp", "mujoco", "gymnasium"))
 needs_warp = pytest.mark.skipif(
     not HAVE_WARP, reason="MuJoCo Warp not installed: pip install 'podracer-hpc[warp]' "
                           "(warp-lang==1.19.0 mujoco-warp==4.0.0, with mujoco and gymnasium)")
 DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
-HOPPER_START = np.array([1.25] + [0.0] * 10)  # init qpos[1:] and qvel; reset noise is +-0.005
 OBS_TOL, REWARD_TOL = 1e-4, 1e-5  # one step from identical states (measured: 8e-6, 1e-6)
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(one_torch_thread):
     yield
-
-
-def random_actions(n, N, act_dim, seed=0, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return [scale * (2 * torch.rand(N, act_dim, generator=g) - 1) for _ in range(n)]
 
 
 def test_auto_backend_and_missing_install(monkeypatch):
@@ -124,33 +118,8 @@ def test_matches_gymnasium_from_the_same_state(task, steps):
 @needs_warp
 def test_same_step_autoreset_hopper():
     """Random large actions: hopper falls (terminated) or hits the 15-step limit (truncated)."""
-    N, T, limit = 8, 45, 15
-    env = make_env("hopper", N, "cpu", seed=1, max_episode_steps=limit, backend="warp")
-    env.reset(1)
-    ret = torch.zeros(N, dtype=torch.float64)
-    length = torch.zeros(N, dtype=torch.int64)
-    n_term = n_trunc = 0
-    for a in random_actions(T, N, 3, seed=2):
-        obs, rew, term, trunc, info = env.step(a)
-        done, final = info["done"], info["final_obs"]
-        ret += rew.double()
-        length += 1
-        assert not (term & trunc).any() and torch.equal(done, term | trunc)
-        assert torch.equal(final[~done], obs[~done])  # unfinished rows: final_obs is the obs
-        start = torch.as_tensor(HOPPER_START, dtype=torch.float32).expand_as(obs[done])
-        assert torch.allclose(obs[done], start, atol=0.0051)  # restarted: gymnasium's start noise
-        for i in torch.nonzero(term).flatten().tolist():  # a terminal state is unhealthy
-            z, angle, rest = final[i, 0].item(), final[i, 1].item(), final[i, 1:]
-            assert z <= 0.7 or abs(angle) >= 0.2 or rest.abs().max() >= 100, final[i]
-            assert not torch.allclose(final[i], obs[i])
-        assert (length[trunc] == limit).all()
-        assert torch.equal(info["episode_length"][done], length[done])
-        assert torch.allclose(info["episode_return"][done], ret[done], rtol=1e-6)
-        n_term += int(term.sum())
-        n_trunc += int(trunc.sum())
-        ret[done] = 0
-        length[done] = 0
-    assert n_term > 0 and n_trunc > 0, (n_term, n_trunc)
+    env = make_env("hopper", 8, "cpu", seed=1, max_episode_steps=15, backend="warp")
+    assert_hopper_autoreset(env, 8, steps=45, limit=15, rtol=1e-6)
 
 
 @needs_warp
