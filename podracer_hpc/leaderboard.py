@@ -208,10 +208,14 @@ class Leaderboard:
         out.sort(key=lambda e: (-e.score, e.id))
         return out
 
-    def candidates(self, top_k: int | None = None) -> list[tuple[str, float]]:
-        """``[(id, score)]`` best first, optionally only the top ``top_k``: the tournament's input."""
+    def candidates(self, top_k: int | None = None, with_steps: bool = False) -> list[tuple]:
+        """``[(id, score)]`` best first, optionally only the top ``top_k``: the tournament's input.
+
+        ``with_steps``: ``(id, score, env_steps)`` items, for the tournament's freshness rule.
+        """
         entries = self.list()
-        return [e.candidate for e in (entries if top_k is None else entries[:top_k])]
+        chosen = entries if top_k is None else entries[:top_k]
+        return [(e.id, e.score, e.env_steps) if with_steps else e.candidate for e in chosen]
 
     def info(self, entry_id: str) -> EntryInfo:
         """The sidecar of one entry; :class:`EntryGone` if absent, :class:`EntryCorrupt` if bad."""

@@ -37,7 +37,7 @@ from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
 from .pod import Pod, resolve_device, set_cpu_threads
-from .tournament import PodReport, decide
+from .tournament import PodReport, decide, round_env_steps
 
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
 
@@ -96,7 +96,8 @@ class Tournament:
         t0 = time.perf_counter()
         hp = pod.hparams(self.space) if self.space else pod.hparams()
         reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
-        entries = comm.bcast(self.board.candidates(self.tcfg.top_k) if comm.rank == 0 else None)
+        # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
+        entries = comm.bcast(self.board.candidates(with_steps=True) if comm.rank == 0 else None)
         decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
         d = decisions[comm.rank]
         mine = None
@@ -333,9 +334,8 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         tour = Tournament(cfg, comm, pod, run_dir, job, say, log)
         if not state_meta:
             tour.join()
-    interval = cfg.tournament.interval_env_steps
     round_index = int(state_meta.get("round", 0))
-    next_round = (round_index + 1) * interval
+    next_round = round_env_steps(cfg.tournament, round_index)
     poisoned = False  # a pod whose loss went NaN waits, frozen, for the next round to replace it
     inject_nan = _nan_injection(rank)
 
@@ -427,7 +427,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                     poisoned = False
                     say(f"round {round_index}: restored from {out['source']} after NaN; training goes on")
                 round_index += 1
-                next_round = (round_index + 1) * interval
+                next_round = round_env_steps(cfg.tournament, round_index)
                 checkpoint()
                 last_ckpt = time.monotonic()
             elif pod.env_steps >= next_eval or pod.env_steps >= total:

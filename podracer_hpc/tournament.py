@@ -61,6 +61,7 @@ __all__ = [
     "normalize_space",
     "pbt_select",
     "quantile_size",
+    "round_env_steps",
     "softmax_zscore",
 ]
 
@@ -138,12 +139,13 @@ class TournamentConfig:
 
     mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
     interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds")
+    warmup_env_steps: int = F(0, "env steps each pod trains before its first round (0: the first at interval_env_steps)")
     top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
     temperature: float = F(1.0, "elegantrl: softmax temperature over z-scored scores (> 0)")
     quantile: float = F(0.25, "pbt: fraction of pods in the bottom (replaced) and top (source) groups")
     resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
     perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
-    steps_tolerance: float = F(0.25, "pbt: a source needs env_steps >= the target's x (1 - tolerance)")
+    steps_tolerance: float = F(0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)")
     hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters")
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
 
@@ -152,6 +154,8 @@ class TournamentConfig:
             raise ValueError(f"tournament.mode must be one of {MODES}, got {self.mode!r}")
         if self.interval_env_steps <= 0:
             raise ValueError(f"tournament.interval_env_steps must be > 0, got {self.interval_env_steps}")
+        if self.warmup_env_steps < 0:
+            raise ValueError(f"tournament.warmup_env_steps must be >= 0, got {self.warmup_env_steps}")
         if self.top_k < 1:
             raise ValueError(f"tournament.top_k must be >= 1, got {self.top_k}")
         if not self.temperature > 0:
@@ -166,6 +170,16 @@ class TournamentConfig:
         if not 0.0 <= self.steps_tolerance <= 1.0:
             raise ValueError(f"tournament.steps_tolerance must be in [0, 1], got {self.steps_tolerance}")
         self.hparam_space = normalize_space(self.hparam_space)
+
+
+def round_env_steps(cfg: TournamentConfig, index: int) -> int:
+    """Env steps of a pod at which round ``index`` (0-based) takes place.
+
+    The first round comes after ``max(interval_env_steps, warmup_env_steps)`` steps, the next ones
+    every ``interval_env_steps``. A warm-up keeps early, noisy evaluations from deciding which
+    lineages survive (Jaderberg et al.'s "ready" criterion, for every pod at once).
+    """
+    return max(cfg.interval_env_steps, cfg.warmup_env_steps) + index * cfg.interval_env_steps
 
 
 def normalize_space(space: Mapping[str, Any]) -> dict[str, HParamRange]:
@@ -285,50 +299,76 @@ def elegantrl_select(
     top_k: int | None = None,
     include_pods: bool = True,
     hparams: Sequence[Mapping[str, float]] | None = None,
+    env_steps: Sequence[int | None] | None = None,
+    steps_tolerance: float | None = None,
 ) -> list[Decision]:
     """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
 
-    Candidates: the finite-score ``entries`` (``(entry_id, score)`` pairs, e.g. a leaderboard
-    listing) plus, if ``include_pods``, this round's finite-fitness pods; ordered by score
-    descending (ties: pods by rank, then entries by id) and cut to ``top_k``. Each pod draws one
-    candidate with probabilities :func:`softmax_zscore` (Generator seeded by (seed, round, rank))
-    and replaces its state only if the candidate's score is strictly greater than its own fitness
-    (a NaN pod always takes its draw). A pod publishes when it is in the candidate pool.
+    Candidates: the finite-score ``entries`` (``(entry_id, score)`` or
+    ``(entry_id, score, env_steps)``, e.g. a leaderboard listing) plus, if ``include_pods``,
+    this round's finite-fitness pods; ordered by score descending (ties: pods by rank, then
+    entries by id) and cut to ``top_k``. Each pod draws one candidate with probabilities
+    :func:`softmax_zscore` (Generator seeded by (seed, round, rank)) and replaces its state only
+    if the candidate's score is strictly greater than its own fitness (a NaN pod always takes
+    its draw). A pod publishes when it is in the candidate pool.
+
+    Freshness (when ``steps_tolerance`` is given with the pods' ``env_steps``): a pod never goes
+    back in time. An entry trained on fewer than ``env_steps[r] * (1 - steps_tolerance)`` steps is
+    not a candidate for pod ``r`` (its score was measured earlier in training, so it does not
+    compare with the pod's current fitness, and loading it would discard the pod's training
+    since). Entries stale for every pod leave the pool before the ``top_k`` cut; each pod draws
+    among the pool's candidates that are fresh for it. Unknown steps count as fresh.
     """
     n = len(own_fitness)
     fit = [float(f) if _finite(f) else float("nan") for f in own_fitness]
     hp = [dict(h) for h in hparams] if hparams is not None else [None] * n
     if len(hp) != n:
         raise ValueError(f"hparams has {len(hp)} rows for {n} pods")
+    steps = list(env_steps) if env_steps is not None else [None] * n
+    if len(steps) != n:
+        raise ValueError(f"env_steps has {len(steps)} rows for {n} pods")
 
-    # (score, tiebreak key, kind, ref): kind "pod" refs a rank, "entry" refs an entry id.
-    cands: list[tuple[float, tuple, str, Any]] = []
+    def min_steps(r: int) -> float | None:
+        """Fewest env steps a candidate may have to be fresh for pod r (None: no limit)."""
+        if steps_tolerance is None or steps[r] is None:
+            return None
+        return float(steps[r]) * (1.0 - float(steps_tolerance))
+
+    def fresh(c_steps: int | None, limit: float | None) -> bool:
+        return limit is None or c_steps is None or c_steps >= limit
+
+    # (score, tiebreak key, kind, ref, env_steps): kind "pod" refs a rank, "entry" an entry id.
+    cands: list[tuple[float, tuple, str, Any, int | None]] = []
     if include_pods:
-        cands += [(f, (0, r, ""), "pod", r) for r, f in enumerate(fit) if _finite(f)]
+        cands += [(f, (0, r, ""), "pod", r, steps[r]) for r, f in enumerate(fit) if _finite(f)]
     seen: set[str] = set()
-    for eid, score in entries:
-        eid = str(eid)
-        if eid in seen or not _finite(score):
+    limits = [min_steps(r) for r in range(n)]
+    loosest = None if any(x is None for x in limits) or not limits else min(limits)
+    for item in entries:
+        eid, score = str(item[0]), item[1]
+        e_steps = item[2] if len(item) > 2 else None
+        if eid in seen or not _finite(score) or not fresh(e_steps, loosest):
             continue
         seen.add(eid)
-        cands.append((float(score), (1, 0, eid), "entry", eid))
+        cands.append((float(score), (1, 0, eid), "entry", eid, e_steps))
     cands.sort(key=lambda c: (-c[0], c[1]))
     if top_k is not None:
         cands = cands[: max(int(top_k), 0)]
     pool_pods = {c[3] for c in cands if c[2] == "pod"}
-    probs = softmax_zscore([c[0] for c in cands], temperature) if cands else None
 
     out: list[Decision] = []
     for r in range(n):
         base = dict(rank=r, publish=r in pool_pods, fitness=fit[r], old_hparams=hp[r])
-        if not cands:
+        mine = [c for c in cands if fresh(c[4], limits[r])]
+        if not mine:
             if _finite(fit[r]):
                 out.append(Decision(action="keep", reason="no candidates", **base))
             else:
                 out.append(Decision(action="reset", reason="fitness is NaN and no finite source exists", **base))
             continue
-        i = int(make_rng(seed, round, r, _STREAM_ELEGANTRL).choice(len(cands), p=probs))
-        score, _, kind, ref = cands[i]
+        probs = softmax_zscore([c[0] for c in mine], temperature)
+        i = int(make_rng(seed, round, r, _STREAM_ELEGANTRL).choice(len(mine), p=probs))
+        score, _, kind, ref, _ = mine[i]
         what = f"pod {ref}" if kind == "pod" else f"entry {ref}"
         if _finite(fit[r]) and not score > fit[r]:
             out.append(Decision(action="keep", reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}", **base))
@@ -472,11 +512,12 @@ def decide(
 ) -> list[Decision]:
     """All pods' decisions for one round (index = rank), by ``cfg.mode``.
 
-    ``entries`` are ``(entry_id, score)`` pairs of the leaderboard before this round's
-    publications; pass the same list on every rank (list on rank 0, then broadcast).
+    ``entries`` are ``(entry_id, score)`` or ``(entry_id, score, env_steps)`` items of the
+    leaderboard before this round's publications (``Leaderboard.candidates(with_steps=True)``);
+    pass the same list on every rank (list on rank 0, then broadcast).
     """
     reports = _check_reports(reports)
-    entries = [(str(e), float(s)) for e, s in entries]
+    entries = [(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None) for e in entries]
     if cfg.mode == "elegantrl":
         return elegantrl_select(
             [p.fitness for p in reports],
@@ -486,6 +527,8 @@ def decide(
             temperature=cfg.temperature,
             top_k=cfg.top_k,
             hparams=[p.hparams for p in reports],
+            env_steps=[p.env_steps for p in reports],
+            steps_tolerance=cfg.steps_tolerance,
         )
     if cfg.mode == "pbt":
         return pbt_select(
@@ -497,7 +540,7 @@ def decide(
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
             steps_tolerance=cfg.steps_tolerance,
-            entries=entries,
+            entries=[(e, sc) for e, sc, _ in entries],
             top_k=cfg.top_k,
         )
     if cfg.mode == "none":

@@ -73,3 +73,14 @@ def test_config_lists_every_key_with_a_doc(cli):
         assert k in keys
     r = cli("config", "jobs/cartpole.yaml", "--set", "seed=7")
     assert r.returncode == 0 and "seed: 7" in r.stdout and "name: cartpole" in r.stdout
+
+
+def test_tournament_warmup_delays_the_first_round(tmp_path, cli):
+    # one pod is a tournament too (it publishes and keeps); batches of 64 x 16 = 1024 env steps
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "total_env_steps=8192",
+            "--set", "tournament.mode=elegantrl", "--set", "tournament.interval_env_steps=2048",
+            "--set", "tournament.warmup_env_steps=5000")
+    assert r.returncode == 0, r.stderr
+    t = read_log(tmp_path / "logs" / "pendulum_rank0.h5")["tournament"]
+    assert list(t["round"]) == [0, 1]
+    assert list(t["env_steps"]) == [5120, 7168]  # the first batch at >= 5000, then every 2048

@@ -180,6 +180,55 @@ def test_elegantrl_ignores_nan_entries_and_duplicates():
     assert ds[0].source_entry == "good"
 
 
+@pytest.mark.parametrize(
+    "entry_steps, tolerance, loadable",
+    [
+        (100_000, 0.25, False),  # trained 100k, pod at 150k: 100k < 150k x 0.75, stale
+        (112_500, 0.25, True),  # exactly at the limit
+        (150_000, 0.25, True),  # as old as the pod
+        (100_000, 1.0, True),  # tolerance 1: any age
+        (None, 0.25, True),  # unknown steps count as fresh
+        (100_000, None, True),  # rule off
+    ],
+)
+def test_elegantrl_freshness_a_pod_never_goes_back_in_time(entry_steps, tolerance, loadable):
+    entry = ("e", 50.0) if entry_steps is None else ("e", 50.0, entry_steps)
+    actions = {
+        elegantrl_select([1.0], [entry], round=rnd, seed=0, include_pods=False,
+                         env_steps=[150_000], steps_tolerance=tolerance)[0].action
+        for rnd in range(20)
+    }
+    assert actions == ({"load_entry"} if loadable else {"keep"})
+
+
+def test_elegantrl_stale_entries_leave_the_pool_before_the_top_k_cut():
+    stale = [("s1", 90.0, 50_000), ("s2", 80.0, 50_000)]
+    ds = elegantrl_select([1.0, 2.0], stale, round=0, seed=0, top_k=2,
+                          env_steps=[100_000, 100_000], steps_tolerance=0.25)
+    assert [d.publish for d in ds] == [True, True]  # both pods hold the pool, not the stale entries
+    assert all(d.source_entry is None for d in ds)
+    # without the rule the stale entries take both slots and are drawn
+    ds = elegantrl_select([1.0, 2.0], stale, round=0, seed=0, top_k=2)
+    assert [d.publish for d in ds] == [False, False] and all(d.action == "load_entry" for d in ds)
+
+
+def test_elegantrl_freshness_is_per_pod():
+    # a late joiner (20k steps) may load a 60k entry that is stale for the 100k pod
+    entries = [("mid", 9.0, 60_000)]
+    for rnd in range(10):
+        ds = elegantrl_select([1.0, 1.0], entries, round=rnd, seed=3, include_pods=False,
+                              env_steps=[100_000, 20_000], steps_tolerance=0.25)
+        assert ds[0].action == "keep" and ds[1].action == "load_entry"
+
+
+def test_decide_elegantrl_applies_the_freshness_rule():
+    cfg = TournamentConfig(mode="elegantrl", top_k=4, steps_tolerance=0.25)
+    rs = reports([1.0, 2.0], steps=100_000)
+    old = {d.source_entry for rnd in range(20) for d in decide(rs, [("old", 99.0, 40_000)], rnd, 0, cfg)}
+    new = {d.source_entry for rnd in range(20) for d in decide(rs, [("new", 99.0, 100_000)], rnd, 0, cfg)}
+    assert "old" not in old and "new" in new
+
+
 # --------------------------------------------------------------------------- pbt
 
 
@@ -365,3 +414,24 @@ def test_config_normalizes_yaml_space_and_validates():
     for kw in bad:
         with pytest.raises(ValueError):
             TournamentConfig(**kw)
+
+
+@pytest.mark.parametrize(
+    "interval, warmup, expected",
+    [
+        (50, 0, [50, 100, 150]),  # no warm-up: every interval
+        (50, 100, [100, 150, 200]),  # first round after the warm-up, then every interval
+        (50, 120, [120, 170, 220]),
+        (50, 30, [50, 100, 150]),  # a warm-up shorter than the interval changes nothing
+    ],
+)
+def test_round_env_steps_schedule(interval, warmup, expected):
+    from podracer_hpc.tournament import round_env_steps
+
+    cfg = TournamentConfig(mode="elegantrl", interval_env_steps=interval, warmup_env_steps=warmup)
+    assert [round_env_steps(cfg, k) for k in range(3)] == expected
+
+
+def test_negative_warmup_is_refused():
+    with pytest.raises(ValueError, match="warmup_env_steps must be >= 0"):
+        TournamentConfig(mode="elegantrl", warmup_env_steps=-1)
