@@ -65,8 +65,8 @@ def slurm_pmi2_netmod(environ: dict[str, str] | None = None) -> str | None:
     """Under Slurm's pmi2 plugin, make MPICH use its OFI netmod (unless the user chose one).
 
     Slurm's ``mpi/pmi2`` server reads a PMI-1 request with one ``read()`` of at most 1024 bytes
-    (Slurm 22.05 and later: "TODO: read until newline"). MPICH 4-5 (the PyPI ``mpich`` wheel)
-    speaks PMI-1 and sends its UCX business cards in segments of up to 1024 value characters,
+    (measured on Slurm 22.05, Debian's; tests/slurm checks it). MPICH 5.0.2 (the PyPI ``mpich``
+    wheel) speaks PMI-1 and sends its UCX business cards in segments of up to 1024 value characters,
     so a ``cmd=put ... value=...`` line can be longer than one read: Slurm then parses the tail as
     a new request ("mpi/pmi2: invalid client request") and ``MPI_Init`` fails with "Destination
     is unreachable" or hangs. Whether a line overflows depends on how well the address bytes
