@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pods", type=int, default=4)
     ap.add_argument("--steps-per-pod", type=int, default=250_000)
     ap.add_argument("--round", type=int, default=50_000, help="env steps per pod between tournament rounds")
+    ap.add_argument("--mode", default="elegantrl", choices=["elegantrl", "pbt"],
+                    help="tournament rule (pbt: the bottom quarter copies the top quarter, no hparam_space)")
     ap.add_argument("--warmup", type=int, default=0,
                     help="tournament.warmup_env_steps: env steps per pod before the first round")
     ap.add_argument("--seed", type=int, default=0, help="pod r trains with seed + r")
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     common = [f"seed={args.seed}", f"total_env_steps={args.steps_per_pod}", "threads=1",
               "env.mujoco.num_threads=1", f"eval.interval_env_steps={args.round}",
               f"tournament.interval_env_steps={args.round}", "log.progress_interval_s=60"]
-    systems = {"tournament": ["tournament.mode=elegantrl", f"tournament.top_k={args.pods}",
+    systems = {"tournament": [f"tournament.mode={args.mode}", f"tournament.top_k={args.pods}",
                               f"tournament.warmup_env_steps={args.warmup}"],
                "independent": ["tournament.mode=none"]}
     wanted = [x.strip() for x in args.systems.split(",") if x.strip()]
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tournament best {res['tournament']['best']:.1f} vs independent best "
               f"{res['independent']['best']:.1f}: {'at least as good' if ok else 'WORSE'}")
     print(json.dumps({"bench": "mujoco_tournament", "task": args.task, "pods": args.pods, "seed": args.seed,
-                      "steps_per_pod": args.steps_per_pod, "round": args.round, "warmup": args.warmup,
+                      "steps_per_pod": args.steps_per_pod, "round": args.round, "warmup": args.warmup, "mode": args.mode,
                       "systems": res, "tournament_at_least_as_good": ok}))
     return 0
 
