@@ -176,6 +176,10 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+# Columns kept as text when read back: a git revision such as 34425e4 would parse as a float.
+TEXT_COLUMNS = frozenset({"git_revision"})
+
+
 def read_csv(path: str | Path) -> Table:
     """Read a CSV written by :meth:`Table.to_csv`: integer, float and bool columns get their types."""
     with open(path, newline="") as f:
@@ -185,12 +189,8 @@ def read_csv(path: str | Path) -> Table:
     cols: dict[str, Any] = {}
     for i, k in enumerate(names):
         vals = [row[i] for row in data]
-        # a git revision such as 34425e4 would parse as the float 344250000.0
         cols[k] = np.array(vals, dtype=object) if k in TEXT_COLUMNS else _parse_column(vals)
     return Table(cols)
-
-
-TEXT_COLUMNS = frozenset({"git_revision"})
 
 
 def _parse_column(vals: list[str]) -> np.ndarray:

@@ -100,7 +100,7 @@ MPI_PROBE = (  # through podracer's comm (it picks MPICH's netmod under Slurm's 
 
 # Speaks PMI-1 (the wire protocol MPICH uses by default) to srun --mpi=pmi2's server directly.
 PMI1_PROBE = """
-import os, select, sys
+import os, select
 fd = int(os.environ["PMI_FD"])
 def ask(line):
     os.write(fd, line.encode())
