@@ -4,8 +4,14 @@ Layout (``root/entries/``, group-private)::
 
     <id>.safetensors   the pod state (safeio kind "leaderboard-entry"), written first
     <id>.json          the sidecar: score, env_steps, pod, job, round, hparams, created, sha256
-                       of the .safetensors file, caller meta; written second. Its presence
-                       means the entry is complete.
+                       of the .safetensors file, caller meta, and ``sidecar_sha256``, the digest
+                       of all of that; written second. Its presence means the entry is complete.
+
+Integrity: what decisions use (the score, env steps, hyperparameters in the sidecar) is covered
+twice: the sidecar's own digest (checked by :meth:`list`, so an edited score never ranks), and
+the copy of the score and meta inside the tensor file, covered by that file's checksum and
+compared with the sidecar on :meth:`load`. Sidecars of version 1 (no own digest) are still
+read; their scores are checked on load.
 
 There is no index and no lock: the directory listing is the leaderboard. Entries are immutable
 (written once under a fresh id, never overwritten). Every write goes to a hidden temporary name,
@@ -49,7 +55,8 @@ __all__ = [
 
 ENTRY_KIND = "leaderboard-entry"  # safeio kind of the tensor files
 SIDECAR_FORMAT = "podracer-hpc-leaderboard"  # "format" field of the JSON sidecars
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
+SIDECAR_VERSIONS_READ = (1, 2)  # version 1: no sidecar_sha256
 DIR_MODE = 0o2770  # setgid, group-writable (group members may publish and prune), no world access
 FILE_MODE = 0o640
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,199}$")
@@ -87,9 +94,11 @@ def _sanitize(s: Any, maxlen: int = 64) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", str(s))[:maxlen] or "x"
 
 
-def make_entry_id(job: Any = "local", pod: Any = 0, round: Any = 0) -> str:
-    """A fresh id ``<job>-<pod>-<round>-<random>``, unique across writers on any host."""
-    eid = f"{_sanitize(job)}-{_sanitize(pod, 16)}-{_sanitize(round, 16)}-{uuid.uuid4().hex[:12]}"
+def make_entry_id(job: Any = "local", pod: Any = 0, round: Any = 0, digest: str = "") -> str:
+    """An id ``<job>-<pod>-<round>-<12 hex>``: random (unique across writers on any host), or
+    the first 12 hex digits of ``digest`` (the same content gets the same id)."""
+    suffix = digest[:12] if digest else uuid.uuid4().hex[:12]
+    eid = f"{_sanitize(job)}-{_sanitize(pod, 16)}-{_sanitize(round, 16)}-{suffix}"
     if not eid[0].isalnum():
         eid = "e" + eid
     return validate_entry_id(eid)
@@ -135,22 +144,28 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ write
 
-    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any] | None = None) -> str:
+    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any] | None = None,
+                content_id: bool = False) -> str:
         """Write a new immutable entry and return its id.
 
         ``meta`` must be JSON-serializable; its keys ``job``, ``pod`` (or ``rank``), ``round``,
         ``env_steps`` and ``hparams`` become fields of :class:`EntryInfo`. ``score`` must be
-        finite (a NaN pod is never published).
+        finite (a NaN pod is never published). ``content_id``: derive the id from the content, so
+        that publishing the same agent again (a round redone after a kill) returns the entry
+        already there instead of adding a copy.
         """
         meta = dict(meta or {})
         if not _is_finite_number(score):
             raise ValueError(f"leaderboard score must be a finite number, got {score!r}")
         score = float(score)
         pod = meta.get("pod", meta.get("rank"))
-        entry_id = make_entry_id(meta.get("job", "local"), pod if pod is not None else 0, meta.get("round", 0))
+        digest = _content_digest(tensors, score, meta) if content_id else ""
+        entry_id = make_entry_id(meta.get("job", "local"), pod if pod is not None else 0, meta.get("round", 0), digest)
         file_meta = {"entry_id": entry_id, "score": score, "meta": meta}
         blob = safeio.dumps(tensors, file_meta, kind=ENTRY_KIND)  # raises on non-JSON meta
         sha = hashlib.sha256(blob).hexdigest()
+        if content_id and self._same_entry_exists(entry_id, digest):
+            return entry_id
         sidecar = {
             "format": SIDECAR_FORMAT,
             "version": SIDECAR_VERSION,
@@ -167,6 +182,9 @@ class Leaderboard:
             "bytes": len(blob),
             "meta": meta,
         }
+        if digest:
+            sidecar["content_sha256"] = digest
+        sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
         # Tensors first, then the sidecar: the sidecar's presence means the entry is complete.
         _write_new(self.tensors_path(entry_id), blob)
         try:
@@ -174,7 +192,33 @@ class Leaderboard:
         except BaseException:
             _unlink(self.tensors_path(entry_id))
             raise
+        # A publisher that stalled between the two writes for longer than a pruner's
+        # ``stale_after_s`` may have had its tensors removed as an orphan: put them back, so that
+        # an id this method returns always names a whole entry.
+        # (Both files gone means a pruner ranked the entry out, which is allowed.)
+        if not self.tensors_path(entry_id).exists() and self.sidecar_path(entry_id).exists():
+            try:
+                _write_new(self.tensors_path(entry_id), blob)
+            except FileExistsError:
+                pass  # a pruner restored them at the same moment (same bytes)
         return entry_id
+
+    def _same_entry_exists(self, entry_id: str, digest: str) -> bool:
+        """Whether ``entry_id`` is already here, whole, with this content (raises if other content).
+
+        Half an entry (its tensors pruned as an orphan) is removed, so the caller writes it anew.
+        """
+        try:
+            raw = json.loads(self.sidecar_path(entry_id).read_bytes())
+        except (OSError, ValueError):
+            return False
+        if raw.get("content_sha256") != digest:
+            raise FileExistsError(f"{self.sidecar_path(entry_id)} already exists with other content; "
+                                  "leaderboard entries are immutable")
+        if self.tensors_path(entry_id).exists():
+            return True
+        _unlink(self.sidecar_path(entry_id))
+        return False
 
     # ------------------------------------------------------------------ read
 
@@ -236,8 +280,19 @@ class Leaderboard:
             raise EntryCorrupt(f"leaderboard entry {entry_id}: {path} is not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("format") != SIDECAR_FORMAT:
             raise EntryCorrupt(f"{path}: not a podracer-hpc leaderboard sidecar (foreign file)")
-        if d.get("version") != SIDECAR_VERSION:
-            raise EntryCorrupt(f"{path}: sidecar version {d.get('version')!r}, this code reads {SIDECAR_VERSION}")
+        if d.get("version") not in SIDECAR_VERSIONS_READ:
+            raise EntryCorrupt(f"{path}: sidecar version {d.get('version')!r}, this code reads "
+                               f"{', '.join(map(str, SIDECAR_VERSIONS_READ))}")
+        if d.get("version", 1) >= 2:
+            try:
+                ok = d.get("sidecar_sha256") == _sidecar_digest(d)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                self.quarantine(entry_id)
+                raise EntryCorrupt(f"leaderboard entry {entry_id}: sidecar checksum mismatch: {path} was edited "
+                                   "after it was written (its score, steps or hyperparameters cannot be trusted); "
+                                   "quarantined, nothing was loaded")
         if d.get("id") != entry_id:
             raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
         if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
@@ -266,7 +321,8 @@ class Leaderboard:
         foreign file. Never unpickles.
         """
         validate_entry_id(entry_id)
-        expected = self._read_sidecar(entry_id).sha256
+        info = self._read_sidecar(entry_id)
+        expected = info.sha256
         path = self.tensors_path(entry_id)
         try:
             blob = path.read_bytes()
@@ -293,7 +349,19 @@ class Leaderboard:
             raise EntryCorrupt(
                 f"leaderboard entry {entry_id}: {path} holds entry {file_meta.get('entry_id')!r} (swapped files?)"
             )
-        return tensors, dict(file_meta.get("meta") or {})
+        inner = dict(file_meta.get("meta") or {})
+        mismatch = [name for name, listed, actual in (
+            ("score", info.score, file_meta.get("score")),
+            ("env_steps", info.env_steps, _int_or_none(inner.get("env_steps"))),
+            ("hparams", info.hparams, dict(inner.get("hparams") or {})),
+        ) if listed != actual]
+        if mismatch:
+            self.quarantine(entry_id)
+            raise EntryCorrupt(
+                f"leaderboard entry {entry_id}: its sidecar's {', '.join(mismatch)} differ from the checksummed copy "
+                f"in {path} (the sidecar was edited): quarantined, nothing was loaded"
+            )
+        return tensors, inner
 
     def quarantine(self, entry_id: str) -> None:
         """Take a corrupt entry out of the listing for every reader and every later round.
@@ -337,8 +405,9 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ prune
 
-    def prune(self, top_k: int, stale_after_s: float = 900.0) -> list[str]:
-        """Keep the ``top_k`` best entries; delete the others (sidecar first, then tensors).
+    def prune(self, top_k: int, stale_after_s: float = 900.0, keep: Iterable[str] = ()) -> list[str]:
+        """Keep the ``top_k`` best entries (and those in ``keep``); delete the others (sidecar
+        first, then tensors).
 
         Idempotent and safe with concurrent pruners, publishers and readers. Also deletes hidden
         temporary files and orphan tensor files (no sidecar) older than ``stale_after_s``
@@ -347,8 +416,11 @@ class Leaderboard:
         """
         if top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {top_k}")
+        keep = set(keep)
         removed = []
         for e in self.list()[top_k:]:
+            if e.id in keep:
+                continue
             _unlink(self.sidecar_path(e.id))
             _unlink(self.tensors_path(e.id))
             removed.append(e.id)
@@ -358,7 +430,7 @@ class Leaderboard:
         except FileNotFoundError:
             return removed
         for name, de in names:
-            is_tmp = name.startswith(".") and name.endswith(".tmp")
+            is_tmp = name.startswith(".") and name.endswith((".tmp", ".orphan"))
             stem = name[: -len(".safetensors")] if name.endswith(".safetensors") else None
             is_orphan = stem is not None and _OURS_RE.fullmatch(stem) is not None
             if not (is_tmp or is_orphan):
@@ -370,9 +442,27 @@ class Leaderboard:
                     continue
             except FileNotFoundError:
                 continue
-            _unlink(self.entries_dir / name)
+            if is_orphan:
+                self._remove_orphan(stem)
+            else:
+                _unlink(self.entries_dir / name)
         return removed
 
+    def _remove_orphan(self, stem: str) -> None:
+        """Delete tensors without a sidecar, unless their (stalled) publisher completes meanwhile:
+        move them to a hidden name, look for the sidecar again, and put them back if it came."""
+        src = self.entries_dir / f"{stem}.safetensors"
+        hidden = self.entries_dir / f".{stem}.safetensors.{uuid.uuid4().hex[:8]}.orphan"
+        try:
+            os.rename(src, hidden)
+        except FileNotFoundError:
+            return
+        if (self.entries_dir / f"{stem}.json").exists():
+            try:
+                os.link(hidden, src)
+            except FileExistsError:
+                pass  # the publisher wrote them again itself
+        _unlink(hidden)
 
 # ---------------------------------------------------------------------- file helpers
 
@@ -406,6 +496,22 @@ def _unlink(path: Path) -> None:
 
 def _warn(msg: str) -> None:
     warnings.warn(msg, LeaderboardWarning, stacklevel=3)
+
+
+def _sidecar_digest(d: dict[str, Any]) -> str:
+    """sha256 of a sidecar's fields other than the digest itself (canonical JSON)."""
+    body = {k: v for k, v in d.items() if k != "sidecar_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _content_digest(tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any]) -> str:
+    """sha256 of an entry's content (tensors, score, meta), independent of time and host."""
+    h = hashlib.sha256(json.dumps({"score": score, "meta": meta}, sort_keys=True).encode())
+    for k in sorted(tensors):
+        v = tensors[k].detach().to("cpu").contiguous()
+        h.update(f"{k}|{v.dtype}|{tuple(v.shape)}|".encode())
+        h.update(v.reshape(-1).view(torch.uint8).numpy().tobytes() if v.numel() else b"")
+    return h.hexdigest()
 
 
 def _is_finite_number(x: Any) -> bool:

@@ -189,9 +189,10 @@ def test_list_skips_foreign_and_broken_json_with_warning(lb: Leaderboard):
     with pytest.warns(LeaderboardWarning) as rec:
         listed = lb.list()
     assert [e.id for e in listed] == [good]
-    assert len(rec) == 5
+    assert len(rec) == 6  # the edited sidecar is skipped and quarantined: two lines
     msgs = " ".join(str(w.message) for w in rec)
     assert "foreign" in msgs and "not valid JSON" in msgs and "not a leaderboard entry name" in msgs
+    assert "sidecar checksum mismatch" in msgs and (lb.entries_dir / f".{rewrite_target}.json.corrupt").exists()
 
 
 # --------------------------------------------------------------------------- NaN
@@ -203,10 +204,11 @@ def test_nan_scores(lb: Leaderboard):
             lb.publish(state(0), bad, meta())
     ok = lb.publish(state(0), 0.5, meta())
     nan_id = lb.publish(state(0), 1.0, meta())
+    rewrite_sidecar(lb, nan_id, version=1, sidecar_sha256=None)  # a legacy (version 1) sidecar...
     p = lb.sidecar_path(nan_id)
-    p.write_text(p.read_text().replace('"score": 1.0', '"score": NaN'))  # hand-edited/legacy sidecar
+    p.write_text(p.read_text().replace('"score": 1.0', '"score": NaN'))  # ...with a NaN score
     null_id = lb.publish(state(0), 1.0, meta())
-    rewrite_sidecar(lb, null_id, score=None)
+    rewrite_sidecar(lb, null_id, score=None, version=1, sidecar_sha256=None)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a NaN entry is skipped quietly: not a candidate, not an error
         assert [e.id for e in lb.list()] == [ok]
@@ -371,3 +373,83 @@ def test_existing_world_readable_dir_warns(tmp_path: Path):
     os.chmod(d / "entries", 0o755)
     with pytest.warns(LeaderboardWarning, match="accessible by all users"):
         Leaderboard(d)
+
+
+# --------------------------------------------------------------------------- integrity of what decides
+
+
+def test_an_edited_score_never_ranks_and_is_quarantined(lb: Leaderboard):
+    """The chaos run's case: a sidecar edited to score 1e9 was trusted. Now its own digest fails."""
+    honest = lb.publish(state(1.0), 1.0, meta())
+    forged = lb.publish(state(2.0), 2.0, meta())
+    rewrite_sidecar(lb, forged, score=1e9)
+    with pytest.warns(LeaderboardWarning, match="sidecar checksum mismatch"):
+        assert [e.id for e in lb.list()] == [honest]
+    assert (lb.entries_dir / f".{forged}.json.corrupt").exists()
+    with pytest.raises(EntryGone):
+        lb.load(forged)
+
+
+def test_an_edited_score_with_a_recomputed_digest_is_refused_on_load(lb: Leaderboard):
+    """Whoever also recomputes the sidecar digest is caught by the checksummed copy in the tensor file."""
+    forged = lb.publish(state(2.0), 2.0, meta())
+    p = lb.sidecar_path(forged)
+    d = json.loads(p.read_text())
+    d["score"] = 1e9
+    d["sidecar_sha256"] = lb_mod._sidecar_digest(d)
+    p.write_text(json.dumps(d))
+    assert lb.list()[0].score == 1e9  # it ranks (the digest matches)...
+    with pytest.raises(EntryCorrupt, match="score differ"):
+        lb.load(forged)  # ...but is never loaded, and leaves the listing
+    assert forged not in {e.id for e in lb.list()}
+
+
+def test_version_1_sidecars_still_load_and_their_score_is_checked(lb: Leaderboard):
+    old = lb.publish(state(1.0), 1.0, meta())
+    p = lb.sidecar_path(old)
+    d = json.loads(p.read_text())
+    d["version"] = 1
+    del d["sidecar_sha256"]
+    p.write_text(json.dumps(d))
+    assert [e.id for e in lb.list()] == [old]
+    tensors, m = lb.load(old)
+    assert torch.equal(tensors["actor.weight"], state(1.0)["actor.weight"]) and m["pod"] == 0
+    d["score"] = 50.0
+    p.write_text(json.dumps(d))
+    with pytest.raises(EntryCorrupt, match="score differ"):
+        lb.load(old)
+
+
+def test_content_ids_make_a_redone_publish_idempotent(lb: Leaderboard):
+    a = lb.publish(state(1.0), 1.0, meta(), content_id=True)
+    b = lb.publish(state(1.0), 1.0, meta(), content_id=True)
+    c = lb.publish(state(1.0), 1.5, meta(), content_id=True)
+    assert a == b != c and len(lb.list()) == 2
+    lb.tensors_path(a).unlink()  # half an entry (tensors pruned as an orphan): publishing again mends it
+    assert lb.publish(state(1.0), 1.0, meta(), content_id=True) == a
+    assert torch.equal(lb.load(a)[0]["actor.weight"], state(1.0)["actor.weight"])
+
+
+def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard, monkeypatch: pytest.MonkeyPatch):
+    """Tensors written, then a stall longer than the pruner's stale_after_s: the pruner removes
+    them as an orphan before the sidecar lands. publish() must still return a whole entry."""
+    real = lb_mod._write_new
+    calls = []
+
+    def stalled(path, data, mode=lb_mod.FILE_MODE):
+        if path.suffix == ".json" and not calls:
+            calls.append(path)
+            assert lb.prune(top_k=10, stale_after_s=0) == []  # what another rank's prune does meanwhile
+            assert not path.with_suffix(".safetensors").exists()  # the orphan is gone
+        real(path, data, mode)
+
+    monkeypatch.setattr(lb_mod, "_write_new", stalled)
+    eid = lb.publish(state(3.0), 3.0, meta())
+    assert calls and lb.tensors_path(eid).exists()
+    assert torch.equal(lb.load(eid)[0]["actor.weight"], state(3.0)["actor.weight"])
+
+
+def test_prune_keeps_entries_a_round_still_needs(lb: Leaderboard):
+    ids = [lb.publish(state(s), s, meta(pod=int(s))) for s in (1.0, 2.0, 3.0, 4.0)]
+    assert sorted(lb.prune(top_k=2, keep=[ids[0]])) == sorted([ids[1]])
+    assert {e.id for e in lb.list()} == {ids[0], ids[2], ids[3]}
