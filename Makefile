@@ -21,9 +21,10 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 
 ## quickstart: set up, then run the main job on this machine (no Slurm needed): a 4-pod
-## tournament under the mpiexec of the PyPI mpich wheel
+## tournament under the mpiexec of the PyPI mpich wheel, behind podracer_hpc/mpirun.py's signal
+## relay: Ctrl-C, USR1, USR2 or TERM stop every pod with a checkpoint (exit 75; run again to resume)
 quickstart: setup
-	$(BIN)/mpiexec -n $(PODS) $(BIN)/podracer train $(JOB)
+	$(BIN)/python -m podracer_hpc.mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
 
 ## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
 test: setup
