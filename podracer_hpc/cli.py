@@ -10,20 +10,49 @@ from .config import ConfigError, describe, load_config
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .run import EXIT_REQUEUE, TrainingError, train
+    from .signals import ignore_from_now_on, process_flag
+
+    stop = process_flag()  # before torch and MPI load: a warning signal during start-up is kept
+    cfg = load_config(args.config, args.set)
+    from .h5log import LogError
+    from .resume import ResumeError
+    from .run import TrainingError, train
+    from .rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE
     from .safeio import StateFileError
 
-    cfg = load_config(args.config, args.set)
     try:
-        result = train(cfg, run_dir=args.run_dir, stop_after_updates=args.stop_after_updates, quiet=args.quiet)
-    except (StateFileError, TrainingError) as e:
+        result = train(cfg, run_dir=args.run_dir, stop_after_updates=args.stop_after_updates, quiet=args.quiet,
+                       stop=stop)
+    except (StateFileError, TrainingError, LogError, ResumeError) as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    except OSError as e:  # the run directory: read-only, full, under a file, gone
+        print(f"podracer train: error: {_os_error_text(e)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    ignore_from_now_on()  # the work is saved: a late warning signal must not turn this into a crash code
     from .comm import get_comm
 
     if get_comm().rank == 0:
         print(json.dumps(result.summary), flush=True)
-    return 0 if result.complete else EXIT_REQUEUE
+    return EXIT_OK if result.complete else EXIT_REQUEUE
+
+
+def _os_error_text(e: OSError) -> str:
+    """One line for a filesystem error: what failed, where, and what to do."""
+    import errno
+
+    where = f" {e.filename}" if e.filename else ""
+    advice = {
+        errno.ENOSPC: "the filesystem is full: free space (the last checkpoint is intact), then run the same command again",
+        errno.EDQUOT: "the disk quota is exceeded: free space, then run the same command again",
+        errno.EROFS: "the filesystem is read-only: choose a writable --run-dir",
+        errno.EACCES: "no permission: choose a --run-dir you can write to",
+        errno.EPERM: "no permission: choose a --run-dir you can write to",
+        errno.ENOTDIR: "a path component is a file, not a directory: choose another --run-dir",
+        errno.EEXIST: "a file stands where a directory is needed: choose another --run-dir",
+        errno.EISDIR: "a directory stands where a file is expected: move it away or choose another --run-dir",
+    }.get(e.errno or 0, "check the run directory and its filesystem")
+    return f"{e.strerror or e}:{where}; {advice}"
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:

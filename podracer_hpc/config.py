@@ -27,6 +27,16 @@ class ConfigError(ValueError):
 
 
 
+# Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
+# checks its memory estimate against the device before it allocates (pod.check_memory).
+MAX_NUM_ENVS = 2**24
+MAX_ROLLOUT_STEPS = 2**16
+MAX_BATCH = 2**31 - 1
+MAX_HIDDEN = 2**16
+MAX_EVAL_EPISODES = 2**20
+MAX_EPISODE_STEPS = 10_000_000
+MAX_TOTAL_ENV_STEPS = 10**15
+
 # Agent hyperparameters that a pod may change while it trains (PBT explores these).
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
 
@@ -272,10 +282,14 @@ def validate(cfg: Config) -> Config:
         if not ok:
             raise ConfigError(f"{key}: {msg}")
 
+    def within(value: int, low: int, high: int, key: str, why: str = "") -> None:
+        need(low <= value <= high, key, f"must be in [{low:,}, {high:,}]{why}, got {value:,}")
+
     need(e.name in TASKS, "env.name", f"unknown task {e.name!r}; known tasks: {', '.join(sorted(TASKS))}")
-    need(e.num_envs >= 1, "env.num_envs", f"must be >= 1, got {e.num_envs}")
-    need(e.max_episode_steps >= 0, "env.max_episode_steps", f"must be >= 0, got {e.max_episode_steps}")
-    need(cfg.total_env_steps >= 1, "total_env_steps", f"must be >= 1, got {cfg.total_env_steps}")
+    within(e.num_envs, 1, MAX_NUM_ENVS, "env.num_envs", " (one pod's batch; use more pods for more)")
+    within(e.max_episode_steps, 0, MAX_EPISODE_STEPS, "env.max_episode_steps",
+           " (an evaluation steps this long; 0 = the task's default)")
+    within(cfg.total_env_steps, 1, MAX_TOTAL_ENV_STEPS, "total_env_steps")
     need(0 <= cfg.seed < 2**31, "seed", f"must be in [0, 2**31), got {cfg.seed}")
     need(cfg.threads >= 0, "threads", f"must be >= 0, got {cfg.threads}")
     dev = cfg.device
@@ -285,9 +299,11 @@ def validate(cfg: Config) -> Config:
         f"must be auto, cpu, cuda or cuda:N, got {dev!r}",
     )
     need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
-    need(a.rollout_steps >= 1, "agent.rollout_steps", f"must be >= 1, got {a.rollout_steps}")
-    need(a.update_epochs >= 1, "agent.update_epochs", f"must be >= 1, got {a.update_epochs}")
+    within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
+    within(a.update_epochs, 1, 10_000, "agent.update_epochs")
     batch = a.rollout_steps * e.num_envs
+    need(batch <= MAX_BATCH, "agent.rollout_steps",
+         f"rollout_steps x env.num_envs = {batch:,} is more than one update can hold ({MAX_BATCH:,}); lower either")
     need(
         1 <= a.num_minibatches <= batch and batch % a.num_minibatches == 0,
         "agent.num_minibatches",
@@ -302,16 +318,17 @@ def validate(cfg: Config) -> Config:
     need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
     need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
     need(
-        len(a.hidden_sizes) >= 1 and all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in a.hidden_sizes),
+        1 <= len(a.hidden_sizes) <= 16
+        and all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_HIDDEN for h in a.hidden_sizes),
         "agent.hidden_sizes",
-        f"must be a non-empty list of positive integers, got {a.hidden_sizes!r}",
+        f"must be a list of 1 to 16 integers in [1, {MAX_HIDDEN:,}], got {a.hidden_sizes!r}",
     )
     need(
         a.activation in ("tanh", "relu", "elu", "silu"),
         "agent.activation",
         f"must be tanh, relu, elu or silu, got {a.activation!r}",
     )
-    need(cfg.eval.episodes >= 1, "eval.episodes", f"must be >= 1, got {cfg.eval.episodes}")
+    within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
@@ -334,6 +351,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a text file (a job file is YAML, e.g. jobs/pendulum.yaml)") from None
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot read the job file ({e.strerror})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of keys, got {type(data).__name__}")
         data.setdefault("name", p.stem)

@@ -16,9 +16,10 @@ flushed every few seconds and on every evaluation.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -70,6 +71,11 @@ def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def _attr(v: Any) -> Any:
+    """An attribute value as stored: numbers and strings as they are, anything else as JSON."""
+    return v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
+
+
 class LogError(ValueError):
     """A log file is missing, unreadable or of an unknown schema version."""
 
@@ -77,12 +83,14 @@ class LogError(ValueError):
 class H5Writer:
     """Appends rows to one rank's log; reopening an existing log continues it (resume)."""
 
-    def __init__(self, path: str | Path, attrs: dict[str, Any], flush_interval_s: float = 2.0):
+    def __init__(self, path: str | Path, attrs: dict[str, Any], flush_interval_s: float = 2.0,
+                 say: Callable[[str], None] | None = None):
+        """Open (or create) the log at ``path``; ``say`` reports a recovery (default: silent)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
-        self.f = h5py.File(self.path, "a" if exists else "w", libver="latest")
+        self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
             if version != SCHEMA_VERSION:
@@ -96,19 +104,50 @@ class H5Writer:
             for name, dtype in cols.items():
                 if name not in g:
                     g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(256,))
+            n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
+            for name in cols:
+                if g[name].shape[0] != n:
+                    g[name].resize((n,))
         for k, v in attrs.items():
-            self.f.attrs[k] = v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
+            self.f.attrs[k] = _attr(v)
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         self.f.swmr_mode = True
         self._last_flush = time.monotonic()
 
+    def _open_existing(self, say: Callable[[str], None] | None) -> h5py.File:
+        """Open a log to continue it; rebuild it first if a killed writer left it marked open."""
+        try:
+            return h5py.File(self.path, "a", libver="latest")
+        except (OSError, RuntimeError) as e:  # h5py raises RuntimeError for some corrupt superblocks
+            if self.path.is_dir():
+                raise LogError(f"{self.path}: is a directory, not a log file; move it away or use a new --run-dir") from None
+            first = e
+        # A writer killed with the file open (SIGKILL, node failure) leaves the superblock's
+        # "open for write / SWMR write" flags set, and HDF5 then refuses to open it for writing.
+        # What it flushed is intact (SWMR keeps the file consistent for readers at every
+        # moment): read that, write it to a fresh file, and put the fresh file in its place.
+        try:
+            rows = recover(self.path)
+        except LogError as e:
+            raise LogError(f"{e}; it cannot be continued (opening it for writing said: {first}). "
+                           "Move it away or use a new --run-dir") from None
+        if say is not None:
+            say(f"{self.path} was left open by a killed writer: recovered {rows} rows "
+                f"(the original is kept as {self.path.name}.unclean)")
+        return h5py.File(self.path, "a", libver="latest")
+
     def truncate_after(self, env_steps: int) -> int:
-        """Drop rows logged after ``env_steps`` (work lost since the checkpoint we resume from)."""
+        """Drop rows logged after ``env_steps`` (work lost since the checkpoint we resume from).
+
+        Keeps each group's rows up to the first one beyond ``env_steps``; ``env_steps=-1``
+        drops every row (a run that restarts from scratch). Returns the number of rows dropped.
+        """
         dropped = 0
-        for group in ("train", "eval", "tournament"):
+        for group in GROUPS:
             g = self.f[group]
             steps = g["env_steps"][...]
-            keep = int(np.searchsorted(steps, env_steps, side="right")) if len(steps) else 0
+            beyond = np.flatnonzero(steps > env_steps)
+            keep = int(beyond[0]) if len(beyond) else len(steps)
             if keep < len(steps):
                 dropped += len(steps) - keep
                 for name in g:
@@ -166,7 +205,7 @@ def read_log(path: str | Path) -> dict[str, Any]:
         raise LogError(f"{path}: no such log file")
     try:
         f = h5py.File(path, "r", libver="latest", swmr=True)
-    except OSError as e:
+    except (OSError, RuntimeError) as e:
         raise LogError(f"{path}: not a readable HDF5 log ({e})") from None
     with f:
         version = _scalar(f.attrs.get("schema_version"))
@@ -197,3 +236,37 @@ def read_log(path: str | Path) -> dict[str, Any]:
                 cols = {k: a[:n] for k, a in cols.items()}
             out[group] = cols
         return out
+
+
+def recover(path: str | Path) -> int:
+    """Rebuild the log at ``path`` from what a reader sees (its rows up to the last flush).
+
+    Used when a killed writer left the file marked open. The rebuilt file replaces ``path``
+    atomically; the original is kept beside it as ``<name>.unclean``. Returns the number of
+    rows kept; raises :class:`LogError` if the file cannot be read at all.
+    """
+    path = Path(path)
+    log = read_log(path)
+    tmp = path.with_name(f".{path.name}.recover.tmp")
+    with h5py.File(tmp, "w", libver="latest") as f:
+        for k, v in log["attrs"].items():
+            f.attrs[k] = _attr(v)
+        for group, cols in GROUPS.items():
+            g = f.create_group(group)
+            have = log.get(group, {})
+            n = min((len(have[c]) for c in cols if c in have), default=0)
+            for name, dtype in cols.items():
+                data = have.get(name)
+                if data is None:  # a column this version added: fill it like append() does
+                    fill = np.nan if dtype is np.float64 else -1 if dtype is np.int64 else ""
+                    data = [fill] * n
+                g.create_dataset(name, data=list(data[:n]) if dtype not in (np.float64, np.int64)
+                                 else np.asarray(data[:n], dtype=dtype),
+                                 shape=(n,), maxshape=(None,), dtype=dtype, chunks=(256,))
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    unclean = path.with_name(path.name + ".unclean")
+    unclean.unlink(missing_ok=True)
+    os.link(path, unclean)  # the log's name always holds a whole file, the old one or the new one
+    os.replace(tmp, path)
+    return sum(len(next(iter(log[g].values()), [])) for g in GROUPS if log.get(g))

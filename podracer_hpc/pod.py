@@ -78,6 +78,49 @@ def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
     return n
 
 
+def available_memory(device: torch.device) -> int | None:
+    """Bytes free for this pod: the accelerator's free memory, or the host's MemAvailable."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.mem_get_info(device)[0])
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, RuntimeError, ValueError):
+        pass
+    return None
+
+
+def memory_estimate(cfg: Config, obs_dim: int, act_dim: int) -> dict[str, int]:
+    """Bytes a pod allocates beyond its environments' own state, by part (an upper estimate)."""
+    a, e = cfg.agent, cfg.env
+    sizes = [obs_dim, *a.hidden_sizes]
+    params = 2 * sum(x * y + y for x, y in zip(sizes, sizes[1:])) + a.hidden_sizes[-1] * (act_dim + 1)
+    per_step = obs_dim + act_dim + 8  # obs, action, log-prob, value, next value, reward, flags, advantage
+    batch = a.rollout_steps * e.num_envs
+    widest = max(a.hidden_sizes)
+    return {
+        "rollout": 4 * batch * per_step * 2,  # the buffers and the flattened copies of an update
+        "networks": 4 * params * 4,  # weights, gradients, Adam's two moments
+        "activations": 4 * (batch // max(1, a.num_minibatches)) * widest * len(a.hidden_sizes) * 4,
+        "eval": 4 * cfg.eval.episodes * (obs_dim + widest) * 4,
+    }
+
+
+def check_memory(cfg: Config, env: Any, device: torch.device) -> None:
+    """Refuse, before allocating, a pod whose buffers and networks cannot fit this device."""
+    parts = memory_estimate(cfg, env.obs_dim, env.act_dim)
+    need, free = sum(parts.values()), available_memory(device)
+    if free is not None and need > 0.9 * free:
+        detail = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in parts.items())
+        raise MemoryError(
+            f"this pod needs about {need / 2**30:.1f} GiB ({detail}) and {device} has {free / 2**30:.1f} GiB free. "
+            f"Lower env.num_envs ({cfg.env.num_envs}), agent.rollout_steps ({cfg.agent.rollout_steps}), "
+            f"agent.hidden_sizes ({cfg.agent.hidden_sizes}) or eval.episodes ({cfg.eval.episodes})."
+        )
+
+
 class Pod:
     """One agent training on one device."""
 
@@ -92,11 +135,9 @@ class Pod:
         self.eval_env = make_env(
             e.name, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET, e.max_episode_steps, **opts
         )
+        check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
-        self.agent = PPOAgent(
-            self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
-            e.num_envs, dataclasses.replace(a), self.device,  # a copy: PBT changes the pod's own
-        )
+        self.agent = self._new_agent()
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(self.seed)
         self.obs = self.env.reset(self.seed)
@@ -108,6 +149,24 @@ class Pod:
             lo = torch.as_tensor(self.env.action_low, dtype=torch.float32, device=self.device)
             hi = torch.as_tensor(self.env.action_high, dtype=torch.float32, device=self.device)
             self._act_center, self._act_half = (hi + lo) / 2, (hi - lo) / 2
+
+    def _new_agent(self) -> PPOAgent:
+        """An agent initialized from the global torch RNG (seeded by the caller)."""
+        return PPOAgent(
+            self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
+            self.cfg.env.num_envs, dataclasses.replace(self.cfg.agent), self.device,  # a copy: PBT changes the pod's own
+        )
+
+    def reset_agent(self) -> None:
+        """Re-initialize the agent as at the start (networks, optimizer, normalizers), keeping the
+        pod's own hyperparameters and its environments (a NaN pod with no finite source anywhere)."""
+        hp = self.hparams()
+        ret = self.agent.reward_scaler.ret.clone()  # the environments' running returns stay
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed)
+            self.agent = self._new_agent()
+        self.agent.reward_scaler.ret.copy_(ret)
+        self.set_hparams(hp)
 
     # --- acting in the env ---------------------------------------------------------------
     def to_env_action(self, action: torch.Tensor) -> torch.Tensor:
@@ -188,12 +247,15 @@ class Pod:
         n = env.num_envs
         returns = torch.zeros(n, dtype=torch.float64, device=self.device)
         running = torch.ones(n, dtype=torch.bool, device=self.device)
-        for _ in range(env.max_episode_steps):
+        check_every = 1 if self.device.type == "cpu" else 64  # a host sync on an accelerator
+        for t in range(env.max_episode_steps):
             action = self.agent.act_deterministic(self.agent.normalize_obs(obs, update=False))
             obs, _, _, _, info = env.step(self.to_env_action(action))
             finished = info["done"] & running
             returns = torch.where(finished, info["episode_return"], returns)
             running &= ~info["done"]
+            if t % check_every == check_every - 1 and not bool(running.any()):
+                break  # every episode has ended (the eval env is reset before each evaluation)
         return returns
 
     # --- hyperparameters ----------------------------------------------------------------

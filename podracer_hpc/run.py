@@ -11,6 +11,13 @@ A run directory that holds checkpoints is resumed: every rank continues from its
 checkpoint, rows logged after it are dropped from the log, and the run goes on as if it had
 never stopped. SIGUSR1/SIGUSR2/SIGTERM (Slurm's warning before a time limit or preemption)
 make every rank finish its update, checkpoint and exit with ``EXIT_REQUEUE``.
+
+Any kill, at any moment, leaves a run directory that the same command resumes: a fresh pod
+checkpoints before its first update; the log is flushed before every checkpoint (so it holds
+every update the checkpoint holds) and cut back to the checkpoint on resume; a log left open
+by a killed writer is rebuilt (h5log.py); the ranks agree on one update to resume from
+(resume.py); a tournament round redone after a kill decides on the same leaderboard listing
+(kept in ``rounds/<i>.json``) and publishes the same entries (content ids).
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ import json
 import math
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -31,15 +37,15 @@ from typing import Any
 import torch
 import yaml
 
-from . import __version__, safeio
+from . import __version__, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
 from .pod import Pod, resolve_device, set_cpu_threads
+from .rundir import EXIT_REQUEUE, RunDir, job_id
+from .signals import StopFlag
 from .tournament import PodReport, decide, round_env_steps
-
-EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
 
 # Keys that may differ between a run and its resumption; anything else must match.
 RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
@@ -52,14 +58,42 @@ class Tournament:
     ``comm``, files through the leaderboard; the decision rules are the pure ``decide``.
     """
 
-    def __init__(self, cfg: Config, comm: Comm, pod: Pod, run_dir: Path, job: str,
+    def __init__(self, cfg: Config, comm: Comm, pod: Pod, rundir: RunDir, job: str,
                  say: Any, log: H5Writer | None = None):
         self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
         self.tcfg = cfg.tournament
-        root = Path(self.tcfg.leaderboard_dir) if self.tcfg.leaderboard_dir else run_dir / "leaderboard"
-        self.board = Leaderboard(root)
+        self.rundir = rundir
+        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
         self.job = job
         self.space = tuple(self.tcfg.hparam_space) or ()
+
+    def listing(self, index: int) -> list[tuple]:
+        """Rank 0's view of the leaderboard for round ``index``, the same on a redo.
+
+        A round redone after a kill (its checkpoint predates it) must decide on what the first
+        attempt saw, not on the entries that attempt published: the listing is kept in the run
+        directory the first time and read back after.
+        """
+        path = self.rundir.round_listing(index)
+        try:
+            return [tuple(e) for e in json.loads(path.read_text())]
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError) as e:
+            self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
+        entries = self.board.candidates(with_steps=True)
+        safeio.atomic_write_bytes(path, json.dumps(entries).encode())
+        return entries
+
+    def publish(self, fitness: float, index: int, hp: dict[str, float]) -> str | None:
+        """This pod's agent as a leaderboard entry (None if it could not be written: logged, not fatal)."""
+        tensors, meta = self.pod.agent_tensors()
+        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp)
+        try:
+            return self.board.publish(tensors, float(fitness), meta, content_id=True)
+        except OSError as e:
+            self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
+            return None
 
     def join(self) -> str | None:
         """Elastic join: a fresh pod starts from a leaderboard entry when there is one."""
@@ -97,17 +131,15 @@ class Tournament:
         hp = pod.hparams(self.space) if self.space else pod.hparams()
         reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
         # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
-        entries = comm.bcast(self.board.candidates(with_steps=True) if comm.rank == 0 else None)
+        entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
         decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
         d = decisions[comm.rank]
-        mine = None
-        if d.publish:
-            tensors, meta = pod.agent_tensors()
-            meta.update(job=self.job, pod=comm.rank, round=index, hparams=hp)
-            mine = self.board.publish(tensors, float(fitness), meta)
+        mine = self.publish(fitness, index, hp) if d.publish else None
         entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
         action, source = d.action, ""
-        if d.action in ("load_entry", "copy_pod"):
+        if d.action == "copy_pod" and entry_of_rank[d.source_rank] is None:
+            action, source = "keep", f"rejected:pod{d.source_rank}"  # its publish failed
+        elif d.action in ("load_entry", "copy_pod"):
             source = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank]
             try:
                 _, tensors, meta = self.board.load_best_available([source], device=pod.device, skip_corrupt=False)
@@ -118,17 +150,17 @@ class Tournament:
                 source = f"rejected:{source}"
         elif d.action == "reset":
             self.say(f"round {index}: fitness {fitness} and no finite source anywhere: re-initializing the agent")
-            fresh = Pod(self.cfg, rank=pod.rank, device=pod.device)
-            t, m = fresh.agent_tensors()
-            pod.load_agent(t, m, source="fresh agent", load_hparams=False)
+            pod.reset_agent()
         if d.new_hparams is not None and action == d.action:  # not when the source was rejected
             pod.set_hparams(d.new_hparams)
         row = {"round": index, "env_steps": pod.env_steps, "wall_s": wall_s, "fitness": float(fitness),
                "action": action, "source": source or (f"pod{d.source_rank}" if d.source_rank is not None else ""),
                "old_hparams": json.dumps(hp), "new_hparams": json.dumps(pod.hparams(self.space) if self.space else pod.hparams())}
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
-        if comm.rank == 0:
-            self.board.prune(self.tcfg.top_k)
+        if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
+            needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
+                      for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
+            self.board.prune(self.tcfg.top_k, keep=needed)
         row["tournament_s"] = time.perf_counter() - t0
         if self.log is not None:
             self.log.append("tournament", row, flush=True)
@@ -154,23 +186,6 @@ class RunResult:
 
     complete: bool
     summary: dict[str, Any] = field(default_factory=dict)
-
-
-class _StopFlag:
-    """Set by the warning signals; checked between updates."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-
-    def __call__(self, signum: int, frame: Any) -> None:
-        self.signal = signum
-
-    def install(self) -> None:
-        for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
-            try:
-                signal.signal(s, self)
-            except ValueError:  # not the main thread (tests calling train() from a thread)
-                pass
 
 
 def git_revision() -> str:
@@ -210,43 +225,6 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
-def _agree_on_checkpoint(comm: Comm, ckpt_path: Path, say: Any) -> Path:
-    """Make every rank resume from the same update (a hard kill may have caught a checkpoint
-    half-way through the ranks): ranks ahead fall back to their ``.prev``; else a clear error."""
-    def updates_of(p: Path) -> int | None:
-        if not p.exists():
-            return None
-        try:
-            return int(safeio.load(p, "pod-state")[1]["updates"])
-        except safeio.StateFileError:
-            return -1  # reported properly when loaded
-    mine = updates_of(ckpt_path)
-    if comm.size == 1:
-        return ckpt_path
-    everyone = comm.allgather(mine)
-    if len(set(everyone)) == 1:
-        return ckpt_path
-    if None in everyone and any(u is not None for u in everyone):
-        missing = [r for r, u in enumerate(everyone) if u is None]
-        raise TrainingError(
-            f"{ckpt_path.parent}: ranks {missing} have no checkpoint while others do; this run directory "
-            "was written by a different number of ranks or damaged. Use the same number of ranks, or a new --run-dir."
-        )
-    target = min(u for u in everyone if u is not None)
-    prev = ckpt_path.with_suffix(".prev")
-    choice = ckpt_path if mine == target else prev if updates_of(prev) == target else None
-    agreed = comm.allgather(choice is not None)
-    if not all(agreed):
-        raise TrainingError(
-            f"{ckpt_path.parent}: the ranks' checkpoints are at updates {everyone} and cannot be brought to "
-            f"one update ({target}); start a new --run-dir."
-        )
-    if choice != ckpt_path:
-        say(f"checkpoint at update {mine} is ahead of other ranks; resuming from {prev} (update {target})")
-        os.replace(prev, ckpt_path)
-    return ckpt_path
-
-
 def _nan_injection(rank: int) -> int:
     """Fault testing: ``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
     spec = os.environ.get("PODRACER_INJECT_NAN", "")
@@ -261,13 +239,18 @@ def _fmt_steps(n: float) -> str:
 
 
 def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
-          stop_after_updates: int = 0, quiet: bool = False) -> RunResult:
-    """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints."""
+          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None) -> RunResult:
+    """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
+
+    ``stop``: the warning-signal flag (the console script installs the process's own before
+    anything else); by default a new one is installed here.
+    """
     comm = comm or get_comm()
     rank, size = comm.rank, comm.size
-    run_dir = Path(run_dir or Path("runs") / cfg.name)
-    ckpt_path = run_dir / "checkpoints" / f"rank{rank}.safetensors"
-    log_path = run_dir / "logs" / f"{cfg.name}_rank{rank}.h5"
+    rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
+    run_dir = rundir.root
+    ckpt_path = rundir.checkpoint(rank)
+    stop = stop or StopFlag().install()
 
     def say(msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
@@ -286,17 +269,21 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
             f"({comm.note}). Refusing to run {comm.launcher_size} copies of rank 0 into one run directory: "
             "match srun's --mpi plugin to the MPI of mpi4py (pmi2 for the mpich wheel, pmix for Open MPI)."
         )
-    pod = Pod(cfg, rank=rank, device=device)
+    try:
+        pod = Pod(cfg, rank=rank, device=device)
+    except MemoryError as e:
+        raise TrainingError(f"rank {rank}: {e}") from None
     state_meta: dict[str, Any] = {}
-    ckpt_path = _agree_on_checkpoint(comm, ckpt_path, say)
-    if ckpt_path.exists():
+    choice = resume.agree(comm.allgather, rank, size, ckpt_path, say,
+                          rundir.checkpoint_ranks() if rank == 0 else [])
+    if not choice.fresh:
         _, meta0, _ = safeio.load(ckpt_path, "pod-state")  # verifies before anything is touched
         diffs = _diff_config(meta0.get("config", {}), to_dict(cfg))
         if diffs:
             raise ConfigError(
                 f"{run_dir} holds a run with another config; it cannot be resumed with this one:\n  "
                 + "\n  ".join(diffs)
-                + f"\nUse a new --run-dir, or the original settings (see {run_dir / 'config.yaml'})."
+                + f"\nUse a new --run-dir, or the original settings (see {rundir.config})."
             )
         state_meta = pod.load(ckpt_path)
         say(f"resuming from {ckpt_path} at {_fmt_steps(pod.env_steps)} env steps, update {pod.updates}")
@@ -305,7 +292,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                 "its environments start new episodes")
     elif rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        safeio.atomic_write_bytes(rundir.config, yaml.safe_dump(to_dict(cfg), sort_keys=False).encode(), mode=0o644)
 
     attrs = {
         "config": to_dict(cfg),
@@ -321,17 +308,16 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
         "created": time.time(),
     }
-    log = H5Writer(log_path, attrs)
-    if state_meta:
-        dropped = log.truncate_after(pod.env_steps)
-        if dropped:
-            say(f"dropped {dropped} log rows written after that checkpoint (their work is redone)")
+    log = H5Writer(rundir.log(rank), attrs, say=say)
+    # Rows after the checkpoint are work that is redone; a fresh start keeps none (a run killed
+    # before its first checkpoint must not log updates 1, 2, ... twice).
+    dropped = log.truncate_after(pod.env_steps if state_meta else -1)
+    if dropped:
+        say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
 
     tour = None
     if cfg.tournament.mode != "none":
-        job = os.environ.get("SLURM_ARRAY_JOB_ID", os.environ.get("SLURM_JOB_ID", "local"))
-        job += f"_{os.environ['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_TASK_ID" in os.environ else ""
-        tour = Tournament(cfg, comm, pod, run_dir, job, say, log)
+        tour = Tournament(cfg, comm, pod, rundir, job_id(), say, log)
         if not state_meta:
             tour.join()
     round_index = int(state_meta.get("round", 0))
@@ -348,8 +334,6 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     t_start = time.perf_counter()
     steps_at_start = pod.env_steps
     last_ckpt = last_progress = time.monotonic()
-    stop = _StopFlag()
-    stop.install()
     updates_here = 0
     last_train = math.nan
 
@@ -357,8 +341,9 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         return wall_before + time.perf_counter() - t_start
 
     def checkpoint() -> None:
+        log.flush()  # the log holds every row up to the checkpoint before the checkpoint exists
         extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall(),
-                 "round": round_index}
+                 "round": round_index, "world_size": size}
         if ckpt_path.exists():  # keep the last one as .prev; the path always holds a whole checkpoint
             tmp = ckpt_path.with_suffix(".prev.tmp")
             tmp.unlink(missing_ok=True)
@@ -383,6 +368,8 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         return last_eval
 
     try:
+        if not state_meta:
+            checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
         while pod.env_steps < total:
             t0 = time.perf_counter()
             if poisoned:  # keep the pool in lockstep without training on NaN weights
@@ -458,7 +445,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
 
     complete = pod.env_steps >= total
     if not complete:
-        why = f"signal {signal.Signals(stop.signal).name}" if stop.signal else f"--stop-after-updates {stop_after_updates}"
+        why = f"signal {stop.name}" if stop.signal else f"--stop-after-updates {stop_after_updates}"
         say(f"stopped by {why} at {_fmt_steps(pod.env_steps)} env steps; checkpoint saved, run again to resume")
     mine = {
         "env_steps": pod.env_steps, "best": best, "final": last_eval, "wall_s": wall(),
@@ -483,8 +470,10 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     if tour is not None:
         summary["best_pod"] = max(range(size), key=lambda r: everyone[r]["best"])
         summary["rounds"] = round_index
+    if tour is not None and complete and rank == 0:
+        tour.board.prune(cfg.tournament.top_k)  # every rank has checkpointed: the last round's sources may go
     if rank == 0:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        safeio.atomic_write_bytes(rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
         if tour is not None and not quiet:
             print(tour.table(), file=sys.stderr, flush=True)
     return RunResult(complete=complete, summary=summary)

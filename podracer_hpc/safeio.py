@@ -164,4 +164,8 @@ def load(
         blob = path.read_bytes()
     except FileNotFoundError:
         raise StateFileError(f"{path}: no such state file.") from None
+    except IsADirectoryError:
+        raise StateFileError(f"{path}: is a directory, not a state file; move it away.") from None
+    except OSError as e:
+        raise StateFileError(f"{path}: cannot be read ({e.strerror}).") from None
     return loads(blob, kind, source=str(path), device=device)

@@ -87,3 +87,52 @@ def test_unknown_schema_version_is_refused(tmp_path):
         read_log(q)
     with pytest.raises(LogError, match="no such log"):
         read_log(tmp_path / "missing.h5")
+
+
+def test_a_log_left_open_by_a_killed_writer_is_recovered_and_continued(tmp_path):
+    """HDF5 refuses to reopen it for writing ('file is already open for write/SWMR write'):
+    the writer rebuilds it from what was flushed, says so, keeps the original, and appends on."""
+    p = tmp_path / "dead.h5"
+    code = textwrap.dedent(f"""
+        import os, signal
+        from podracer_hpc.h5log import H5Writer
+        w = H5Writer({str(p)!r}, {{"seed": 5, "config": {{"a": [1, 2]}}}}, flush_interval_s=1e9)
+        for i in range(1, 6):
+            w.append("train", {{"update": i, "env_steps": 100 * i, "loss": 0.5}})
+        w.append("tournament", {{"round": 0, "env_steps": 500, "action": "keep", "source": "pod1"}})
+        w.flush()
+        w.append("train", {{"update": 6, "env_steps": 600}})  # never flushed
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -signal.SIGKILL
+    with pytest.raises(OSError):
+        h5py.File(p, "a")  # what the chaos run hit
+    said = []
+    with H5Writer(p, {"seed": 5}, say=said.append) as w:
+        assert w.truncate_after(400) == 2  # rows 5 and the round at 500
+        w.append("train", {"update": 5, "env_steps": 500})
+    assert len(said) == 1 and "left open by a killed writer: recovered" in said[0]
+    assert (tmp_path / "dead.h5.unclean").exists()
+    log = read_log(p)
+    assert list(log["train"]["update"]) == [1, 2, 3, 4, 5] and list(log["train"]["loss"][:4]) == [0.5] * 4
+    assert len(log["tournament"]["round"]) == 0
+    assert log["attrs"]["seed"] == 5 and log["attrs"]["config"] == {"a": [1, 2]}
+
+
+def test_truncate_to_nothing_and_unsorted_logs(tmp_path):
+    p = tmp_path / "a.h5"
+    with H5Writer(p, {}) as w:
+        for u in (1, 2, 3, 1, 2):  # a log written by an older version after a restart
+            w.append("train", {"update": u, "env_steps": 10 * u})
+        assert w.truncate_after(20) == 3  # everything after the first row beyond 20
+        assert list(w.f["train"]["update"][...]) == [1, 2]
+        assert w.truncate_after(-1) == 2
+    assert len(read_log(p)["train"]["update"]) == 0
+
+
+def test_unreadable_log_is_refused_untouched(tmp_path):
+    q = tmp_path / "junk.h5"
+    q.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\x00" * 64)
+    with pytest.raises(LogError, match="cannot be continued"):
+        H5Writer(q, {})
+    assert q.read_bytes() == b"\x89HDF\r\n\x1a\n" + b"\x00" * 64

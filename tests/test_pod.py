@@ -7,6 +7,7 @@ import torch
 
 from podracer_hpc import safeio
 from podracer_hpc.config import load_config
+from podracer_hpc.h5log import read_log
 from podracer_hpc.pod import Pod
 
 SMALL = [
@@ -51,7 +52,6 @@ def test_resume_is_exact(tmp_path, cli, task):
 
 def test_resume_drops_log_rows_after_checkpoint(tmp_path):
     """Rows logged after the checkpoint (work lost in a crash) are dropped, then redone once."""
-    from podracer_hpc.h5log import read_log
     from podracer_hpc.run import train
 
     cfg = load_config(None, small("pendulum", updates=4))
@@ -71,21 +71,30 @@ def test_resume_drops_log_rows_after_checkpoint(tmp_path):
     assert list(steps) == sorted(set(steps))
 
 
-def test_corrupt_checkpoint_is_refused_and_kept(tmp_path, cli):
+def test_corrupt_checkpoint_falls_back_to_prev_and_is_kept(tmp_path, cli):
+    """A corrupt checkpoint is set aside (kept as evidence) and the run resumes from .prev, saying
+    why; with .prev corrupt too nothing can be resumed: exit 2 naming the checksum error, nothing touched."""
     run = tmp_path / "run"
     args = sum((["--set", s] for s in small("pendulum", 2)), [])
     assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), "--stop-after-updates", "1", *args).returncode == 75
     ckpt = run / "checkpoints" / "rank0.safetensors"
+    prev = run / "checkpoints" / "rank0.prev"
+    assert prev.exists()  # the checkpoint a fresh pod writes before its first update
     blob = bytearray(ckpt.read_bytes())
     blob[-10] ^= 0xFF
     ckpt.write_bytes(bytes(blob))
+    good_prev = prev.read_bytes()
+    prev.write_bytes(good_prev[:100])
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), *args)
     assert r.returncode == 2
-    assert "checksum mismatch" in r.stderr and str(ckpt) in r.stderr
-    assert ckpt.read_bytes() == bytes(blob)  # nothing overwritten: the evidence is kept
-    ckpt.write_bytes(bytes(blob[:100]))
+    assert "checksum mismatch" in r.stderr and str(ckpt) in r.stderr and "truncated or corrupt" in r.stderr
+    assert ckpt.read_bytes() == bytes(blob) and prev.read_bytes() == good_prev[:100]  # evidence kept
+    prev.write_bytes(good_prev)
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), *args)
-    assert r.returncode == 2 and "truncated or corrupt" in r.stderr
+    assert r.returncode == 0, r.stderr
+    assert "checksum mismatch" in r.stderr and "resuming from its .prev (update 0)" in r.stderr
+    assert (run / "checkpoints" / "rank0.safetensors.corrupt").read_bytes() == bytes(blob)
+    assert list(read_log(run / "logs" / "pendulum_rank0.h5")["train"]["update"]) == [1, 2]
 
 
 def test_foreign_checkpoint_is_never_loaded(tmp_path):

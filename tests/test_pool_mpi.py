@@ -115,7 +115,7 @@ def test_ranks_resume_from_the_same_update_after_a_torn_checkpoint(tmp_path):
     (run / "checkpoints" / "rank0.safetensors").write_bytes(behind)  # rank 0 at update 2, rank 1 at 3
     r = run_mpi(2, *train_args(run, *sets))
     assert r.returncode == 0, r.stderr
-    assert "is ahead of other ranks; resuming from" in r.stderr
+    assert "rank 1: checkpoint at update 3, ahead of other ranks; resuming from its .prev (update 2)" in r.stderr
     for k in range(2):
         steps = read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["env_steps"]
         assert len(steps) == len(set(steps)) and list(steps) == sorted(steps)
