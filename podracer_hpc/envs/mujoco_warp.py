@@ -39,7 +39,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .mujoco import GYM_IDS
 from .rng import BatchRNG
 
 INSTALL_HINT = ("pip install 'podracer-hpc[warp]' (warp-lang==1.19.0 mujoco-warp==4.0.0; gymnasium for the "
@@ -50,6 +49,7 @@ INSTALL_HINT = ("pip install 'podracer-hpc[warp]' (warp-lang==1.19.0 mujoco-warp
 class _Task:
     """The defaults of one gymnasium v5 task (the keyword arguments of its ``__init__``)."""
 
+    gym_id: str  # as envs.mujoco.GYM_IDS (that module imports this one for backend warp; never the reverse)
     xml: str
     frame_skip: int
     forward_reward_weight: float
@@ -63,12 +63,12 @@ class _Task:
 
 
 _TASKS: dict[str, _Task] = {
-    "halfcheetah": _Task("half_cheetah.xml", 5, 1.0, 0.1, 0.1, "normal", 1),
-    "hopper": _Task("hopper.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0, clip_qvel=10.0),
-    "walker2d": _Task("walker2d_v5.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0,
+    "halfcheetah": _Task("HalfCheetah-v5", "half_cheetah.xml", 5, 1.0, 0.1, 0.1, "normal", 1),
+    "hopper": _Task("Hopper-v5", "hopper.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0, clip_qvel=10.0),
+    "walker2d": _Task("Walker2d-v5", "walker2d_v5.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0,
                       clip_qvel=10.0),
-    "ant": _Task("ant.xml", 5, 1.0, 0.5, 0.1, "normal", 2, healthy_reward=1.0, contact_cost_weight=5e-4),
-    "humanoid": _Task("humanoid.xml", 5, 1.25, 0.1, 1e-2, "uniform", 2, healthy_reward=5.0,
+    "ant": _Task("Ant-v5", "ant.xml", 5, 1.0, 0.5, 0.1, "normal", 2, healthy_reward=1.0, contact_cost_weight=5e-4),
+    "humanoid": _Task("Humanoid-v5", "humanoid.xml", 5, 1.25, 0.1, 1e-2, "uniform", 2, healthy_reward=5.0,
                       contact_cost_weight=5e-7),
 }
 # Task-specific thresholds of the v5 defaults (used in ``_healthy``).
@@ -142,7 +142,7 @@ class WarpMujoco:
         wp, mujoco, mjw = _import_warp()
         self._wp, self._mjw = wp, mjw
         self.task, self.spec = task, _TASKS[task]
-        self.gym_id = GYM_IDS[task]
+        self.gym_id = self.spec.gym_id
         self.num_envs = n = int(num_envs)
         self.device = torch.device(device)
         self.dtype = dtype
