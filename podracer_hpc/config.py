@@ -3,6 +3,11 @@
 A job file in ``jobs/`` is YAML whose keys mirror :class:`Config`. Overrides use dotted keys,
 ``--set agent.learning_rate=1e-3``; values are parsed as YAML. Unknown keys and invalid values
 raise :class:`ConfigError` before anything runs, naming the valid keys.
+
+This module is the ground floor: the core sections live here; each task's settings (the
+section ``env.<section>``, e.g. ``env.trading``) are declared by the task next to its env code
+and found in the task registry (:mod:`podracer_hpc.envs.registry`), which this module reads
+only when a config is built, so importing it stays cheap (no torch).
 """
 
 from __future__ import annotations
@@ -42,43 +47,55 @@ MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_c
 
 
 @dataclass
-class TradingConfig:
-    """Settings of the stock_trading task (section ``env.trading``); ignored by other tasks."""
-
-    data: str = F("", "long-format bars (CSV, Parquet, HDF5: date, ticker, OHLCV); '' = synthetic market")
-    stocks: list = F([], "tickers to trade, in this order; [] = every ticker the alignment keeps")
-    start: str = F("", "first day of the training window (e.g. 2016-01-04); '' = data start + warmup_bars")
-    end: str = F("", "last day of the training window; '' = the data's last day (a backtest starts after it)")
-    initial_cash: float = F(1_000_000.0, "cash of a new account")
-    cost: float = F(0.001, "proportional transaction cost of a buy or a sell (0.002 = 0.2%)")
-    max_shares: int = F(100, "largest order per stock per step, in shares (action +-1)")
-    reward_scale: float = F(0.0, "reward = change in account value x this; 0 = 100 / initial_cash (percent)")
-    turbulence_threshold: float = F(0.0, "sell everything and buy nothing at or above this turbulence; 0 = never")
-    turbulence_window: int = F(252, "past returns (bars) in the turbulence index's covariance; 0 = no index")
-    warmup_bars: int = F(60, "bars at the start of the data used only to warm up the indicators")
-    random_start: bool = F(True, "each env starts at a random day of the window (false: all at its first day)")
-    synthetic_stocks: int = F(30, "assets of the synthetic market (when data is '')")
-    synthetic_days: int = F(1512, "business days of the synthetic market")
-    synthetic_seed: int = F(0, "seed of the synthetic market (the same for every pod)")
-    synthetic_structure: str = F("momentum", "predictable structure: none | momentum | mean_reversion | mixed")
-
-
-@dataclass
-class MujocoConfig:
-    """Settings of the MuJoCo tasks (section ``env.mujoco``): ant, humanoid, halfcheetah, hopper, walker2d."""
-
-    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
-                             "installed, else envpool if installed, else gymnasium)")
-    num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
-
-
-@dataclass
 class EnvConfig:
-    name: str = F("pendulum", "task: pendulum | cartpole | stock_trading | ant | humanoid | halfcheetah | hopper | walker2d")
+    """Section ``env``: the fields every task has. Each task's own settings are a section of it
+    (``env.trading``, ``env.mujoco``, ...) that the task declares next to its env code and
+    registers (:mod:`podracer_hpc.envs.registry`); :func:`env_config_class` adds them as fields,
+    and ``EnvConfig(...)`` builds that class (with the sections' defaults)."""
+
+    name: str = F("pendulum", "task: a name in the task registry (env_config_class lists them in this doc)")
     num_envs: int = F(1024, "environments stepped together as one batch on the pod's device")
     max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500, MuJoCo 1000)")
-    trading: TradingConfig = F(TradingConfig, "stock_trading settings (market data, costs, capital)")
-    mujoco: MujocoConfig = F(MujocoConfig, "MuJoCo task settings (simulator backend)")
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> EnvConfig:
+        # EnvConfig(...) is the class with the registered tasks' sections (dataclass __init__ follows)
+        return object.__new__(env_config_class() if cls is EnvConfig else cls)
+
+
+_ENV_CLASSES: dict[tuple, type] = {}
+
+
+def env_config_class() -> type[EnvConfig]:
+    """:class:`EnvConfig` with one field per option section of the task registry, ``env.<section>``
+    (its options dataclass, defaults and docs), in registration order; ``env.name``'s doc lists
+    the registered tasks. The same sections give the same class."""
+    from .envs import registry  # here, not at the top: the task modules import torch
+
+    sections = registry.sections()
+    tasks = registry.names()
+    key = (tuple(sections.items()), tuple(tasks))
+    cls = _ENV_CLASSES.get(key)
+    if cls is None:
+        core = {f.name for f in dataclasses.fields(EnvConfig)}
+        clash = sorted(core & set(sections))
+        if clash:
+            raise ConfigError(f"task option section(s) {clash} clash with the core keys env.{{{', '.join(sorted(core))}}}")
+        name = dataclasses.field(default="pendulum", metadata={"doc": "task: " + " | ".join(tasks)})
+        fields: list[tuple[str, Any, Any]] = [("name", str, name)]
+        for section, opts in sections.items():
+            doc = (opts.__doc__ or "").strip().splitlines()[0].rstrip(".") if opts.__doc__ else f"{section} settings"
+            fields.append((section, opts, dataclasses.field(default_factory=opts, metadata={"doc": doc})))
+        cls = dataclasses.make_dataclass("TaskEnvConfig", fields, bases=(EnvConfig,))
+        cls.__module__, cls.__doc__ = __name__, EnvConfig.__doc__
+        _ENV_CLASSES[key] = cls
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    """``TaskEnvConfig``: the current :func:`env_config_class` (so pickled configs load)."""
+    if name == "TaskEnvConfig":
+        return env_config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -137,12 +154,15 @@ def _is_dataclass_type(tp: Any) -> bool:
 
 
 def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The field types of a config class; ``EnvConfig`` stands for its class with the task sections."""
+    hints = typing.get_type_hints(cls)
+    return {k: env_config_class() if tp is EnvConfig else tp for k, tp in hints.items()}
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:
     """All dotted keys of a config class with their doc and default: [(key, doc, default)]."""
     out = []
+    cls = env_config_class() if cls is EnvConfig else cls
     hints = _field_types(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
@@ -156,6 +176,7 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]
 
 def _valid_keys_text(cls: type, prefix: str) -> str:
     lines = []
+    cls = env_config_class() if cls is EnvConfig else cls
     hints = _field_types(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
@@ -214,6 +235,7 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     data = {} if data is None else data
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}")
+    cls = env_config_class() if cls is EnvConfig else cls
     hints = _field_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
@@ -273,8 +295,9 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
 
 
 def validate(cfg: Config) -> Config:
-    """Check value ranges; raises ConfigError naming the key and the allowed range."""
-    from .envs import TASKS  # local import: config stays importable without torch-heavy modules
+    """Check value ranges, the task options included (each section's ``check``, see
+    :mod:`podracer_hpc.envs.registry`); raises ConfigError naming the key and the allowed range."""
+    from .envs import registry  # here, not at the top: the task modules import torch
 
     a, e = cfg.agent, cfg.env
 
@@ -285,7 +308,8 @@ def validate(cfg: Config) -> Config:
     def within(value: int, low: int, high: int, key: str, why: str = "") -> None:
         need(low <= value <= high, key, f"must be in [{low:,}, {high:,}]{why}, got {value:,}")
 
-    need(e.name in TASKS, "env.name", f"unknown task {e.name!r}; known tasks: {', '.join(sorted(TASKS))}")
+    tasks = registry.names()
+    need(e.name in tasks, "env.name", f"unknown task {e.name!r}; known tasks: {', '.join(sorted(tasks))}")
     within(e.num_envs, 1, MAX_NUM_ENVS, "env.num_envs", " (one pod's batch; use more pods for more)")
     within(e.max_episode_steps, 0, MAX_EPISODE_STEPS, "env.max_episode_steps",
            " (an evaluation steps this long; 0 = the task's default)")
@@ -332,9 +356,14 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
-    backends = ("auto", "envpool", "gymnasium", "warp")
-    need(e.mujoco.backend in backends, "env.mujoco.backend", f"must be one of {', '.join(backends)}, got {e.mujoco.backend!r}")
-    need(e.mujoco.num_threads >= 0, "env.mujoco.num_threads", f"must be >= 0, got {e.mujoco.num_threads}")
+    for section, options in registry.sections().items():  # every section: a typo in another task's too
+        values = getattr(e, section, None)
+        need(isinstance(values, options), f"env.{section}",
+             f"expected the {options.__name__} settings, got {type(values).__name__} (build env with EnvConfig(...))")
+        try:
+            registry.check(values)
+        except registry.OptionError as err:
+            raise ConfigError(f"env.{section}.{err.key}: {err.why}") from None
     bad = sorted(set(cfg.tournament.hparam_space) - set(MUTABLE_HPARAMS))
     need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad}; allowed: {', '.join(MUTABLE_HPARAMS)}")
     return cfg

@@ -19,7 +19,7 @@ import torch
 from . import safeio
 from .agents.ppo import PPOAgent, compute_gae
 from .config import MUTABLE_HPARAMS, Config, to_dict
-from .envs import make_env
+from .envs import build_env
 
 STATE_KIND = "pod-state"
 # Tensors that make up the agent (what a leaderboard entry holds); the rest of the pod state
@@ -38,19 +38,6 @@ def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device={spec!r} but CUDA is not available here; use device=auto or cpu")
     return torch.device(spec)
-
-
-def task_options(e: Any) -> dict[str, Any]:
-    """The task-specific settings of an env config section, as keyword options of its env."""
-    if e.name == "stock_trading":
-        from .trading.env import env_options
-
-        return env_options(e.trading)
-    from .envs.mujoco import GYM_IDS
-
-    if e.name in GYM_IDS:
-        return {"backend": e.mujoco.backend, "num_threads": e.mujoco.num_threads}
-    return {}
 
 
 def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
@@ -130,11 +117,9 @@ class Pod:
         self.device = torch.device(device)
         self.seed = cfg.seed + rank
         e, a = cfg.env, cfg.agent
-        opts = task_options(e)
-        self.env = make_env(e.name, e.num_envs, self.device, self.seed, e.max_episode_steps, **opts)
-        self.eval_env = make_env(
-            e.name, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET, e.max_episode_steps, **opts
-        )
+        # the task registry builds the env from cfg.env: its name, time limit and option section
+        self.env = build_env(e, e.num_envs, self.device, self.seed)
+        self.eval_env = build_env(e, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET)
         check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = self._new_agent()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import typing
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from podracer_hpc.config import (
     LogConfig,
     PPOConfig,
     describe,
+    env_config_class,
     from_dict,
     load_config,
     parse_overrides,
@@ -23,6 +23,8 @@ from podracer_hpc.config import (
     validate,
 )
 from podracer_hpc.envs import TASKS
+from podracer_hpc.envs.mujoco import MujocoOptions
+from podracer_hpc.trading.env import TradingOptions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,14 +54,15 @@ def write(tmp_path: Path, text: str, name: str = "myjob.yaml") -> Path:
     return p
 
 
-def leaf_keys(cls: type = Config, prefix: str = "") -> list[str]:
-    """Every dotted leaf key, found independently of config.describe."""
+def leaf_keys(obj: object = None, prefix: str = "") -> list[str]:
+    """Every dotted leaf key, found independently of config.describe (by walking a default Config:
+    the env section's task options come from the task registry)."""
+    obj = Config() if obj is None else obj
     out = []
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            out += leaf_keys(tp, prefix + f.name + ".")
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out += leaf_keys(value, prefix + f.name + ".")
         else:
             out.append(prefix + f.name)
     return out
@@ -379,19 +382,19 @@ def test_override_with_invalid_yaml_value():
 # --------------------------------------------------------------------------------------
 # Documentation of every field
 # --------------------------------------------------------------------------------------
-def all_dataclasses(cls: type = Config) -> list[type]:
-    out = [cls]
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            out += all_dataclasses(tp)
+def all_dataclasses(obj: object = None) -> list[type]:
+    obj = Config() if obj is None else obj
+    out = [type(obj)]
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out += all_dataclasses(value)
     return out
 
 
 def test_every_dataclass_field_has_a_one_line_doc():
     classes = all_dataclasses()
-    assert {EnvConfig, PPOConfig, EvalConfig, LogConfig, Config} <= set(classes)
+    assert {env_config_class(), TradingOptions, MujocoOptions, PPOConfig, EvalConfig, LogConfig, Config} <= set(classes)
     for cls in classes:
         for f in dataclasses.fields(cls):
             doc = f.metadata.get("doc", "")

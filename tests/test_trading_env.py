@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from podracer_hpc.envs import TASKS, make_env
 from podracer_hpc.trading import StockTradingEnv, from_arrays
-from podracer_hpc.trading.env import CONFIG_KEYS, env_options, get_market, tickers_from_state
+from podracer_hpc.trading.env import TradingOptions, get_market, tickers_from_state
 
 
 # torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
@@ -264,10 +264,11 @@ def test_defaults_make_env_and_registry():
     assert r.dtype == torch.float32 and info["final_obs"].shape == (8, 302)
     names = [n for n, _ in env.obs_layout()]
     assert names[0] == "cash" and names[-1] == "turbulence" and env.obs_layout()[-1][1].stop == env.obs_dim
-    assert {k for k, *_ in CONFIG_KEYS} >= {"data", "stocks", "initial_cash", "cost", "max_shares"}
-    assert env_options({"cost": 0.002, "name": "x"}) == {"cost": 0.002}
-    with pytest.raises(ValueError, match="cost"):
-        make(random_market(0), cost=1.5)
+    assert set(TradingOptions.__dataclass_fields__) >= {"data", "stocks", "initial_cash", "cost", "max_shares"}
+    with pytest.raises(ValueError, match=r"stock_trading: cost: must be in \[0, 1\)"):
+        make(random_market(0), cost=1.5)  # the env checks its options as the config does (TradingOptions.check)
+    with pytest.raises(TypeError, match="unknown option.*cots.*cost"):
+        make(random_market(0), cots=0.1)
     with pytest.raises(ValueError, match="columns"):
         env.step(torch.zeros(8, 7))
 

@@ -1,4 +1,4 @@
-"""The trading job files use only the stock_trading settings the env knows (CONFIG_KEYS), and
+"""The trading job files use only the stock_trading settings the env knows (TradingOptions), and
 load once the config has them."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ import pytest
 import yaml
 
 from podracer_hpc.config import load_config
-from podracer_hpc.trading.env import CONFIG_KEYS
+from podracer_hpc.envs.registry import option_rows
+from podracer_hpc.trading.env import TradingOptions
 
 REPO = Path(__file__).resolve().parent.parent
 JOBS = ["jobs/trading_quickstart.yaml", "jobs/trading_paper.yaml", "jobs/trading_edge.yaml"]
-KNOWN = {k for k, *_ in CONFIG_KEYS}
+ROWS = option_rows(TradingOptions)
+KNOWN = {k for k, *_ in ROWS}
 
 
 @pytest.mark.parametrize("job", JOBS)
@@ -23,7 +25,7 @@ def test_job_uses_known_env_keys_with_the_right_types(job):
     assert set(data["env"]) <= {"name", "num_envs", "max_episode_steps", "trading"}
     env = data["env"]["trading"]
     assert set(env) <= KNOWN, sorted(set(env) - KNOWN)
-    types = {k: t for k, t, *_ in CONFIG_KEYS}
+    types = {k: t for k, t, *_ in ROWS}
     for k, v in env.items():
         if k in types:
             want = (int, float) if types[k] is float else types[k]

@@ -1,16 +1,17 @@
-"""Batched environments (the VecEnv protocol) and the task registry."""
+"""Batched environments (the VecEnv protocol) and the task registry (:mod:`.registry`)."""
 
 from __future__ import annotations
 
 import torch
 
+from . import registry
 from .base import TorchVecEnv, VecEnv
 from .cartpole import CartPole
 from .pendulum import Pendulum
+from .registry import build_env
 
-TASKS: dict[str, type[TorchVecEnv]] = {"pendulum": Pendulum, "cartpole": CartPole}
-TASKS["stock_trading"] = __import__("podracer_hpc.trading.env", fromlist=["StockTradingEnv"]).StockTradingEnv
-TASKS.update(__import__("podracer_hpc.envs.mujoco", fromlist=["MUJOCO_TASKS"]).MUJOCO_TASKS)  # ant, humanoid, ...
+# {name: env builder}: a live view of the registry (tasks register themselves, see registry.py)
+TASKS = registry.TaskTable()
 
 
 def make_env(
@@ -22,12 +23,12 @@ def make_env(
     dtype: torch.dtype = torch.float32,
     **options: object,
 ) -> VecEnv:
-    """Build a batched environment of task ``name`` on ``device`` (``options``: task settings)."""
-    try:
-        cls = TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}") from None
-    return cls(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype, **options)
+    """Build a batched environment of task ``name`` on ``device`` (``options``: task settings).
+
+    A pod builds its env from its config instead (:func:`build_env`, the task's option section).
+    """
+    task = registry.get(name)  # ValueError listing the known tasks
+    return task.build(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, dtype=dtype, **options)
 
 
-__all__ = ["TASKS", "VecEnv", "TorchVecEnv", "make_env", "Pendulum", "CartPole"]
+__all__ = ["TASKS", "VecEnv", "TorchVecEnv", "make_env", "build_env", "registry", "Pendulum", "CartPole"]

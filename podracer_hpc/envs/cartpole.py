@@ -12,6 +12,7 @@ import math
 import torch
 
 from .base import TorchVecEnv
+from .registry import Task, register
 
 
 class CartPole(TorchVecEnv):
@@ -55,3 +56,6 @@ class CartPole(TorchVecEnv):
 
     def observe(self, state):
         return state.clone()
+
+
+register(Task("cartpole", build=CartPole, doc="CartPole-v1: balance a pole on a cart (push left or right)"))

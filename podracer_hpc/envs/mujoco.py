@@ -43,12 +43,15 @@ whole state is device arrays and tensors, so its ``state_dict`` is exact.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..docfield import F
 from .gym_adapter import GymVecEnv
+from .registry import OptionError, Task, register
 
 GYM_IDS: dict[str, str] = {
     "halfcheetah": "HalfCheetah-v5",
@@ -58,6 +61,25 @@ GYM_IDS: dict[str, str] = {
     "humanoid": "Humanoid-v5",
 }
 BACKENDS = ("auto", "envpool", "gymnasium", "warp")
+
+
+@dataclass
+class MujocoOptions:
+    """MuJoCo task settings (simulator backend).
+
+    The config section ``env.mujoco``, shared by ant, humanoid, halfcheetah, hopper and walker2d."""
+
+    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
+                             "installed, else envpool if installed, else gymnasium)")
+    num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
+
+    def check(self) -> None:
+        """Raise OptionError for a backend that does not exist or a negative thread count."""
+        if self.backend not in BACKENDS:
+            raise OptionError("backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.num_threads < 0:
+            raise OptionError("num_threads", f"must be >= 0 (0 = envpool's default), got {self.num_threads}")
+
 _NO_CHECKPOINT = (
     "MuJoCo envs on the {} backend cannot be checkpointed exactly (the simulator state and RNG "
     "streams are not exposed); resume would need a non-exact mode that restarts the episodes"
@@ -244,16 +266,18 @@ def make_mujoco_env(task: str, num_envs: int, device: str | torch.device = "cpu"
 def _task(name: str) -> type:
     """A registry entry: calling it like a task class builds the env on the chosen backend."""
 
-    class Task:
+    class Builder:
         gym_id = GYM_IDS[name]
 
         def __new__(cls, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
                     max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, **options: Any):
             return make_mujoco_env(name, num_envs, device, seed, max_episode_steps, dtype, **options)
 
-    Task.__name__ = Task.__qualname__ = f"Mujoco_{name}"
-    Task.__doc__ = f"MuJoCo {GYM_IDS[name]} (options: backend, num_threads; warp: graph, nconmax, njmax)."
-    return Task
+    Builder.__name__ = Builder.__qualname__ = f"Mujoco_{name}"
+    Builder.__doc__ = f"MuJoCo {GYM_IDS[name]} (options: backend, num_threads; warp: graph, nconmax, njmax)."
+    return Builder
 
 
 MUJOCO_TASKS: dict[str, type] = {name: _task(name) for name in GYM_IDS}
+for _name, _builder in MUJOCO_TASKS.items():
+    register(Task(_name, build=_builder, options=MujocoOptions, section="mujoco", doc=f"MuJoCo {GYM_IDS[_name]}"))

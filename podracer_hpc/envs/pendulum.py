@@ -11,6 +11,7 @@ import math
 import torch
 
 from .base import TorchVecEnv
+from .registry import Task, register
 
 
 class Pendulum(TorchVecEnv):
@@ -47,3 +48,6 @@ class Pendulum(TorchVecEnv):
     def observe(self, state):
         th = state[:, 0]
         return torch.stack((torch.cos(th), torch.sin(th), state[:, 1]), dim=1)
+
+
+register(Task("pendulum", build=Pendulum, doc="Pendulum-v1: swing up and balance a pendulum (continuous torque)"))

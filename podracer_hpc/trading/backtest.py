@@ -41,10 +41,12 @@ import numpy as np
 import torch
 
 from .data import DataError, MarketData, is_daily
-from .env import CONFIG_DEFAULTS, Market, StockTradingEnv, get_market, tickers_from_state
+from ..envs.registry import as_kwargs, options_from
+from .env import Market, StockTradingEnv, TradingOptions, get_market, tickers_from_state
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio", "max_drawdown", "calmar_ratio")
 Policy = Callable[[torch.Tensor], torch.Tensor]
+_DEFAULT = TradingOptions()  # the env's settings (defaults: TradingOptions, config section env.trading)
 
 
 # --------------------------------------------------------------------------------------
@@ -197,12 +199,12 @@ def backtest(
     end: str | None = None,
     *,
     stocks: Sequence[str] = (),
-    initial_cash: float = 1_000_000.0,
-    cost: float = 0.001,
-    max_shares: int = 100,
-    turbulence_threshold: float = 0.0,
-    turbulence_window: int = 252,
-    warmup_bars: int = 60,
+    initial_cash: float = _DEFAULT.initial_cash,
+    cost: float = _DEFAULT.cost,
+    max_shares: int = _DEFAULT.max_shares,
+    turbulence_threshold: float = _DEFAULT.turbulence_threshold,
+    turbulence_window: int = _DEFAULT.turbulence_window,
+    warmup_bars: int = _DEFAULT.warmup_bars,
     synthetic: dict[str, Any] | None = None,
     device: str | torch.device = "cpu",
     periods_per_year: float | None = None,
@@ -344,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         policy, cfg = load_policy(args.checkpoint, args.device)
         trading = (cfg.get("env") or {}).get("trading") or {}
-        env_cfg = {**CONFIG_DEFAULTS, **{k: v for k, v in trading.items() if k in CONFIG_DEFAULTS}}
+        env_cfg = as_kwargs(options_from(TradingOptions, trading, "the checkpoint's env.trading", ignore_unknown=True))
 
         def pick(cli: Any, key: str) -> Any:
             return env_cfg[key] if cli is None else cli

@@ -48,28 +48,60 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import TradingConfig
+import podracer_hpc.trading.indicators as ind  # not "from . import": that reads as needing the package
+
+from ..docfield import F
 from ..envs.base import TorchVecEnv
+from ..envs.registry import OptionError, Task, options_from, register
 from ..envs.rng import BatchRNG, draw
-from . import indicators as ind
 from .data import DataError, MarketData, load_market
-from .synthetic import synthetic_market
-
-# The env settings a job file needs (proposed as env.* config keys): name, type, default, doc.
-_TRADING_TYPES = __import__("typing").get_type_hints(TradingConfig)
-# The settings live in the config schema (section env.trading); this is their flat view.
-CONFIG_KEYS: tuple[tuple[str, type, Any, str], ...] = tuple(
-    (f.name, _TRADING_TYPES[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
-     f.metadata["doc"])
-    for f in dataclasses.fields(TradingConfig)
-)
-CONFIG_DEFAULTS = {k: d for k, _, d, _ in CONFIG_KEYS}
+from .synthetic import STRUCTURES, synthetic_market
 
 
-def env_options(env_cfg: Any) -> dict[str, Any]:
-    """The keyword options of :class:`StockTradingEnv` found on a config section (or a dict)."""
-    get = env_cfg.get if isinstance(env_cfg, dict) else (lambda k, d=None: getattr(env_cfg, k, d))
-    return {k: get(k) for k in CONFIG_DEFAULTS if get(k, None) is not None}
+@dataclasses.dataclass
+class TradingOptions:
+    """stock_trading settings (market data, costs, capital).
+
+    The config section ``env.trading`` and the keyword options of :class:`StockTradingEnv`: the
+    one place of their defaults, docs and checks (``podracer backtest`` reads them too)."""
+
+    data: str = F("", "long-format bars (CSV, Parquet, HDF5: date, ticker, OHLCV); '' = synthetic market")
+    stocks: list = F([], "tickers to trade, in this order; [] = every ticker the alignment keeps")
+    start: str = F("", "first day of the training window (e.g. 2016-01-04); '' = data start + warmup_bars")
+    end: str = F("", "last day of the training window; '' = the data's last day (a backtest starts after it)")
+    initial_cash: float = F(1_000_000.0, "cash of a new account")
+    cost: float = F(0.001, "proportional transaction cost of a buy or a sell (0.002 = 0.2%)")
+    max_shares: int = F(100, "largest order per stock per step, in shares (action +-1)")
+    reward_scale: float = F(0.0, "reward = change in account value x this; 0 = 100 / initial_cash (percent)")
+    turbulence_threshold: float = F(0.0, "sell everything and buy nothing at or above this turbulence; 0 = never")
+    turbulence_window: int = F(252, "past returns (bars) in the turbulence index's covariance; 0 = no index")
+    warmup_bars: int = F(60, "bars at the start of the data used only to warm up the indicators")
+    random_start: bool = F(True, "each env starts at a random day of the window (false: all at its first day)")
+    synthetic_stocks: int = F(30, "assets of the synthetic market (when data is '')")
+    synthetic_days: int = F(1512, "business days of the synthetic market")
+    synthetic_seed: int = F(0, "seed of the synthetic market (the same for every pod)")
+    synthetic_structure: str = F("momentum", "predictable structure: none | momentum | mean_reversion | mixed")
+
+    def check(self) -> None:
+        """Raise :class:`OptionError` naming the first setting out of its range (what the env cannot run)."""
+
+        def need(ok: bool, key: str, why: str) -> None:
+            if not ok:
+                raise OptionError(key, why)
+
+        need(math.isfinite(self.initial_cash) and self.initial_cash > 0, "initial_cash",
+             f"must be a finite amount > 0, got {self.initial_cash}")
+        need(0 <= self.cost < 1, "cost", f"must be in [0, 1) (a fraction of the traded value: 0.002 = 0.2%), got {self.cost}")
+        need(self.max_shares >= 1, "max_shares", f"must be >= 1, got {self.max_shares}")
+        need(math.isfinite(self.reward_scale) and self.reward_scale >= 0, "reward_scale",
+             f"must be >= 0 (0 = 100 / initial_cash), got {self.reward_scale}")
+        need(self.turbulence_threshold >= 0, "turbulence_threshold", f"must be >= 0 (0 = off), got {self.turbulence_threshold}")
+        need(self.turbulence_window >= 0, "turbulence_window", f"must be >= 0 (0 = no index), got {self.turbulence_window}")
+        need(self.warmup_bars >= 0, "warmup_bars", f"must be >= 0, got {self.warmup_bars}")
+        need(self.synthetic_stocks >= 1, "synthetic_stocks", f"must be >= 1, got {self.synthetic_stocks}")
+        need(self.synthetic_days >= 2, "synthetic_days", f"must be >= 2, got {self.synthetic_days}")
+        need(self.synthetic_structure in STRUCTURES, "synthetic_structure",
+             f"must be one of {', '.join(STRUCTURES)}, got {self.synthetic_structure!r}")
 
 
 # --------------------------------------------------------------------------------------
@@ -194,41 +226,20 @@ class StockTradingEnv(TorchVecEnv):
         dtype: torch.dtype = torch.float32,
         *,
         data: str | os.PathLike | MarketData | Market | None = None,
-        stocks: Sequence[str] = (),
-        start: str | None = None,
-        end: str | None = None,
-        initial_cash: float = 1_000_000.0,
-        cost: float = 0.001,
-        max_shares: int = 100,
-        reward_scale: float = 0.0,
-        turbulence_threshold: float = 0.0,
-        turbulence_window: int = 252,
-        warmup_bars: int = 60,
-        random_start: bool = True,
-        synthetic_stocks: int = 30,
-        synthetic_days: int = 1512,
-        synthetic_seed: int = 0,
-        synthetic_structure: str = "momentum",
+        **options: Any,
     ):
-        def need(ok: bool, msg: str) -> None:
-            if not ok:
-                raise ValueError(f"stock_trading: {msg}")
-
-        need(math.isfinite(initial_cash) and initial_cash > 0, f"initial_cash must be > 0, got {initial_cash}")
-        need(0 <= cost < 1, f"cost must be in [0, 1), got {cost}")
-        need(int(max_shares) >= 1, f"max_shares must be >= 1, got {max_shares}")
-        need(math.isfinite(reward_scale) and reward_scale >= 0, f"reward_scale must be >= 0, got {reward_scale}")
-        need(turbulence_threshold >= 0, f"turbulence_threshold must be >= 0 (0 = off), got {turbulence_threshold}")
-        need(warmup_bars >= 0, f"warmup_bars must be >= 0, got {warmup_bars}")
+        """``options``: the fields of :class:`TradingOptions` (defaults and docs there), checked by it;
+        ``data`` is a file, a :class:`MarketData`, a prepared :class:`Market` or None/'' (synthetic)."""
+        o = options_from(TradingOptions, options, "stock_trading")  # TypeError / ValueError naming the option
         dev = torch.device(device)
         if isinstance(data, Market):
             market = data
             mdev = market.close.device
-            need(mdev.type == dev.type and (dev.index is None or mdev.index in (None, dev.index)),
-                 f"the market lives on {mdev}, the env on {dev}")
+            if not (mdev.type == dev.type and (dev.index is None or mdev.index in (None, dev.index))):
+                raise ValueError(f"stock_trading: the market lives on {mdev}, the env on {dev}")
         else:
-            market = get_market(data, stocks, dev, dtype, turbulence_window, synthetic_stocks, synthetic_days,
-                                synthetic_seed, synthetic_structure)
+            market = get_market(data, o.stocks, dev, dtype, o.turbulence_window, o.synthetic_stocks, o.synthetic_days,
+                                o.synthetic_seed, o.synthetic_structure)
         self.market = market
         md = market.data
         S = md.num_stocks
@@ -240,20 +251,23 @@ class StockTradingEnv(TorchVecEnv):
         self.obs_dtype = dtype
 
         # the trading window [lo, hi]: day indices into the market table
-        lo = max(md.index_at_or_after(start) if start else 0, min(int(warmup_bars), md.num_days - 2))
+        start, end = o.start, o.end
+        lo = max(md.index_at_or_after(start) if start else 0, min(int(o.warmup_bars), md.num_days - 2))
         hi = md.index_at_or_before(end) if end else md.num_days - 1
-        need(hi - lo >= 1, f"the trading window {start or '(data start)'} .. {end or '(data end)'} holds fewer than "
-                          f"2 bars of the data ({md.date_strings()[0]} .. {md.date_strings()[-1]}, {md.num_days} bars)")
+        if hi - lo < 1:
+            raise ValueError(f"stock_trading: the trading window {start or '(data start)'} .. {end or '(data end)'} "
+                             f"holds fewer than 2 bars of the data ({md.date_strings()[0]} .. {md.date_strings()[-1]}, "
+                             f"{md.num_days} bars)")
         self.lo, self.hi = int(lo), int(hi)
         self.window = self.hi - self.lo
         self.max_episode_steps = min(self.max_episode_steps, self.window)
-        self.random_start = bool(random_start)
+        self.random_start = bool(o.random_start)
 
-        self.initial_cash = float(initial_cash)
-        self.cost = float(cost)
-        self.max_shares = int(max_shares)
-        self.reward_scale = float(reward_scale) or 100.0 / self.initial_cash
-        self.turbulence_threshold = float(turbulence_threshold)
+        self.initial_cash = float(o.initial_cash)
+        self.cost = float(o.cost)
+        self.max_shares = int(o.max_shares)
+        self.reward_scale = float(o.reward_scale) or 100.0 / self.initial_cash
+        self.turbulence_threshold = float(o.turbulence_threshold)
         self._liquidate = (market.turbulence >= self.turbulence_threshold) if self.turbulence_threshold > 0 else None
         self.data_id = torch.tensor(market.fingerprint, dtype=torch.int64)
 
@@ -456,5 +470,8 @@ def tickers_from_state(sd: dict[str, torch.Tensor]) -> list[str] | None:
     return bytes(t.to("cpu", torch.uint8).tolist()).decode().split("\n")
 
 
-__all__ = ["StockTradingEnv", "tickers_from_state", "Market", "get_market", "prepare_market", "market_features", "env_options",
-           "CONFIG_KEYS", "CONFIG_DEFAULTS", "OBS_FEATURES"]
+register(Task("stock_trading", build=StockTradingEnv, options=TradingOptions, section="trading",
+              doc="trade a portfolio of stocks on daily or minute bars (docs/trading.md)"))
+
+__all__ = ["StockTradingEnv", "TradingOptions", "tickers_from_state", "Market", "get_market", "prepare_market",
+           "market_features", "OBS_FEATURES"]

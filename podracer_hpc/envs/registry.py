@@ -1,0 +1,239 @@
+"""The task registry: every task declares its options, their validation and how to build its env.
+
+A task lives in one module next to its env code and ends with a :func:`register` call::
+
+    @dataclass
+    class TradingOptions:                      # the settings of section env.trading
+        cost: float = F(0.001, "proportional transaction cost of a buy or a sell")
+        ...
+        def check(self) -> None:               # optional: raise OptionError(field, why)
+            if not 0 <= self.cost < 1:
+                raise OptionError("cost", f"must be in [0, 1), got {self.cost}")
+
+    register(Task("stock_trading", build=StockTradingEnv, options=TradingOptions, section="trading"))
+
+and the module's dotted path is one line of :data:`TASK_MODULES` (docs/adding-a-task.md). The
+registry imports those modules the first time it is read (so importing it, or
+:mod:`podracer_hpc.config`, never imports torch); a module imported some other way registers
+its tasks then.
+
+The config (:mod:`podracer_hpc.config`) asks the registry for the option sections
+(:func:`sections`): each becomes the key ``env.<section>`` with the dataclass's fields, their
+defaults and one-line docs; ``load_config`` runs each section's ``check``. A pod builds its env
+with :func:`build_env` from the ``env`` section. Tasks of one family (the MuJoCo tasks) share a
+section. This module imports only the standard library: the arrows point from the task
+modules to it, never back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# The modules that declare the built-in tasks, one line each (imported on first use, in this
+# order; the order of the config's option sections follows it).
+TASK_MODULES: list[str] = [
+    "podracer_hpc.envs.pendulum",
+    "podracer_hpc.envs.cartpole",
+    "podracer_hpc.trading.env",
+    "podracer_hpc.envs.mujoco",
+]
+
+
+class OptionError(ValueError):
+    """A task option has a bad value: ``key`` is the option's field name, ``why`` says what is allowed."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(f"{key}: {why}")
+        self.key, self.why = key, why
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of the registry.
+
+    ``build(num_envs, device=..., seed=..., max_episode_steps=..., dtype=..., **options)`` returns
+    its batched env (a VecEnv class is such a callable); ``options`` is the dataclass of its
+    settings (every field an ``F(default, doc)``; an optional ``check()`` method raises
+    :class:`OptionError`), kept in the config section ``env.<section>``, which tasks of one
+    family share. A task without settings leaves ``options`` None.
+    """
+
+    name: str
+    build: Callable[..., Any]
+    options: type | None = None
+    section: str = ""
+    doc: str = ""
+
+
+_TASKS: dict[str, Task] = {}
+
+
+def _load() -> None:
+    """Import the modules of :data:`TASK_MODULES` (they register their tasks; a module imported
+    already costs a dictionary look-up, one still being imported registers when it ends)."""
+    for module in list(TASK_MODULES):
+        importlib.import_module(module)
+
+
+def register(task: Task) -> Task:
+    """Add ``task`` to the registry (a task module calls this once per task, at import).
+
+    Raises ValueError for a name already taken by another task, a section without an options
+    class or one that another options class already owns, and options fields without a doc.
+    """
+    if not task.name or not task.name.replace("_", "").isalnum() or task.name != task.name.lower():
+        raise ValueError(f"task name {task.name!r}: use lower-case letters, digits and '_'")
+    old = _TASKS.get(task.name)
+    if old is not None and old != task:
+        raise ValueError(f"task {task.name!r} is already registered (by {getattr(old.build, '__module__', '?')}); "
+                         "choose another name or unregister it first")
+    if (task.options is None) != (not task.section):
+        raise ValueError(f"task {task.name!r}: options and section go together (options {task.options}, "
+                         f"section {task.section!r})")
+    if task.options is not None:
+        if not (isinstance(task.options, type) and dataclasses.is_dataclass(task.options)):
+            raise ValueError(f"task {task.name!r}: options must be a dataclass, got {task.options!r}")
+        if not task.section.isidentifier() or task.section != task.section.lower():
+            raise ValueError(f"task {task.name!r}: section {task.section!r} must be a lower-case identifier")
+        for f in dataclasses.fields(task.options):
+            doc = f.metadata.get("doc", "")
+            if not doc.strip() or "\n" in doc:
+                raise ValueError(f"{task.options.__name__}.{f.name}: declare it with F(default, 'a one-line doc')")
+        for other in _TASKS.values():
+            if other.section == task.section and other.options is not task.options:
+                raise ValueError(f"task {task.name!r}: section env.{task.section} belongs to {other.options.__name__} "
+                                 f"(task {other.name!r}); choose another section")
+    _TASKS[task.name] = task
+    return task
+
+
+def unregister(name: str) -> None:
+    """Remove task ``name`` (tests that add a task take it out again)."""
+    _TASKS.pop(name, None)
+
+
+def get(name: str) -> Task:
+    """The task called ``name``; ValueError listing the known tasks otherwise."""
+    _load()
+    try:
+        return _TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}") from None
+
+
+def _ordered() -> list[Task]:
+    """The tasks in the order of their modules in :data:`TASK_MODULES` (then the others, as registered),
+    whatever order the modules were imported in."""
+    _load()
+    rank = {m: i for i, m in enumerate(TASK_MODULES)}
+    return sorted(_TASKS.values(), key=lambda t: rank.get(getattr(t.build, "__module__", ""), len(rank)))
+
+
+def names() -> list[str]:
+    """Every registered task name (built-in tasks in the order of :data:`TASK_MODULES`)."""
+    return [t.name for t in _ordered()]
+
+
+def sections() -> dict[str, type]:
+    """The option sections of every task: ``{section: options dataclass}``, in the order of :func:`names`."""
+    out: dict[str, type] = {}
+    for t in _ordered():
+        if t.options is not None:
+            out.setdefault(t.section, t.options)
+    return out
+
+
+def check(options: Any) -> None:
+    """Run the validation of an options instance (its ``check()``, if it has one).
+
+    Raises :class:`OptionError` naming the field.
+    """
+    fn = getattr(options, "check", None)
+    if fn is not None:
+        fn()
+
+
+def options_from(cls: type, values: Mapping[str, Any], owner: str, ignore_unknown: bool = False) -> Any:
+    """An instance of options dataclass ``cls`` from keyword ``values`` (defaults for the rest), checked.
+
+    Unknown names raise TypeError listing the valid ones (or are dropped with ``ignore_unknown``,
+    for settings read back from an older checkpoint); bad values raise ValueError
+    ``"<owner>: <field>: <why>"``.
+    """
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown and not ignore_unknown:
+        raise TypeError(f"{owner}: unknown option(s) {', '.join(unknown)}; options: {', '.join(sorted(known))}")
+    opts = cls(**{k: v for k, v in values.items() if k in known})
+    try:
+        check(opts)
+    except OptionError as e:
+        raise ValueError(f"{owner}: {e}") from None
+    return opts
+
+
+def as_kwargs(options: Any) -> dict[str, Any]:
+    """The fields of an options instance as keyword options of its env (lists copied)."""
+    if options is None:
+        return {}
+    return {f.name: (list(v) if isinstance(v := getattr(options, f.name), list) else v)
+            for f in dataclasses.fields(options)}
+
+
+def option_rows(cls: type) -> list[tuple[str, Any, Any, str]]:
+    """``(name, type, default, doc)`` of every field of an options dataclass."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+             f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+
+def task_options(env: Any) -> Any:
+    """The options instance of the task named by ``env.name`` (its section of the ``env`` config), or None."""
+    task = get(env.name)
+    if task.options is None:
+        return None
+    opts = getattr(env, task.section, None)
+    if opts is None:
+        opts = task.options()
+    if not isinstance(opts, task.options):
+        raise TypeError(f"env.{task.section}: expected {task.options.__name__}, got {type(opts).__name__}")
+    return opts
+
+
+def build_env(env: Any, num_envs: int, device: Any = "cpu", seed: int = 0) -> Any:
+    """The batched env of the config section ``env`` (``name``, ``max_episode_steps`` and the task's
+    option section), ``num_envs`` wide on ``device``. The options are checked first."""
+    task = get(env.name)
+    opts = task_options(env)
+    if opts is not None:
+        try:
+            check(opts)
+        except OptionError as e:
+            raise ValueError(f"env.{task.section}.{e}") from None
+    return task.build(num_envs, device=device, seed=seed, max_episode_steps=env.max_episode_steps, **as_kwargs(opts))
+
+
+class TaskTable(Mapping):
+    """A live read-only view ``{name: build}`` of the registry (``podracer_hpc.envs.TASKS``)."""
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        _load()
+        return _TASKS[name].build
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names())
+
+    def __len__(self) -> int:
+        return len(names())
+
+    def __repr__(self) -> str:
+        return f"TaskTable({', '.join(names())})"
+
+
+__all__ = ["TASK_MODULES", "OptionError", "Task", "register", "unregister", "get", "names", "sections", "check",
+           "options_from", "as_kwargs", "option_rows", "task_options", "build_env", "TaskTable"]
