@@ -192,7 +192,7 @@ def option_rows(cls: type) -> list[tuple[str, Any, Any, str]]:
              f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
 
 
-def task_options(env: Any) -> Any:
+def options_of(env: Any) -> Any:
     """The options instance of the task named by ``env.name`` (its section of the ``env`` config), or None."""
     task = get(env.name)
     if task.options is None:
@@ -209,7 +209,7 @@ def build_env(env: Any, num_envs: int, device: Any = "cpu", seed: int = 0) -> An
     """The batched env of the config section ``env`` (``name``, ``max_episode_steps`` and the task's
     option section), ``num_envs`` wide on ``device``. The options are checked first."""
     task = get(env.name)
-    opts = task_options(env)
+    opts = options_of(env)
     if opts is not None:
         try:
             check(opts)
@@ -236,4 +236,4 @@ class TaskTable(Mapping):
 
 
 __all__ = ["TASK_MODULES", "OptionError", "Task", "register", "unregister", "get", "names", "sections", "check",
-           "options_from", "as_kwargs", "option_rows", "task_options", "build_env", "TaskTable"]
+           "options_from", "as_kwargs", "option_rows", "options_of", "build_env", "TaskTable"]
