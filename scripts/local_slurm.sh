@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # A real Slurm cluster of 4 logical nodes (n1..n4) on this one host, with accounting
-# (slurmdbd + a private MariaDB), for tests and CI. See docs/local-slurm.md.
+# (slurmdbd + a private MariaDB), or without (--no-accounting), for tests and CI.
+# See docs/local-slurm.md.
 #
 #   scripts/local_slurm.sh install            # apt packages (root); quick when present
-#   scripts/local_slurm.sh start  [DIR]       # write configs, start daemons, wait until idle
-#   scripts/local_slurm.sh status [DIR]       # exit 0 only when every daemon answers
-#   scripts/local_slurm.sh env    [DIR]       # eval "$(scripts/local_slurm.sh env)"
-#   scripts/local_slurm.sh stop   [DIR]       # cancel jobs, stop daemons (idempotent)
+#   scripts/local_slurm.sh start  [--no-accounting] [DIR]   # write configs, start daemons, wait until idle
+#   scripts/local_slurm.sh status [--no-accounting] [DIR]   # exit 0 only when every daemon answers
+#   scripts/local_slurm.sh env    [--no-accounting] [DIR]   # eval "$(scripts/local_slurm.sh env)"
+#   scripts/local_slurm.sh stop   [--no-accounting] [DIR]   # cancel jobs, stop daemons (idempotent)
 #
-# DIR defaults to ${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}. Everything (configs, state,
-# logs, pid files, the MariaDB datadir, the chosen ports) lives under DIR.
-# Env knobs: PODRACER_SLURM_TIMEOUT (seconds to wait for the cluster, default 60).
+# DIR defaults to ${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}, and with --no-accounting to
+# /tmp/podracer-slurm-noacct, so both kinds can run at once. Everything (configs, state, logs,
+# pid files, the MariaDB datadir, the chosen ports, the mode) lives under DIR; status, env and
+# stop read the mode that start recorded there.
+# --no-accounting: no slurmdbd, no MariaDB (AccountingStorageType=accounting_storage/none), as
+# on many small sites: sacct knows nothing, and an ended job is known only to scontrol, for
+# MinJobAge (300) seconds.
+# Env knobs: PODRACER_SLURM_TIMEOUT (seconds to wait for the cluster, default 60);
+# PODRACER_SLURM_ACCOUNTING=0 (same as --no-accounting).
 set -euo pipefail
 
 PROG=$(basename "$0")
@@ -35,12 +42,23 @@ need_root() {
 
 # ---------------------------------------------------------------- helpers
 
+ACCOUNTING=${PODRACER_SLURM_ACCOUNTING:-1}
+CMD=
+
 set_dir() {
-    DIR=$(realpath -m -- "${1:-${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}}")
+    local default=${PODRACER_SLURM_DIR:-/tmp/podracer-slurm}
+    ((ACCOUNTING)) || default=/tmp/podracer-slurm-noacct
+    DIR=$(realpath -m -- "${1:-$default}")
     CONF=$DIR/slurm.conf
     RUN=$DIR/run
     LOGD=$DIR/log
     export SLURM_CONF=$CONF
+    RECORDED=
+    if [[ -f $DIR/mode.env ]]; then
+        RECORDED=$(sed -n 's/^ACCOUNTING=//p' "$DIR/mode.env")
+        # status/env/stop follow what start recorded; start follows the command line
+        [[ $CMD == start || -z $RECORDED ]] || ACCOUNTING=$RECORDED
+    fi
 }
 
 # pid from a pid file if that process is alive and named $2 (guards against pid reuse)
@@ -56,8 +74,10 @@ live_pid() {
 
 # "file:name" pairs of every daemon this cluster runs, in start order
 daemons() {
-    echo "$RUN/mariadbd.pid:mariadbd"
-    echo "$RUN/slurmdbd.pid:slurmdbd"
+    if ((ACCOUNTING)); then
+        echo "$RUN/mariadbd.pid:mariadbd"
+        echo "$RUN/slurmdbd.pid:slurmdbd"
+    fi
     echo "$RUN/slurmctld.pid:slurmctld"
     local n
     for n in "${NODES[@]}"; do echo "$RUN/slurmd-$n.pid:slurmd"; done
@@ -161,6 +181,7 @@ cluster_up() {
 }
 
 dbd_ok() {
+    ((ACCOUNTING)) || return 0
     timeout 10 sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER"
 }
 
@@ -251,6 +272,19 @@ cmd_install() {
 
 # ---------------------------------------------------------------- configs
 
+accounting_lines() {
+    if ((ACCOUNTING)); then
+        printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\n' "$DBD_PORT"
+    else
+        echo "AccountingStorageType=accounting_storage/none"
+    fi
+}
+
+# Job ids from a range of this cluster's own (from its slurmctld port): two clusters on one host
+# (two DIRs, or two users' test tiers) then never give two live jobs the same id. MPICH names its
+# /dev/shm segments after <job id>.<step id>, so equal ids on one host would share segments.
+first_job_id() { echo $(((CTLD_PORT - 19000) * 1000)); }
+
 write_configs() {
     local node_ports=("$N1_PORT" "$N2_PORT" "$N3_PORT" "$N4_PORT") n i
     cat >"$CONF" <<EOF
@@ -263,7 +297,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=cred_expire=10
+AuthInfo=cred_expire=5
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool/%n
 TmpFS=$DIR/tmp/%n
@@ -276,14 +310,13 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=1
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOGD/jobcomp.txt
-AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
-AccountingStoragePort=$DBD_PORT
+$(accounting_lines)
+FirstJobId=$(first_job_id)
 ReturnToService=2
 SlurmdParameters=config_overrides
 MinJobAge=300
@@ -295,6 +328,11 @@ EOF
         echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[$i]} CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN" >>"$CONF"
     done
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
+    echo "ACCOUNTING=$ACCOUNTING" >"$DIR/mode.env"
+    if ! ((ACCOUNTING)); then
+        rm -f "$DIR/slurmdbd.conf"
+        return 0
+    fi
 
     (
         umask 077
@@ -386,9 +424,11 @@ start_mariadb() {
 dbd_listening() { ss -Hltn "sport = :$DBD_PORT" | grep -q .; }
 
 start_slurm_daemons() {
-    setsid slurmdbd </dev/null >>"$LOGD/slurmdbd.out" 2>&1 ||
-        { tail_log "$LOGD/slurmdbd.log"; die "slurmdbd failed to start"; }
-    wait_for "$TIMEOUT" "slurmdbd on port $DBD_PORT" "$LOGD/slurmdbd.log" dbd_up || exit 1
+    if ((ACCOUNTING)); then
+        setsid slurmdbd </dev/null >>"$LOGD/slurmdbd.out" 2>&1 ||
+            { tail_log "$LOGD/slurmdbd.log"; die "slurmdbd failed to start"; }
+        wait_for "$TIMEOUT" "slurmdbd on port $DBD_PORT" "$LOGD/slurmdbd.log" dbd_up || exit 1
+    fi
 
     setsid slurmctld -i -f "$CONF" </dev/null >>"$LOGD/slurmctld.out" 2>&1 ||
         { tail_log "$LOGD/slurmctld.log"; tail_log "$LOGD/slurmctld.out"; die "slurmctld failed to start"; }
@@ -405,11 +445,19 @@ cmd_start() {
     need_root start
     set_dir "${1:-}"
     mkdir -p "$DIR" || die "cannot create $DIR"
-    local b
-    for b in slurmctld slurmd slurmdbd munged mariadbd mariadb-install-db; do
+    local b needed=(slurmctld slurmd munged)
+    ((ACCOUNTING)) && needed+=(slurmdbd mariadbd mariadb-install-db)
+    for b in "${needed[@]}"; do
         command -v "$b" >/dev/null 2>&1 || die "$b not found: run '$PROG install' first (as root)"
     done
 
+    if [[ -n $RECORDED && $RECORDED != "$ACCOUNTING" ]]; then
+        log "$DIR was a cluster with ACCOUNTING=$RECORDED; restarting it with ACCOUNTING=$ACCOUNTING"
+        local want=$ACCOUNTING
+        ACCOUNTING=$RECORDED
+        cmd_stop "$DIR"
+        ACCOUNTING=$want
+    fi
     if all_alive && munge_ok && cluster_up && dbd_ok; then
         log "already running in $DIR"
         print_summary
@@ -444,7 +492,7 @@ EOF
     write_configs
 
     start_munge
-    start_mariadb
+    if ((ACCOUNTING)); then start_mariadb; fi
     start_slurm_daemons
 
     wait_for "$TIMEOUT" "all nodes idle (sinfo -h -o %t)" "$LOGD/slurmctld.log" nodes_up || {
@@ -461,7 +509,7 @@ EOF
 print_summary() {
     load_ports || true
     local d f name pid
-    echo "cluster $CLUSTER in $DIR"
+    echo "cluster $CLUSTER in $DIR ($( ((ACCOUNTING)) && echo "with accounting: slurmdbd + MariaDB" || echo "without accounting: sacct knows nothing"))"
     echo "  SLURM_CONF=$CONF"
     while IFS= read -r d; do
         f=${d%%:*} name=${d##*:}
@@ -472,7 +520,11 @@ print_summary() {
         printf '  %-10s pid %-8s %s\n' munged "$(cat /run/munge/munged.pid 2>/dev/null || echo '?')" \
             "$([[ -f $RUN/munged.started-here ]] && echo 'started by this script' || echo 'not ours: left running by stop')"
     fi
-    echo "  ports: mariadb 127.0.0.1:${DB_PORT:-?} slurmdbd ${DBD_PORT:-?} slurmctld ${CTLD_PORT:-?} slurmd n1-n4 ${N1_PORT:-?}-${N4_PORT:-?}"
+    if ((ACCOUNTING)); then
+        echo "  ports: mariadb 127.0.0.1:${DB_PORT:-?} slurmdbd ${DBD_PORT:-?} slurmctld ${CTLD_PORT:-?} slurmd n1-n4 ${N1_PORT:-?}-${N4_PORT:-?}"
+    else
+        echo "  ports: slurmctld ${CTLD_PORT:-?} slurmd n1-n4 ${N1_PORT:-?}-${N4_PORT:-?}"
+    fi
     echo "  logs:  $LOGD"
     echo "  use:   eval \"\$($0 env $DIR)\""
 }
@@ -592,8 +644,19 @@ cmd_stop() {
 # ---------------------------------------------------------------- main
 
 main() {
-    local cmd=${1:-}
+    CMD=${1:-}
     shift || true
+    local args=() a
+    for a in "$@"; do
+        case $a in
+            --no-accounting) ACCOUNTING=0 ;;
+            --accounting) ACCOUNTING=1 ;;
+            -*) err "unknown option $a"; usage >&2; exit 2 ;;
+            *) args+=("$a") ;;
+        esac
+    done
+    set -- ${args[@]+"${args[@]}"}
+    local cmd=$CMD
     case $cmd in
         install) cmd_install "$@" ;;
         start) cmd_start "$@" ;;

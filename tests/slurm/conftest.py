@@ -1,11 +1,12 @@
 """A real Slurm cluster for the `slurm` test tier (scripts/local_slurm.sh; docs/local-slurm.md).
 
-The session fixture `slurm_cluster`:
-  1. uses the cluster in $PODRACER_SLURM_DIR when `local_slurm.sh status` says it runs;
+The session fixtures `slurm_cluster` (with accounting) and `slurm_cluster_noacct` (without):
+  1. use the cluster in $PODRACER_SLURM_DIR (resp. $PODRACER_SLURM_NOACCT_DIR) when
+     `local_slurm.sh status` says it runs;
   2. else, as root with the Slurm binaries installed (or apt-get present and
-     PODRACER_SLURM_INSTALL=1, which installs them), starts one in a temporary folder and
-     stops it when the session ends;
-  3. else skips, saying why.
+     PODRACER_SLURM_INSTALL=1, which installs them), start one in a temporary folder and
+     stop it when the session ends;
+  3. else skip, saying why.
 """
 
 from __future__ import annotations
@@ -38,10 +39,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout)
-
-
-def _have_binaries() -> bool:
-    return all(shutil.which(b) or Path("/usr/sbin", b).exists() for b in BINARIES)
 
 
 @dataclass
@@ -117,12 +114,12 @@ def _client_env(conf: Path, cluster_dir: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
+def _cluster(tmp_path_factory: pytest.TempPathFactory, given_var: str, *mode: str):
+    """Yield a SlurmCluster: the running one in $given_var, else one started here (see the docstring)."""
     if not SCRIPT.exists():
         pytest.skip(f"{SCRIPT} is missing")
 
-    given = os.environ.get("PODRACER_SLURM_DIR")
+    given = os.environ.get(given_var)
     if given and shutil.which("sinfo"):
         st = _script("status", given)
         if st.returncode == 0:
@@ -131,9 +128,10 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
             return
 
     if os.geteuid() != 0:
-        pytest.skip("no running cluster in $PODRACER_SLURM_DIR, and starting one needs root "
+        pytest.skip(f"no running cluster in ${given_var}, and starting one needs root "
                     "(scripts/local_slurm.sh start)")
-    if not _have_binaries():
+    binaries = BINARIES if not mode else tuple(b for b in BINARIES if b not in ("slurmdbd", "mariadbd", "sacct"))
+    if not all(shutil.which(b) or Path("/usr/sbin", b).exists() for b in binaries):
         if os.environ.get("PODRACER_SLURM_INSTALL") == "1" and shutil.which("apt-get"):
             inst = _script("install", timeout=900)
             if inst.returncode != 0:
@@ -142,11 +140,11 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
             pytest.skip("Slurm is not installed: run `scripts/local_slurm.sh install` as root, "
                         "or set PODRACER_SLURM_INSTALL=1 to let the tests install it with apt")
 
-    d = tmp_path_factory.mktemp("slurm")
-    started = _script("start", str(d), timeout=START_TIMEOUT_S)
+    d = tmp_path_factory.mktemp("slurm-noacct" if mode else "slurm")
+    started = _script("start", *mode, str(d), timeout=START_TIMEOUT_S)
     if started.returncode != 0:
         stop = _script("stop", str(d), timeout=120)
-        pytest.fail(f"local_slurm.sh start {d} failed (exit {started.returncode}):\n"
+        pytest.fail(f"local_slurm.sh start {' '.join(mode)} {d} failed (exit {started.returncode}):\n"
                     f"{started.stdout}\n{started.stderr}\nstop: {stop.stdout}{stop.stderr}")
     cluster = SlurmCluster(d, d / "slurm.conf", _client_env(d / "slurm.conf", d), started_here=True,
                            log=[started.stdout])
@@ -157,3 +155,17 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
         if stop.returncode != 0:
             raise RuntimeError(f"local_slurm.sh stop {d} failed:\n{stop.stdout}\n{stop.stderr}")
         shutil.rmtree(d / "db", ignore_errors=True)  # ~100 MB of MariaDB files; logs stay
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The cluster with accounting (slurmdbd): $PODRACER_SLURM_DIR, or one started here."""
+    yield from _cluster(tmp_path_factory, "PODRACER_SLURM_DIR")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_noacct(tmp_path_factory: pytest.TempPathFactory):
+    """A cluster without accounting (no slurmdbd: sacct knows nothing; an ended job is known to
+    scontrol for MinJobAge seconds), as on many small sites: $PODRACER_SLURM_NOACCT_DIR, or one
+    started here with `local_slurm.sh start --no-accounting` (its own folder, ports and job ids)."""
+    yield from _cluster(tmp_path_factory, "PODRACER_SLURM_NOACCT_DIR", "--no-accounting")
