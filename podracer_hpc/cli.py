@@ -93,14 +93,17 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         try:
-            summaries = launch.wait(launched, timeout_s=args.timeout or (req.time_min * 60 + 600))
+            summaries = launch.wait(launched, timeout_s=args.timeout or float("inf"))
         except KeyboardInterrupt:
             print("interrupted: the job goes on (cancel it with scancel or kill)", file=sys.stderr)
             return 130
         for s in summaries:
             print(json.dumps(s), flush=True)
         return 0
-    except launch.LaunchError as e:
+    except launch.JobError as e:  # the job did not complete its training: 1, or 75 when stopped with checkpoints
+        print(f"podracer submit: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except launch.LaunchError as e:  # a request that cannot be right: nothing (more) was queued
         print(f"podracer submit: error: {e}", file=sys.stderr)
         return 2
 
@@ -169,8 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run-dir", default=None, help="default runs/<name>; array task i uses <run-dir>/task<i>")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     s.add_argument("--dry-run", action="store_true", help="print the sbatch script and the resolved config; submit nothing")
-    s.add_argument("--wait", action="store_true", help="show progress until the job ends, then its summary")
-    s.add_argument("--timeout", type=float, default=0, help="seconds --wait waits at most (default: time limit + 10 min)")
+    s.add_argument("--wait", action="store_true",
+                   help="show progress until the job ends (requeues included), then its summary; exit 0 only when it "
+                        "completed its training, 1 when it failed, was cancelled or vanished, 75 when a local run was "
+                        "stopped with checkpoints")
+    s.add_argument("--timeout", type=float, default=0,
+                   help="seconds --wait waits at most (default: as long as the job is queued or running)")
     s.set_defaults(func=_cmd_submit)
 
     st = sub.add_parser("status", help="pods and leaderboard of a run, while it trains (--watch) or after")

@@ -1,7 +1,12 @@
 """The launcher without a cluster: requests refused before queueing, the generated sbatch text."""
 
+import json
 import os
+import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -101,3 +106,230 @@ def test_local_failure_names_the_log(tmp_path):
     launched = launch.submit_local(r, cfg)
     with pytest.raises(launch.LaunchError, match=r"failed \(exit 2\); see .*launch.log"):
         launch.wait(launched, timeout_s=120, poll_s=0.5)
+
+
+# ------------------------------------------------------------------------------------------
+# The local executor behind the signal relay (podracer_hpc/mpirun.py; issue 11, item 4), under a
+# real mpiexec: USR2 to "the job" stops every rank with a checkpoint, USR2 to mpiexec is no crash.
+# ------------------------------------------------------------------------------------------
+TINY = ["--set", "env.num_envs=64", "--set", "threads=1", "--set", "eval.episodes=2",
+        "--set", "log.progress_interval_s=0", "--set", "eval.interval_env_steps=4096"]
+STEPS_PER_UPDATE = 64 * 16  # num_envs x pendulum's rollout_steps
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _train_rows(run: Path, ranks: int) -> list[list[int]]:
+    from podracer_hpc.h5log import read_log
+
+    rows = []
+    for k in range(ranks):
+        try:
+            rows.append([int(x) for x in read_log(run / "logs" / f"pendulum_rank{k}.h5")["train"]["env_steps"]])
+        except Exception:
+            rows.append([])
+    return rows
+
+
+def _submit_local(run: Path, *sets: str, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/pendulum.yaml", "--executor",
+                             "local", "--tasks-per-node", "2", "--wait", "--timeout", "240", "--run-dir", str(run),
+                             *TINY, *sets], stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=REPO,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.mark.mpi
+def test_local_job_usr2_stops_every_rank_with_a_checkpoint_and_resumes(tmp_path):
+    from helpers import mpiexec_or_skip
+
+    mpiexec_or_skip()
+    run, out = tmp_path / "run", tmp_path / "submit.out"
+    proc = _submit_local(run, "--set", "total_env_steps=50000000", out=out)
+    try:
+        end = time.monotonic() + 120
+        relay = None
+        while time.monotonic() < end and proc.poll() is None:
+            m = re.search(r"local mpiexec run\(s\) \(pid (\d+)", out.read_text())
+            relay = relay or (int(m.group(1)) if m else None)
+            if relay and all(len(r) >= 2 for r in _train_rows(run, 2)):
+                break
+            time.sleep(0.5)
+        assert relay and all(len(r) >= 2 for r in _train_rows(run, 2)), out.read_text()
+        (mpiexec,) = _children(relay)
+        os.kill(mpiexec, signal.SIGUSR2)  # what killed the job without a checkpoint (rc 140) before
+        time.sleep(3)
+        assert _alive(mpiexec) and proc.poll() is None, out.read_text()
+        os.kill(relay, signal.SIGUSR2)  # Slurm's habit, sent to "the job"
+        assert proc.wait(timeout=120) == 75, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.read_text()
+    assert "stopped early (exit 75): every rank checkpointed" in text and "launch.log" in text, text
+    assert "SIGUSR2: asking every rank" in (run / "launch.log").read_text()
+    for k in range(2):
+        assert (run / "checkpoints" / f"rank{k}.safetensors").exists(), k
+    stopped = json.loads((run / "summary.json").read_text())
+    assert stopped["complete"] is False
+    per_pod = stopped["env_steps"] // 2
+    assert per_pod % STEPS_PER_UPDATE == 0 and per_pod >= 2 * STEPS_PER_UPDATE
+
+    # the same command resumes (with 3 more updates to do) and completes: exit 0 and the summary
+    total = per_pod + 3 * STEPS_PER_UPDATE
+    again = _submit_local(run, "--set", f"total_env_steps={total}", out=out)
+    try:
+        assert again.wait(timeout=240) == 0, out.read_text()
+    finally:
+        if again.poll() is None:
+            again.kill()
+    summary = json.loads(out.read_text().strip().splitlines()[-1])
+    assert summary["env_steps"] == 2 * total and summary.get("complete", True) is True
+    assert "resum" in (run / "launch.log").read_text().lower()
+    for k, steps in enumerate(_train_rows(run, 2)):
+        assert steps == list(range(STEPS_PER_UPDATE, total + 1, STEPS_PER_UPDATE)), f"rank {k}: each update once"
+
+
+def test_signal_relay_refuses_bad_arguments():
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.mpirun"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage: python -m podracer_hpc.mpirun" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", "/nonexistent/mpiexec", "-n", "2",
+                        "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "is not an executable file" in r.stderr
+
+
+def test_signal_relay_exit_code_is_mpiexecs(tmp_path):
+    """With a stand-in for mpiexec: TERM is what it gets (once per signal), its exit code is passed on,
+    and it starts with USR1/USR2 ignored."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/bash\n"
+                    "grep -E '^SigIgn' /proc/$$/status > \"$(dirname \"$0\")/sigign\"\n"
+                    "trap 'echo TERM >> \"$(dirname \"$0\")/got\"; exit 75' TERM\n"
+                    "echo started > \"$(dirname \"$0\")/started\"\n"
+                    "while :; do sleep 0.1; done\n")
+    fake.chmod(0o755)
+    p = subprocess.Popen([sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", str(fake), "-n", "1", "x"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 30
+        while not (tmp_path / "started").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        p.send_signal(signal.SIGUSR1)
+        assert p.wait(timeout=30) == 75
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert (tmp_path / "got").read_text() == "TERM\n"
+    ignored = int((tmp_path / "sigign").read_text().split()[1], 16)
+    assert ignored & (1 << (signal.SIGUSR1 - 1)) and ignored & (1 << (signal.SIGUSR2 - 1))
+    assert "SIGUSR1: asking every rank to finish its update, checkpoint and exit" in p.stderr.read()
+    fake.write_text("#!/bin/bash\nkill -KILL $$\n")
+    assert subprocess.run([sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", str(fake), "x"],
+                          timeout=30).returncode == 128 + signal.SIGKILL
+
+
+# ------------------------------------------------------------------------------------------
+# --wait's decisions (issue 11, item 3), state by state. What Slurm reports comes from a script
+# here because some paths take minutes on a real cluster (a record purged MinJobAge + 60 s after
+# the end); tests/slurm runs the cancel, the requeues and the never-starting job for real.
+# ------------------------------------------------------------------------------------------
+def _scripted(monkeypatch, states):
+    seq = list(states)
+
+    def fake(job_id):
+        return seq.pop(0) if len(seq) > 1 else seq[0]
+
+    monkeypatch.setattr(launch, "slurm_job_state", fake)
+
+
+def _slurm_launched(tmp_path, stale=None):
+    from types import SimpleNamespace
+
+    err = tmp_path / "slurm" / "7" / "7_0_log.err"
+    err.parent.mkdir(parents=True)
+    err.write_text("last line of the job's stderr\n")
+    job = SimpleNamespace(job_id="7", paths=SimpleNamespace(stderr=err))
+    return launch.Launched("slurm", [tmp_path], jobs=[job], logs=[err], stale_summaries=[stale])
+
+
+def _summary(tmp_path, **kw):
+    (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 4096, **kw}))
+
+
+S = launch.SlurmJobState
+
+
+def test_wait_follows_requeues_and_needs_a_complete_summary(tmp_path, monkeypatch, capsys):
+    _summary(tmp_path, complete=False)  # what the first start wrote when it was stopped
+    _scripted(monkeypatch, [S("PENDING", "None"), S("RUNNING"), None, S("COMPLETING"), S("PENDING", "BeginTime", 1),
+                            S("RUNNING", "None", 1), S("RUNNING", "None", 2), S("COMPLETED", "None", 2)])
+    with pytest.raises(launch.JobError, match="ended COMPLETED without completing its training: its summary says"):
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+    err = capsys.readouterr().err
+    assert "requeued (start 2)" in err and "requeued (start 3)" in err
+
+
+def test_wait_returns_the_summary_of_a_completed_job(tmp_path, monkeypatch):
+    _scripted(monkeypatch, [S("RUNNING"), S("COMPLETED")])
+    launched = _slurm_launched(tmp_path)
+    _summary(tmp_path)
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0) == [{"env_steps": 4096}]
+
+
+def test_wait_errors_when_the_job_vanishes_without_a_complete_summary(tmp_path, monkeypatch):
+    _summary(tmp_path, complete=True)
+    stale = launch.summary_signature(tmp_path)  # an earlier run's summary, there before submission
+    _scripted(monkeypatch, [S("RUNNING"), S("")])  # no accounting, and the record was purged
+    with pytest.raises(launch.JobError, match="gone from the queue.*wrote no summary.*7_0_log.err") as e:
+        launch.wait(_slurm_launched(tmp_path, stale), timeout_s=30, poll_s=0, confirm_s=0)
+    assert e.value.exit_code == 1 and "last line of the job's stderr" in str(e.value)
+
+
+def test_wait_accepts_a_vanished_job_whose_fresh_summary_is_complete(tmp_path, monkeypatch):
+    _scripted(monkeypatch, [S("RUNNING"), S("")])
+    launched = _slurm_launched(tmp_path)
+    _summary(tmp_path)
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)[0]["env_steps"] == 4096
+
+
+@pytest.mark.parametrize("state,code", [("CANCELLED", "0:15"), ("FAILED", "75:0"), ("TIMEOUT", "0:0"),
+                                        ("NODE_FAIL", "0:0"), ("OUT_OF_MEMORY", "0:125")])
+def test_wait_errors_on_a_job_that_ended_badly(tmp_path, monkeypatch, state, code):
+    _summary(tmp_path, complete=False)
+    _scripted(monkeypatch, [S("RUNNING"), S(state, "None", 0, code)])
+    with pytest.raises(launch.JobError, match=f"Slurm job 7 ended {state}.*stopped early.*see .*7_0_log.err"):
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+
+
+def test_wait_does_not_take_a_requeue_for_an_end(tmp_path, monkeypatch):
+    """A state that looks ended, then PENDING again (requeue), is not an end: it is confirmed only
+    when Slurm still says so confirm_s later."""
+    _scripted(monkeypatch, [S("RUNNING"), S("FAILED"), S("PENDING", "BeginTime", 1), S("RUNNING", "None", 1),
+                            S("COMPLETED", "None", 1)])
+    launched = _slurm_launched(tmp_path)
+    _summary(tmp_path)
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)
+
+
+def test_wait_errors_at_once_on_a_job_that_can_never_start(tmp_path, monkeypatch):
+    _scripted(monkeypatch, [S("PENDING", "PartitionTimeLimit")])
+    with pytest.raises(launch.JobError, match="cannot start: PartitionTimeLimit.*scancel 7"):
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+
+
+def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
+    _scripted(monkeypatch, [S("PENDING", "Priority")])
+    with pytest.raises(launch.JobError, match="gave up waiting after 0 s; the job goes on"):
+        launch.wait(_slurm_launched(tmp_path), timeout_s=0.2, poll_s=0.05, confirm_s=0)

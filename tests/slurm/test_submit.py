@@ -42,13 +42,6 @@ def start(cluster, *args: str, out: Path) -> tuple[subprocess.Popen, str]:
     raise AssertionError(f"no job id from submit:\n{out.read_text()}")
 
 
-def rounds_logged(run: Path, rank: int = 0) -> int:
-    try:
-        return int(len([r for r in read_log(run / "logs" / f"quickstart_rank{rank}.h5")["tournament"]["round"] if r >= 0]))
-    except Exception:
-        return 0
-
-
 def test_refused_before_queueing(slurm_cluster, tmp_path):
     r = submit(slurm_cluster, "--partition", "gpu-nope", "--run-dir", str(tmp_path / "a"))
     assert r.returncode == 2 and "does not exist; partitions here: debug" in r.stderr
@@ -91,54 +84,71 @@ def test_array_tasks_join_the_shared_leaderboard(slurm_cluster, tmp_path):
     assert Leaderboard(run / "leaderboard").list()
 
 
-def test_preempted_tournament_requeues_and_loses_nothing(slurm_cluster, tmp_path):
-    budget = ["--set", "total_env_steps=245760", "--set", "tournament.interval_env_steps=40960",
-              "--set", "eval.interval_env_steps=40960", "--set", "log.checkpoint_interval_s=1000", *SHORT]
-    run = tmp_path / "run"
-    proc, job = start(slurm_cluster, "--nodes", "2", "--tasks-per-node", "2", "--time", "5",
-                      "--run-dir", str(run), *budget, out=tmp_path / "submit.out")
-    try:
-        end = time.monotonic() + 150
-        while rounds_logged(run) < 2 and time.monotonic() < end and proc.poll() is None:
-            time.sleep(0.5)
-        assert rounds_logged(run) >= 2, (tmp_path / "submit.out").read_text()
-        slurm_cluster.run("scancel", "--signal=USR2", job)  # Slurm's warning, as before a preemption
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    out = (tmp_path / "submit.out").read_text()
-    assert proc.returncode == 0, out
-    summary = json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-    assert summary["rounds"] == 6
-    per_pod = -(-245760 // (128 * 16)) * 128 * 16
-    assert summary["env_steps"] == 4 * per_pod  # the same as an uninterrupted run
-    for k in range(4):
-        log = read_log(run / "logs" / f"quickstart_rank{k}.h5")
-        assert list(log["tournament"]["round"]) == [0, 1, 2, 3, 4, 5], f"rank {k}"  # each round once
-        steps = log["train"]["env_steps"]
-        assert len(steps) == len(set(steps)) and steps[-1] == per_pod  # no update logged twice
-        assert log["attrs"]["slurm"].get("SLURM_RESTART_COUNT") == "1"  # it really was requeued
-    board = Leaderboard(run / "leaderboard")
-    for e in board.list():
-        board.load(e.id)
-    err = "".join(p.read_text() for p in (run / "slurm").rglob("*_0_log.err"))
-    assert "resuming from" in err
+# A preempted (USR2), hard-killed and requeued tournament that loses nothing: test_requeue.py.
 
 
-def test_cancelled_job_ends_wait_with_a_clear_error(slurm_cluster, tmp_path):
+@pytest.mark.parametrize("which", ["slurm_cluster", "slurm_cluster_noacct"])
+def test_cancelled_job_ends_wait_with_a_clear_error(which, request, tmp_path):
+    """--wait exits non-zero within 60 s of a scancel, naming the state and the log, with
+    accounting and without it (there sacct knows nothing: scontrol still has the record)."""
+    cluster = request.getfixturevalue(which)
     run = tmp_path / "run"
-    proc, job = start(slurm_cluster, "--tasks-per-node", "2", "--time", "5", "--run-dir", str(run),
+    proc, job = start(cluster, "--tasks-per-node", "2", "--time", "5", "--run-dir", str(run),
                       "--set", "total_env_steps=10000000", *SHORT, out=tmp_path / "submit.out")
     try:
-        slurm_cluster.wait_squeue_state(job, "RUNNING", timeout=60)
-        slurm_cluster.run("scancel", job)
+        cluster.wait_squeue_state(job, "RUNNING", timeout=60)
+        end = time.monotonic() + 90
+        while not list((run / "logs").glob("*_rank1.h5")) and time.monotonic() < end:
+            time.sleep(0.3)  # the ranks are training: a cancel now is a stop with checkpoints
+        cluster.run("scancel", job)
         t0 = time.monotonic()
         proc.wait(timeout=60)
-        assert time.monotonic() - t0 < 30
+        took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
     out = (tmp_path / "submit.out").read_text()
-    assert proc.returncode == 2
-    assert f"Slurm job {job} ended CANCELLED" in out and "_log.err" in out
+    assert proc.returncode == 1, out
+    assert took < 60, f"--wait took {took:.0f} s to notice the cancel"
+    assert f"Slurm job {job} ended CANCELLED" in out and "_log.err" in out, out
+    assert '"complete": false' not in out.splitlines()[-1]  # no summary printed as if it had finished
+    if which == "slurm_cluster_noacct":
+        acct = cluster.run("sacct", "-n", "-X", "-j", job, check=False)
+        assert job not in acct.stdout  # the no-accounting path really was taken
+
+
+def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, tmp_path):
+    """A request beyond a partition's limit: refused before queueing when sinfo can tell; and if
+    such a job is queued anyway (limits of a QOS or an association), --wait says it cannot start."""
+    cluster = slurm_cluster_noacct
+    cluster.run("scontrol", "create", "PartitionName=tiny", "Nodes=n4", "MaxTime=1", "State=UP")
+    job = None
+    try:
+        r = submit(cluster, "--partition", "tiny", "--time", "5", "--wait", "--run-dir", str(tmp_path / "a"))
+        assert r.returncode == 2 and "partition 'tiny' allows at most 1 minutes" in r.stderr, r.stderr
+        assert cluster.run("squeue", "-h", "-p", "tiny").stdout.strip() == ""
+        code = (
+            "import sys, time\n"
+            "from podracer_hpc import launch\n"
+            "from podracer_hpc.config import load_config\n"
+            f"r = launch.Request('jobs/quickstart.yaml', [], 'slurm', partition='tiny', time_min=5, "
+            f"run_dir={str(tmp_path / 'b')!r})\n"
+            "launched = launch.submit_slurm(r, load_config(r.job_file))\n"
+            "print('JOB', launched.jobs[0].job_id, flush=True)\n"
+            "t0 = time.monotonic()\n"
+            "try:\n"
+            "    launch.wait(launched, timeout_s=60, poll_s=0.5)\n"
+            "except launch.JobError as e:\n"
+            "    print(f'TOOK {time.monotonic() - t0:.1f}'); print(e); sys.exit(e.exit_code)\n"
+        )
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                           env=cluster.env)
+        m = re.search(r"JOB (\d+)", p.stdout)
+        job = m.group(1) if m else None
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert f"Slurm job {job} cannot start: PartitionTimeLimit" in p.stdout and f"scancel {job}" in p.stdout
+        assert float(re.search(r"TOOK ([0-9.]+)", p.stdout).group(1)) < 10
+    finally:
+        if job:
+            cluster.run("scancel", job, check=False)
+        cluster.run("scontrol", "delete", "PartitionName=tiny", check=False)
