@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
@@ -28,6 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from podracer_hpc.h5log import read_log
+from podracer_hpc.records import read_records
 from podracer_hpc.status import find_rank_logs
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "parse_targets",
     "first_crossing",
     "mean_curve",
-    "parse_entry_id",
     "job_id",
     "read_csv",
 ]
@@ -515,22 +514,6 @@ def _lookup(t: Table | None, run: str, col: str) -> float:
     return float(t[col][m][0]) if m.any() else math.nan
 
 
-_ENTRY_RE = re.compile(r"^(?P<job>.+)-(?P<pod>\d+)-(?P<round>\d+)-(?P<hex>[0-9a-f]{12})$")
-
-
-def parse_entry_id(source: str) -> dict[str, Any] | None:
-    """``job-pod-round-hex`` (leaderboard.make_entry_id) -> {job, pod, round}; ``pod<r>`` -> {pod};
-    anything else (empty, foreign ids) -> None. A ``rejected:`` prefix is ignored."""
-    s = source.split(":", 1)[1] if source.startswith("rejected:") else source
-    m = _ENTRY_RE.match(s)
-    if m:
-        return {"job": m["job"], "pod": int(m["pod"]), "round": int(m["round"])}
-    m = re.fullmatch(r"pod(\d+)", s)
-    if m:
-        return {"job": None, "pod": int(m[1]), "round": None}
-    return None
-
-
 TOURNAMENT_COLUMNS = ("system", "task", "run", "pod", "pods", "mode", "round", "env_steps", "wall_s", "fitness",
                       "action", "source", "source_job", "source_pod", "source_round", "source_internal",
                       "rejected", "tournament_s", "old_hparams", "new_hparams")
@@ -545,21 +528,21 @@ def tournament_table(runs: Sequence[Run]) -> Table:
         job = run.job
         for rank, log in run.logs.items():
             to = log["tournament"]
-            for i in range(len(to.get("round", ()))):
-                source = str(to["source"][i])
-                src = parse_entry_id(source) or {}
-                internal = bool(src) and (src.get("job") in (None, job)) and src.get("pod", -1) < run.pods
+            for rec in read_records(to):
+                src, name = rec.source, rec.source.entry
+                pod = rec.source.pod
+                internal = pod is not None and (name is None or name.job == job) and pod < run.pods
                 row = {
                     "system": run.system, "task": run.task, "run": run.run, "pod": int(rank), "pods": run.pods,
-                    "mode": run.mode, "round": int(to["round"][i]), "env_steps": int(to["env_steps"][i]),
-                    "wall_s": float(to["wall_s"][i]), "fitness": float(to["fitness"][i]),
-                    "action": str(to["action"][i]), "source": source,
-                    "source_job": str(src.get("job") or ""),
-                    "source_pod": int(src["pod"]) if "pod" in src else -1,
-                    "source_round": int(src["round"]) if src.get("round") is not None else -1,
-                    "source_internal": internal, "rejected": source.startswith("rejected:"),
-                    "tournament_s": float(to["tournament_s"][i]),
-                    "old_hparams": str(to["old_hparams"][i]), "new_hparams": str(to["new_hparams"][i]),
+                    "mode": run.mode, "round": rec.round, "env_steps": rec.env_steps,
+                    "wall_s": rec.wall_s, "fitness": rec.fitness,
+                    "action": rec.action, "source": src.id,
+                    "source_job": name.job if name else "",
+                    "source_pod": pod if pod is not None else -1,
+                    "source_round": name.round if name else -1,
+                    "source_internal": internal, "rejected": src.rejected,
+                    "tournament_s": rec.tournament_s,
+                    "old_hparams": json.dumps(rec.old_hparams), "new_hparams": json.dumps(rec.new_hparams),
                 }
                 for k, v in _hparams(row["new_hparams"]).items():
                     row[f"hp_{k}"] = v

@@ -24,7 +24,11 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
+# source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
+# rows get empty source columns, which records.read_records reads from the legacy ``source``).
+READABLE_VERSIONS = (1, 2)
 
 TRAIN_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -59,7 +63,10 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "wall_s": np.float64,
     "fitness": np.float64,
     "action": h5py.string_dtype("utf-8"),
-    "source": h5py.string_dtype("utf-8"),
+    "source": h5py.string_dtype("utf-8"),  # schema 1's one-string form, still written (records.Source.legacy)
+    "source_kind": h5py.string_dtype("utf-8"),  # "" | pod | entry | fresh (records.SOURCE_KINDS)
+    "source_id": h5py.string_dtype("utf-8"),  # the pod's rank or the entry id
+    "source_rejected": np.int64,  # 1: the source could not be loaded, the pod kept its own agent
     "old_hparams": h5py.string_dtype("utf-8"),  # JSON
     "new_hparams": h5py.string_dtype("utf-8"),  # JSON
     "tournament_s": np.float64,  # seconds in the round's collectives, publish, load and prune
@@ -69,6 +76,15 @@ GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT
 
 def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
+
+
+def _fill(dtype: Any, n: int) -> Any:
+    """``n`` empty values of a column: NaN, -1 or ''."""
+    if dtype is np.float64:
+        return np.full(n, np.nan)
+    if dtype is np.int64:
+        return np.full(n, -1, dtype=np.int64)
+    return [""] * n
 
 
 def _attr(v: Any) -> Any:
@@ -93,17 +109,21 @@ class H5Writer:
         self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
-            if version != SCHEMA_VERSION:
+            if version not in READABLE_VERSIONS:
                 self.f.close()
                 raise LogError(
-                    f"{self.path}: log schema version {version}, this podracer-hpc writes {SCHEMA_VERSION}; "
-                    "use a new --run-dir"
+                    f"{self.path}: log schema version {version}, this podracer-hpc writes {SCHEMA_VERSION} "
+                    f"(and continues {', '.join(map(str, READABLE_VERSIONS))}); use a new --run-dir"
                 )
         for group, cols in GROUPS.items():
             g = self.f.require_group(group)
+            have = [g[name].shape[0] for name in cols if name in g]
+            rows = min(have) if have else 0
             for name, dtype in cols.items():
-                if name not in g:
-                    g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=dtype, chunks=(256,))
+                if name not in g:  # a column this version added: old rows get its empty value
+                    ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
+                    if rows:
+                        ds[...] = _fill(dtype, rows)
             n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
             for name in cols:
                 if g[name].shape[0] != n:
@@ -166,15 +186,7 @@ class H5Writer:
         for name, dtype in cols.items():
             ds = g[name]
             ds.resize((n + 1,))
-            if name in row:
-                v = row[name]
-            elif dtype is np.float64:
-                v = np.nan
-            elif dtype is np.int64:
-                v = -1
-            else:
-                v = ""
-            ds[n] = v
+            ds[n] = row[name] if name in row else _fill(dtype, 1)[0]
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
@@ -209,9 +221,10 @@ def read_log(path: str | Path) -> dict[str, Any]:
         raise LogError(f"{path}: not a readable HDF5 log ({e})") from None
     with f:
         version = _scalar(f.attrs.get("schema_version"))
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise LogError(
-                f"{path}: log schema version {version}, this podracer-hpc reads {SCHEMA_VERSION}"
+                f"{path}: log schema version {version}, this podracer-hpc reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
         out: dict[str, Any] = {"attrs": {}}
         for k, v in f.attrs.items():
@@ -258,8 +271,7 @@ def recover(path: str | Path) -> int:
             for name, dtype in cols.items():
                 data = have.get(name)
                 if data is None:  # a column this version added: fill it like append() does
-                    fill = np.nan if dtype is np.float64 else -1 if dtype is np.int64 else ""
-                    data = [fill] * n
+                    data = _fill(dtype, n)
                 g.create_dataset(name, data=list(data[:n]) if dtype not in (np.float64, np.int64)
                                  else np.asarray(data[:n], dtype=dtype),
                                  shape=(n,), maxshape=(None,), dtype=dtype, chunks=(256,))
@@ -270,3 +282,74 @@ def recover(path: str | Path) -> int:
     os.link(path, unclean)  # the log's name always holds a whole file, the old one or the new one
     os.replace(tmp, path)
     return sum(len(next(iter(log[g].values()), [])) for g in GROUPS if log.get(g))
+
+
+# --------------------------------------------------------------------------------------
+# Named arrays (the prepared-market cache, columnar market files): generic, no log schema
+# --------------------------------------------------------------------------------------
+class ArrayFileError(ValueError):
+    """An HDF5 file of named arrays is missing, unreadable or lacks a group; the message says which."""
+
+
+def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any] | None = None) -> None:
+    """Write ``arrays`` to a new HDF5 file at ``path`` (replaced if it exists), ``attrs`` as its attributes.
+
+    Every numeric array is one contiguous, uncompressed dataset, so that :func:`read_arrays` can
+    memory-map it; an array of ``str`` is stored as UTF-8 strings. Attribute values that are not a
+    number or a string are stored as JSON. The caller makes the write atomic (a temporary name,
+    then a rename) if readers may look at ``path`` meanwhile."""
+    with h5py.File(path, "w", libver="latest") as f:
+        for name, a in arrays.items():
+            a = np.asarray(a)
+            if a.dtype.kind in "OU":
+                f.create_dataset(name, data=np.array([str(x) for x in a.reshape(-1)], dtype=object).reshape(a.shape),
+                                 dtype=h5py.string_dtype("utf-8"))
+            else:
+                f.create_dataset(name, data=np.ascontiguousarray(a))
+        for k, v in (attrs or {}).items():
+            f.attrs[k] = v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
+
+
+def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "", mmap: bool = False
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, attributes) of an HDF5 file: the datasets of ``group`` (default the root), all or ``names``.
+
+    With ``mmap``, a contiguous numeric dataset comes back as a copy-on-write memory map of the file
+    (no read until used; processes on one node share the pages; writing to it never reaches the
+    file); other datasets are read. Strings come back as h5py gives them (bytes). JSON attributes
+    are decoded. The file is opened read-only without HDF5's file locking, which some shared
+    filesystems refuse (the caller only opens files that are complete: written, then renamed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArrayFileError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r", locking=False)
+    except OSError as e:
+        raise ArrayFileError(f"{path}: not a readable HDF5 file ({e})") from None
+    with f:
+        try:
+            g = f[group] if group else f
+        except KeyError:
+            raise ArrayFileError(f"{path}: no group {group!r} (it has {', '.join(f) or 'nothing'})") from None
+        if not isinstance(g, h5py.Group):
+            raise ArrayFileError(f"{path}: {group!r} is a dataset, not a group of columns")
+        want = list(g) if names is None else names
+        out: dict[str, np.ndarray] = {}
+        for name in want:
+            ds = g.get(name)
+            if not isinstance(ds, h5py.Dataset):
+                raise ArrayFileError(f"{path}: no dataset {name!r} in {group or 'the root'}")
+            offset = ds.id.get_offset() if mmap and ds.dtype.kind in "biuf" and ds.chunks is None else None
+            if offset is not None and ds.size:
+                out[name] = np.memmap(path, dtype=ds.dtype, mode="c", offset=offset, shape=ds.shape)
+            else:
+                out[name] = ds[()]
+        attrs: dict[str, Any] = {}
+        for k, v in f.attrs.items():
+            if isinstance(v, str) and v[:1] in "{[":
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    pass
+            attrs[k] = _scalar(v)
+    return out, attrs

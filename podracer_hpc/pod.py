@@ -22,9 +22,9 @@ from .config import MUTABLE_HPARAMS, Config, to_dict
 from .envs import build_env
 
 STATE_KIND = "pod-state"
-# Tensors that make up the agent (what a leaderboard entry holds); the rest of the pod state
-# (env physics, RNG streams, the per-env reward-scaler returns) belongs to the pod's own run.
-AGENT_PREFIXES = ("net.", "obs_rms.", "reward_scaler.rms.", "optim.")
+# What makes up the agent (a leaderboard entry) is the agent's to say (PPOAgent.state); the rest
+# of the pod state (env physics, the environments' running returns, RNG streams, counters)
+# belongs to the pod's own run.
 STATE_VERSION = 1
 EVAL_SEED_OFFSET = 1_000_003  # eval start states come from their own streams
 
@@ -129,6 +129,8 @@ class Pod:
         self.env_steps = 0
         self.updates = 0
         self.episodes_t = torch.zeros((), dtype=torch.int64, device=self.device)
+        # the environments' running discounted returns (reward scaling): env state, the pod's
+        self.reward_ret = torch.zeros(e.num_envs, dtype=torch.float64, device=self.device)
         self.batch_size = a.rollout_steps * e.num_envs
         if not self.env.discrete:
             lo = torch.as_tensor(self.env.action_low, dtype=torch.float32, device=self.device)
@@ -146,11 +148,9 @@ class Pod:
         """Re-initialize the agent as at the start (networks, optimizer, normalizers), keeping the
         pod's own hyperparameters and its environments (a NaN pod with no finite source anywhere)."""
         hp = self.hparams()
-        ret = self.agent.reward_scaler.ret.clone()  # the environments' running returns stay
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed)
             self.agent = self._new_agent()
-        self.agent.reward_scaler.ret.copy_(ret)
         self.set_hparams(hp)
 
     # --- acting in the env ---------------------------------------------------------------
@@ -185,7 +185,7 @@ class Pod:
             obs, reward, terminated, truncated, info = env.step(self.to_env_action(action))
             done = info["done"]
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = nobs, action, logp, value
-            rew_buf[t] = agent.scale_reward(reward, done)
+            rew_buf[t] = agent.scale_reward(reward, done, self.reward_ret)
             term_buf[t], done_buf[t] = terminated, done
             # Value of the state reached: the next obs, or the final obs of a cut episode.
             nobs = agent.normalize_obs(obs, update=True)
@@ -202,7 +202,7 @@ class Pod:
         self.obs = obs
 
         adv, returns = compute_gae(
-            rew_buf, val_buf, next_val_buf, term_buf, done_buf, cfg.gamma, cfg.gae_lambda
+            rew_buf, val_buf, next_val_buf, term_buf, done_buf, cfg.gamma, agent.hparams["gae_lambda"]
         )
         self.env_steps += T * N
         progress = min(1.0, (self.env_steps - T * N) / max(1, self.cfg.total_env_steps))
@@ -245,43 +245,34 @@ class Pod:
 
     # --- hyperparameters ----------------------------------------------------------------
     def hparams(self, names: tuple[str, ...] | list[str] = MUTABLE_HPARAMS) -> dict[str, float]:
-        """The pod's current values of the mutable agent hyperparameters."""
-        return {n: float(self.agent.learning_rate if n == "learning_rate" else getattr(self.agent.cfg, n))
-                for n in names}
+        """The agent's current values of the mutable hyperparameters ``names``."""
+        return {n: self.agent.hparams[n] for n in names}
 
     def set_hparams(self, hp: dict[str, float]) -> None:
-        for n, v in hp.items():
-            if n not in MUTABLE_HPARAMS:
-                raise KeyError(f"{n!r} is not a mutable hyperparameter ({', '.join(MUTABLE_HPARAMS)})")
-            if n == "learning_rate":
-                self.agent.learning_rate = float(v)
-            else:
-                setattr(self.agent.cfg, n, float(v))
+        self.agent.set_hparams(hp)
 
     # --- state ---------------------------------------------------------------------------
     def agent_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """The agent alone (networks, optimizer, normalizer statistics): a leaderboard entry."""
-        t, meta = self.state_tensors()
-        t = {k: v for k, v in t.items() if k.startswith(AGENT_PREFIXES)}
-        keep = ("env_steps", "updates", "rank", "seed", "learning_rate", "optim_param_groups", "hparams", "config")
-        return t, {k: meta[k] for k in keep}
+        """The agent alone (networks, optimizer, statistics, hyperparameters): a leaderboard entry."""
+        t, meta = self.agent.state()
+        meta.update(env_steps=self.env_steps, updates=self.updates, rank=self.rank, seed=self.seed,
+                    config=to_dict(self.cfg))
+        return t, meta
 
     def load_agent(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry",
                    load_hparams: bool = True) -> None:
-        """Take over another agent's networks, optimizer and normalizer statistics (not its env)."""
+        """Take over another agent (not its environments); its hyperparameters only if
+        ``load_hparams`` (the ElegantRL rule and a NaN restore keep the pod's own)."""
         self._check_compatible(meta, source)
-        agent = {k: v for k, v in tensors.items() if k.startswith(AGENT_PREFIXES)}
-        missing = [p for p in ("net.", "obs_rms.", "optim.") if not any(k.startswith(p) for k in agent)]
+        missing = [p for p in ("net.", "obs_rms.") if not any(k.startswith(p) for k in tensors)]
         if missing:
             raise safeio.StateFileError(f"{source}: holds no {', '.join(missing)} tensors; not an agent")
         try:
-            self._load_agent_tensors(agent, meta)
+            self.agent.load(tensors, meta, hparams=load_hparams)
         except (RuntimeError, KeyError, ValueError) as e:
             raise safeio.StateFileError(
                 f"{source}: does not fit this pod ({e}). Was the network changed?"
             ) from None
-        if load_hparams and meta.get("hparams"):
-            self.set_hparams(meta["hparams"])
 
     def _check_compatible(self, meta: dict[str, Any], source: str) -> None:
         cfg = meta.get("config", {})
@@ -290,37 +281,10 @@ class Pod:
                 f"{source}: trained on task {cfg.get('env', {}).get('name')!r}, this run is {self.cfg.env.name!r}"
             )
 
-    def _load_agent_tensors(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        dev = self.device
-
-        def sub(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
-
-        self.agent.net.load_state_dict(sub("net."))
-        self.agent.obs_rms.load_state_dict(sub("obs_rms."))
-        rms = sub("reward_scaler.rms.")
-        if rms:
-            self.agent.reward_scaler.rms.load_state_dict(rms)
-        optim_state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in sub("optim.").items():
-            pid, name = k.split(".", 1)
-            optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
-        self.agent.optimizer.load_state_dict({"state": optim_state, "param_groups": meta["optim_param_groups"]})
-        self.agent.learning_rate = float(meta["learning_rate"])
-
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to continue this pod exactly: (tensors, JSON-able meta)."""
-        t: dict[str, torch.Tensor] = {}
-        for k, v in self.agent.net.state_dict().items():
-            t[f"net.{k}"] = v
-        for k, v in self.agent.obs_rms.state_dict().items():
-            t[f"obs_rms.{k}"] = v
-        for k, v in self.agent.reward_scaler.state_dict().items():
-            t[f"reward_scaler.{k}"] = v
-        opt = self.agent.optimizer.state_dict()
-        for pid, st in opt["state"].items():
-            for k, v in st.items():
-                t[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+        t, agent_meta = self.agent.state()
+        t["reward_ret"] = self.reward_ret
         try:
             for k, v in self.env.state_dict().items():
                 t[f"env.{k}"] = v
@@ -336,10 +300,8 @@ class Pod:
             "episodes": int(self.episodes_t),
             "rank": self.rank,
             "seed": self.seed,
-            "learning_rate": self.agent.learning_rate,
-            "hparams": self.hparams(),
             "env_exact": env_exact,
-            "optim_param_groups": opt["param_groups"],
+            **agent_meta,
             "config": to_dict(self.cfg),
         }
         return t, meta
@@ -349,15 +311,15 @@ class Pod:
         self._check_compatible(meta, source)
         dev = self.device
         try:
-            self._load_agent_tensors(tensors, meta)
-            self.agent.reward_scaler.ret.copy_(tensors["reward_scaler.ret"].to(dev))
+            self.agent.load(tensors, meta, hparams=True)
+            ret = tensors.get("reward_ret", tensors.get("reward_scaler.ret"))  # (its key before 2026-11-30)
+            self.reward_ret.copy_(ret.to(dev))
             if meta.get("env_exact", True):
                 self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
-        except (RuntimeError, KeyError, ValueError) as e:
+        except (RuntimeError, KeyError, ValueError, AttributeError) as e:
             raise safeio.StateFileError(
                 f"{source}: does not fit this pod ({e}). Was the network or num_envs changed since it was written?"
             ) from None
-        self.set_hparams(meta.get("hparams", {}))
         if meta.get("env_exact", True):
             self.obs = tensors["obs"].to(dev)
         else:  # resumed with fresh episodes: the agent is exact, the environments restart

@@ -44,8 +44,9 @@ from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
 from .pod import Pod, resolve_device, set_cpu_threads
 from .rundir import EXIT_REQUEUE, RunDir, job_id
+from .records import RoundRecord, Source
 from .signals import StopFlag
-from .tournament import PodReport, decide, round_env_steps
+from .tournament import PodReport, decide, describe_space, effective_space, round_env_steps
 
 # Keys that may differ between a run and its resumption; anything else must match.
 RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
@@ -65,7 +66,8 @@ class Tournament:
         self.rundir = rundir
         self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
         self.job = job
-        self.space = tuple(self.tcfg.hparam_space) or ()
+        self.space = tuple(effective_space(self.tcfg))
+        self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
 
     def listing(self, index: int) -> list[tuple]:
         """Rank 0's view of the leaderboard for round ``index``, the same on a redo.
@@ -119,52 +121,53 @@ class Tournament:
         score = dict(entries).get(eid, float("nan"))
         self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
         if self.log is not None:  # round -1: how this pod started
-            hp = json.dumps(self.pod.hparams())
-            self.log.append("tournament", {"round": -1, "env_steps": self.pod.env_steps, "wall_s": 0.0,
-                                           "fitness": score, "action": "join", "source": eid,
-                                           "old_hparams": hp, "new_hparams": hp, "tournament_s": 0.0}, flush=True)
+            hp = self.pod.hparams(self.space) if self.space else self.pod.hparams()
+            self.log.append("tournament", RoundRecord(-1, self.pod.env_steps, 0.0, score, "join", Source("entry", eid),
+                                                      hp, hp, 0.0).to_row(), flush=True)
         return eid
 
     def round(self, index: int, fitness: float, wall_s: float) -> dict[str, Any]:
         pod, comm = self.pod, self.comm
         t0 = time.perf_counter()
         hp = pod.hparams(self.space) if self.space else pod.hparams()
-        reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp))
+        reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp, self.last_copy_round))
         # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
         entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
         decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
         d = decisions[comm.rank]
         mine = self.publish(fitness, index, hp) if d.publish else None
         entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
-        action, source = d.action, ""
+        action, source = d.action, Source()
         if d.action == "copy_pod" and entry_of_rank[d.source_rank] is None:
-            action, source = "keep", f"rejected:pod{d.source_rank}"  # its publish failed
+            action, source = "keep", Source("pod", str(d.source_rank), rejected=True)  # its publish failed
         elif d.action in ("load_entry", "copy_pod"):
-            source = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank]
+            eid = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank]
+            source = Source("entry", eid)  # (copy_pod: the entry that pod published this round)
             try:
-                _, tensors, meta = self.board.load_best_available([source], device=pod.device, skip_corrupt=False)
-                pod.load_agent(tensors, meta, source=f"leaderboard entry {source}", load_hparams=False)
+                _, tensors, meta = self.board.load_best_available([eid], device=pod.device, skip_corrupt=False)
+                pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}", load_hparams=False)
+                self.last_copy_round = index
             except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
                 self.say(f"round {index}: kept own agent, source rejected: {e}")
                 action = "keep"
-                source = f"rejected:{source}"
+                source = Source(source.kind, source.id, rejected=True)
         elif d.action == "reset":
             self.say(f"round {index}: fitness {fitness} and no finite source anywhere: re-initializing the agent")
             pod.reset_agent()
+            source = Source("fresh")
         if d.new_hparams is not None and action == d.action:  # not when the source was rejected
             pod.set_hparams(d.new_hparams)
-        row = {"round": index, "env_steps": pod.env_steps, "wall_s": wall_s, "fitness": float(fitness),
-               "action": action, "source": source or (f"pod{d.source_rank}" if d.source_rank is not None else ""),
-               "old_hparams": json.dumps(hp), "new_hparams": json.dumps(pod.hparams(self.space) if self.space else pod.hparams())}
+        new_hp = pod.hparams(self.space) if self.space else pod.hparams()
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
         if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
             needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
                       for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
             self.board.prune(self.tcfg.top_k, keep=needed)
-        row["tournament_s"] = time.perf_counter() - t0
+        record = RoundRecord(index, pod.env_steps, wall_s, float(fitness), action, source, hp, new_hp,
+                             time.perf_counter() - t0)
         if self.log is not None:
-            self.log.append("tournament", row, flush=True)
-        return {**row, "decision": d, "decisions": decisions}
+            self.log.append("tournament", record.to_row(), flush=True)
+        return {"record": record, "action": action, "source": source, "decision": d, "decisions": decisions}
 
     def table(self, n: int = 8) -> str:
         rows = self.board.list()[:n]
@@ -212,14 +215,18 @@ def slurm_ids() -> dict[str, str]:
     return {k: os.environ[k] for k in keys if k in os.environ}
 
 
-def _diff_config(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
+    """Keys whose values differ between a checkpoint's config and this run's. A key the checkpoint
+    does not have (added to podracer-hpc since) is no difference if this run has its default."""
     out = []
     for k in sorted(set(old) | set(new)):
         if not prefix and k in RESUMABLE_KEYS:
             continue
-        a, b = old.get(k), new.get(k)
+        a, b, d = old.get(k), new.get(k), (defaults or {}).get(k)
         if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff_config(a, b, prefix + k + ".")
+            out += _diff_config(a, b, d if isinstance(d, dict) else {}, prefix + k + ".")
+        elif k not in old and b == d:
+            continue
         elif a != b:
             out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
     return out
@@ -278,7 +285,7 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                           rundir.checkpoint_ranks() if rank == 0 else [])
     if not choice.fresh:
         _, meta0, _ = safeio.load(ckpt_path, "pod-state")  # verifies before anything is touched
-        diffs = _diff_config(meta0.get("config", {}), to_dict(cfg))
+        diffs = _diff_config(meta0.get("config", {}), to_dict(cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
                 f"{run_dir} holds a run with another config; it cannot be resumed with this one:\n  "
@@ -320,6 +327,11 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
         tour = Tournament(cfg, comm, pod, rundir, job_id(), say, log)
         if not state_meta:
             tour.join()
+        tour.last_copy_round = int(state_meta.get("last_copy_round", -1))
+        if rank == 0 and cfg.tournament.mode == "pbt":
+            what = "tournament.hparam_space" if cfg.tournament.hparam_space else "the default space (tournament.hparam_space is empty)"
+            say(f"PBT explores {describe_space(effective_space(cfg.tournament))}: {what}; a pod that copied "
+                f"another is not replaced again for {cfg.tournament.ready_rounds} rounds")
     round_index = int(state_meta.get("round", 0))
     next_round = round_env_steps(cfg.tournament, round_index)
     poisoned = False  # a pod whose loss went NaN waits, frozen, for the next round to replace it
@@ -343,7 +355,8 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     def checkpoint() -> None:
         log.flush()  # the log holds every row up to the checkpoint before the checkpoint exists
         extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall(),
-                 "round": round_index, "world_size": size}
+                 "round": round_index, "world_size": size,
+                 "last_copy_round": tour.last_copy_round if tour is not None else -1}
         if ckpt_path.exists():  # keep the last one as .prev; the path always holds a whole checkpoint
             tmp = ckpt_path.with_suffix(".prev.tmp")
             tmp.unlink(missing_ok=True)
@@ -412,7 +425,8 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
                 out = tour.round(round_index, fitness, wall())
                 if poisoned and out["action"] != "keep":
                     poisoned = False
-                    say(f"round {round_index}: restored from {out['source']} after NaN; training goes on")
+                    say(f"round {round_index}: restored from {out['source'].id or 'a fresh agent'} after NaN; "
+                        "training goes on")
                 round_index += 1
                 next_round = round_env_steps(cfg.tournament, round_index)
                 checkpoint()

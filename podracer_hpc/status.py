@@ -29,6 +29,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .h5log import LogError, read_log
+from .records import Source, read_records
 
 __all__ = ["StatusError", "PodStatus", "find_rank_logs", "pod_statuses", "render", "status", "main"]
 
@@ -132,15 +133,14 @@ def _read(path: Path) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def _short_source(source: str) -> str:
-    """``local-2-3-97d9795f388a`` -> ``pod2 r3``; ``pod1`` and others unchanged."""
-    rejected = source.startswith("rejected:")
-    s = source.split(":", 1)[1] if rejected else source
-    parts = s.rsplit("-", 3)
-    if len(parts) == 4 and parts[1].isdigit() and parts[2].isdigit():
-        job = "" if parts[0] == "local" else f"{parts[0]}:"
-        s = f"{job}pod{parts[1]} r{parts[2]}"
-    return f"rejected {s}" if rejected else s
+def _short_source(src: Source) -> str:
+    """An entry ``local-2-3-97d9795f388a`` -> ``pod2 r3``; a pod -> ``pod1``; others unchanged."""
+    name = src.entry
+    if name is not None:
+        s = f"{'' if name.job == 'local' else name.job + ':'}pod{name.pod} r{name.round}"
+    else:
+        s = f"pod{src.id}" if src.kind == "pod" else src.id or src.kind
+    return f"rejected {s}" if src.rejected else s
 
 
 def _pod_status(rank: int, path: Path, now: float) -> PodStatus:
@@ -173,16 +173,14 @@ def _pod_status(rank: int, path: Path, now: float) -> PodStatus:
         rounds = to.get("round", np.array([]))
         st.rounds = int(rounds[-1]) + 1 if len(rounds) else 0
         if len(rounds):
-            action, source = str(to["action"][-1]), str(to["source"][-1])
-            if action == "copy_pod" or action == "load_entry":
-                action = f"{'copy' if action == 'copy_pod' else 'load'} <- {_short_source(source)}"
-            elif source.startswith("rejected:"):
-                action = f"keep ({_short_source(source)})"
-            st.last_action = f"r{int(rounds[-1])}: {action}"
-            try:
-                st.hparams = json.loads(to["new_hparams"][-1] or "{}")
-            except json.JSONDecodeError:
-                pass
+            last = read_records(to)[-1]
+            action = last.action
+            if action in ("copy_pod", "load_entry"):
+                action = f"{'copy' if action == 'copy_pod' else 'load'} <- {_short_source(last.source)}"
+            elif last.source.rejected:
+                action = f"keep ({_short_source(last.source)})"
+            st.last_action = f"r{last.round}: {action}"
+            st.hparams = last.new_hparams
     return st
 
 

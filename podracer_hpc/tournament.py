@@ -50,11 +50,14 @@ from .docfield import F
 __all__ = [
     "ACTIONS",
     "ACTION_CODES",
+    "DEFAULT_PBT_SPACE",
     "Decision",
     "HParamRange",
     "PodReport",
     "TournamentConfig",
     "decide",
+    "describe_space",
+    "effective_space",
     "elegantrl_select",
     "explore",
     "make_rng",
@@ -90,6 +93,7 @@ class PodReport:
     fitness: float  # evaluation return of the deterministic policy; NaN if evaluation failed
     env_steps: int  # environment steps this pod's agent has been trained on
     hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
+    last_copy_round: int = -1  # the last round at which this pod took another agent (-1: never)
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,9 @@ class TournamentConfig:
     resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
     perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
     steps_tolerance: float = F(0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)")
-    hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters")
+    hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters; "
+                                                 "{} = the default PPO space (DEFAULT_PBT_SPACE)")
+    ready_rounds: int = F(2, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready')")
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
 
     def __post_init__(self) -> None:
@@ -170,6 +176,31 @@ class TournamentConfig:
         if not 0.0 <= self.steps_tolerance <= 1.0:
             raise ValueError(f"tournament.steps_tolerance must be in [0, 1], got {self.steps_tolerance}")
         self.hparam_space = normalize_space(self.hparam_space)
+        if self.ready_rounds < 0:
+            raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
+
+
+# What PBT explores when tournament.hparam_space is empty: the PPO settings that matter most and
+# are safe to change while a pod trains (names as in config.MUTABLE_HPARAMS). Ray Tune and Isaac
+# Gym's PBT ship default mutation sets too; these bounds are the usual tuned ranges of PPO.
+DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
+    "learning_rate": HParamRange(1e-5, 1e-2, True),
+    "ent_coef": HParamRange(0.0, 0.02),
+    "clip_coef": HParamRange(0.05, 0.4),
+    "gae_lambda": HParamRange(0.8, 0.99),
+}
+
+
+def effective_space(cfg: TournamentConfig) -> dict[str, HParamRange]:
+    """The hyperparameter space a run explores: the configured one, or PBT's default."""
+    if cfg.hparam_space or cfg.mode != "pbt":
+        return dict(cfg.hparam_space)
+    return dict(DEFAULT_PBT_SPACE)
+
+
+def describe_space(space: Mapping[str, HParamRange]) -> str:
+    """One line: ``learning_rate [1e-05, 0.01] log, ent_coef [0, 0.02], ...``."""
+    return ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
 
 
 def round_env_steps(cfg: TournamentConfig, index: int) -> int:
@@ -401,6 +432,7 @@ def pbt_select(
     steps_tolerance: float = 0.25,
     entries: Iterable[tuple[str, float]] = (),
     top_k: int | None = None,
+    ready_rounds: int = 0,
 ) -> list[Decision]:
     """PBT truncation selection (exploit) plus perturbation (explore); one decision per rank.
 
@@ -410,6 +442,9 @@ def pbt_select(
     - Experience: a source must have ``env_steps >= target.env_steps * (1 - steps_tolerance)``
       (never copy a less-trained agent over a more-trained one; a late joiner may copy from
       older pods), and a finite target copies only from a strictly better source.
+    - Ready (Jaderberg et al.): a finite target that took another agent fewer than
+      ``ready_rounds`` rounds ago keeps, so that a pod that just drew a good hyperparameter can
+      show it before the next round replaces it again.
     - A target draws its source uniformly among the eligible ones (Generator seeded by
       (seed, round, rank)) and gets ``explore(source.hparams)`` as its new hyperparameters.
     - A NaN target with no eligible source copies the best finite pod; with no finite pod, the
@@ -435,6 +470,10 @@ def pbt_select(
         if r not in targets:
             why = "top quantile" if r in sources else "middle of the pool"
             decisions[r] = Decision(action="keep", reason=why if n > 1 else "world of one", **base)
+            continue
+        if _finite(fit[r]) and me.last_copy_round >= 0 and round - me.last_copy_round < ready_rounds:
+            decisions[r] = Decision(action="keep", reason=f"bottom quantile, not ready (copied at round "
+                                                          f"{me.last_copy_round})", **base)
             continue
         rng = make_rng(seed, round, r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
@@ -535,13 +574,14 @@ def decide(
             reports,
             round,
             seed,
-            cfg.hparam_space,
+            effective_space(cfg),
             quantile=cfg.quantile,
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
             steps_tolerance=cfg.steps_tolerance,
             entries=[(e, sc) for e, sc, _ in entries],
             top_k=cfg.top_k,
+            ready_rounds=cfg.ready_rounds,
         )
     if cfg.mode == "none":
         return [

@@ -140,10 +140,15 @@ def test_tournament_table_and_pbt_hyperparameters(runs, loaded):
 
 
 def test_parse_entry_ids_and_lineage_parents():
-    assert aggregate.parse_entry_id("local-2-3-0123456789ab") == {"job": "local", "pod": 2, "round": 3}
-    assert aggregate.parse_entry_id("rejected:123_4-0-11-0123456789ab") == {"job": "123_4", "pod": 0, "round": 11}
-    assert aggregate.parse_entry_id("pod3") == {"job": None, "pod": 3, "round": None}
-    assert aggregate.parse_entry_id("") is None and aggregate.parse_entry_id("something-else") is None
+    from podracer_hpc.records import EntryName, Source, parse_entry_id
+
+    assert parse_entry_id("local-2-3-0123456789ab") == EntryName("local", 2, 3)
+    old = Source.from_legacy("rejected:123_4-0-11-0123456789ab")  # a schema-1 log's source string
+    assert old.rejected and old.entry == EntryName("123_4", 0, 11) and old.pod == 0
+    assert Source.from_legacy("pod3") == Source("pod", "3") and Source.from_legacy("pod3").pod == 3
+    assert Source.from_legacy("") == Source() and Source.from_legacy("something-else").entry is None
+    for s in ("", "pod3", "rejected:pod1", "local-2-3-0123456789ab", "rejected:j-0-1-0123456789ab"):
+        assert Source.from_legacy(s).legacy() == s
     base = {"source_internal": True, "source_pod": 1, "source_round": 3, "round": 3, "pod": 0}
     assert plots._lineage_parent({**base, "action": "copy_pod"}) == (2, 1)  # pod 1's entry of round 3
     assert plots._lineage_parent({**base, "action": "load_entry", "source_round": 1}) == (0, 1)

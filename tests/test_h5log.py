@@ -136,3 +136,32 @@ def test_unreadable_log_is_refused_untouched(tmp_path):
     with pytest.raises(LogError, match="cannot be continued"):
         H5Writer(q, {})
     assert q.read_bytes() == b"\x89HDF\r\n\x1a\n" + b"\x00" * 64
+
+
+def test_a_schema_1_log_is_read_typed_and_continued(tmp_path):
+    """Logs written before the typed source columns: read through records.read_records (the one
+    place that parses the old 'source' strings), and continued (upgraded in place to version 2)."""
+    from podracer_hpc.records import RoundRecord, Source, read_records
+
+    p = tmp_path / "v1.h5"
+    legacy = ["", "pod1", "rejected:j-0-1-0123456789ab", "local-2-3-0123456789ab"]
+    with H5Writer(p, {}) as w:
+        for i, s in enumerate(legacy):
+            w.append("tournament", {"round": i, "env_steps": 10 * i, "action": "keep", "source": s,
+                                    "old_hparams": "{}", "new_hparams": '{"learning_rate": 0.1}'})
+    with h5py.File(p, "a") as f:  # what a version-1 writer left: no typed columns
+        for name in ("source_kind", "source_id", "source_rejected"):
+            del f["tournament"][name]
+        f.attrs["schema_version"] = 1
+    recs = read_records(read_log(p)["tournament"])
+    assert [r.source for r in recs] == [Source(), Source("pod", "1"), Source("entry", "j-0-1-0123456789ab", True),
+                                        Source("entry", "local-2-3-0123456789ab")]
+    assert recs[3].source.pod == 2 and recs[0].new_hparams == {"learning_rate": 0.1}
+    with H5Writer(p, {}) as w:
+        w.append("tournament", RoundRecord(4, 40, 1.0, -5.0, "copy_pod", Source("entry", "x-3-4-0123456789ab"),
+                                           {}, {}, 0.1).to_row())
+    log = read_log(p)
+    assert log["attrs"]["schema_version"] == 2
+    recs = read_records(log["tournament"])
+    assert len(recs) == 5 and recs[1].source == Source("pod", "1") and recs[4].source.pod == 3
+    assert recs[4].action == "copy_pod" and recs[4].fitness == -5.0

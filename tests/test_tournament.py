@@ -435,3 +435,48 @@ def test_round_env_steps_schedule(interval, warmup, expected):
 def test_negative_warmup_is_refused():
     with pytest.raises(ValueError, match="warmup_env_steps must be >= 0"):
         TournamentConfig(mode="elegantrl", warmup_env_steps=-1)
+
+
+# ----------------------------------------------------------------------------- PBT defaults and "ready"
+
+
+def test_pbt_with_an_empty_space_explores_the_default_ppo_space():
+    from podracer_hpc.tournament import DEFAULT_PBT_SPACE, describe_space, effective_space
+
+    cfg = TournamentConfig(mode="pbt", quantile=0.5, resample_prob=1.0)
+    assert effective_space(cfg) == DEFAULT_PBT_SPACE
+    assert set(DEFAULT_PBT_SPACE) == {"learning_rate", "ent_coef", "clip_coef", "gae_lambda"}
+    assert "learning_rate [1e-05, 0.01] log" in describe_space(DEFAULT_PBT_SPACE)
+    hp = {"learning_rate": 3e-6, "ent_coef": 0.0, "clip_coef": 0.2, "gae_lambda": 0.95}
+    ds = decide([PodReport(0, -1000.0, 1000, hp), PodReport(1, -100.0, 1000, hp)], [], 0, 0, cfg)
+    new = ds[0].new_hparams
+    assert ds[0].action == "copy_pod" and set(new) == set(DEFAULT_PBT_SPACE)
+    for k, r in DEFAULT_PBT_SPACE.items():
+        assert r.low <= new[k] <= r.high
+    assert new != hp  # resampled: PBT explores without a declared space
+    assert effective_space(TournamentConfig(mode="elegantrl")) == {}  # the ElegantRL rule keeps hyperparameters
+    declared = TournamentConfig(mode="pbt", hparam_space={"learning_rate": [1e-4, 1e-3, True]})
+    assert list(effective_space(declared)) == ["learning_rate"]
+
+
+@pytest.mark.parametrize("last_copy,round,ready,replaced", [
+    (-1, 5, 2, True),   # never copied: ready
+    (4, 5, 2, False),   # copied at the last round: protected
+    (3, 5, 2, True),    # two rounds ago: ready again
+    (4, 5, 0, True),    # ready_rounds 0: the old behaviour
+])
+def test_pbt_ready_criterion_protects_a_freshly_explored_pod(last_copy, round, ready, replaced):
+    cfg = TournamentConfig(mode="pbt", quantile=0.25, ready_rounds=ready, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
+    hp = {"learning_rate": 1e-3}
+    pods = [PodReport(0, -900.0, 1000, hp, last_copy), PodReport(1, -100.0, 1000, hp),
+            PodReport(2, -200.0, 1000, hp), PodReport(3, -300.0, 1000, hp)]
+    d = decide(pods, [], round, 0, cfg)[0]
+    assert (d.action == "copy_pod") == replaced, d
+    if not replaced:
+        assert "not ready" in d.reason
+
+
+def test_a_nan_pod_is_replaced_even_when_not_ready():
+    cfg = TournamentConfig(mode="pbt", ready_rounds=5, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
+    pods = [PodReport(0, float("nan"), 1000, {"learning_rate": 1e-3}, 9), PodReport(1, -1.0, 1000, {"learning_rate": 1e-3})]
+    assert decide(pods, [], 10, 0, cfg)[0].action == "copy_pod"

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
 
-from ..config import PPOConfig
+from ..config import MUTABLE_HPARAMS, PPOConfig
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -50,8 +51,23 @@ class RunningMeanStd(nn.Module):
         return y.clamp(-clip, clip)
 
 
+@torch.no_grad()
+def scale_by_return_std(reward: torch.Tensor, done: torch.Tensor, ret: torch.Tensor, rms: RunningMeanStd,
+                        gamma: float) -> torch.Tensor:
+    """Divide rewards by the running std of each env's discounted return (as SB3's VecNormalize).
+
+    ``ret`` (float64, one per env) is the environments' running discounted return, updated in
+    place; ``rms`` the statistics of all returns seen (agent state).
+    """
+    ret.mul_(gamma).add_(reward.to(torch.float64))
+    rms.update(ret)
+    ret.masked_fill_(done, 0.0)
+    return reward / torch.sqrt(rms.var.to(reward.dtype) + 1e-8)
+
+
 class RewardScaler(nn.Module):
-    """Divide rewards by the running std of each env's discounted return (as SB3's VecNormalize)."""
+    """The return statistics and the per-env returns together (for a stand-alone use of the math;
+    a pod keeps the returns itself and the agent the statistics)."""
 
     def __init__(self, num_envs: int, gamma: float, device: str | torch.device = "cpu"):
         super().__init__()
@@ -59,12 +75,8 @@ class RewardScaler(nn.Module):
         self.rms = RunningMeanStd((), device=device)
         self.register_buffer("ret", torch.zeros(num_envs, dtype=torch.float64, device=device))
 
-    @torch.no_grad()
     def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        self.ret.mul_(self.gamma).add_(reward.to(torch.float64))
-        self.rms.update(self.ret)
-        self.ret.masked_fill_(done, 0.0)
-        return reward / torch.sqrt(self.rms.var.to(reward.dtype) + 1e-8)
+        return scale_by_return_std(reward, done, self.ret, self.rms, self.gamma)
 
 
 # ----------------------------------------------------------------------------------------
@@ -213,7 +225,17 @@ def ppo_loss(
 # The agent
 # ----------------------------------------------------------------------------------------
 class PPOAgent(nn.Module):
-    """Networks, optimizer and normalizers of one pod; all its state is in ``state_dict``."""
+    """Networks, optimizer, normalizer statistics and mutable hyperparameters of one agent.
+
+    The agent owns its state: :meth:`state` returns it as tensors under the prefixes of
+    :data:`STATE_PREFIXES` plus JSON meta, and :meth:`load` takes it back (from a checkpoint, a
+    leaderboard entry or another pod), with or without the source's hyperparameters. The
+    mutable hyperparameters (:data:`MUTABLE_HPARAMS`) live in :attr:`hparams` only; the
+    learning rate of each update is derived from it (:meth:`learning_rate_at`). What belongs to
+    the environments (the running returns of the reward scaler) is the pod's.
+    """
+
+    STATE_PREFIXES = ("net.", "obs_rms.", "reward_rms.", "optim.")
 
     def __init__(
         self,
@@ -226,14 +248,71 @@ class PPOAgent(nn.Module):
         device: str | torch.device = "cpu",
     ):
         super().__init__()
-        self.cfg = cfg
+        self.cfg = cfg  # static settings; never changed while training
         self.discrete = discrete
         self.net = ActorCritic(obs_dim, act_dim, discrete, num_actions, cfg).to(device)
         self.obs_rms = RunningMeanStd((obs_dim,), device=device)
-        self.reward_scaler = RewardScaler(num_envs, cfg.gamma, device=device)
+        self.reward_rms = RunningMeanStd((), device=device)
         # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
-        self.learning_rate = cfg.learning_rate  # the current base rate (PBT may change it)
+        self.hparams: dict[str, float] = {k: float(getattr(cfg, k)) for k in MUTABLE_HPARAMS}
+
+    # --- hyperparameters -----------------------------------------------------------------
+    def set_hparams(self, values: dict[str, float]) -> None:
+        """Change mutable hyperparameters (PBT); unknown names are refused."""
+        for k, v in values.items():
+            if k not in MUTABLE_HPARAMS:
+                raise KeyError(f"{k!r} is not a mutable hyperparameter ({', '.join(MUTABLE_HPARAMS)})")
+            self.hparams[k] = float(v)
+
+    def learning_rate_at(self, progress: float) -> float:
+        """The step size of an update at ``progress`` (0..1) of the run: linear decay if annealed."""
+        base = self.hparams["learning_rate"]
+        return base * (1.0 - progress) if self.cfg.anneal_lr else base
+
+    # --- state ---------------------------------------------------------------------------
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The agent as tensors (keys under :data:`STATE_PREFIXES`) and JSON meta."""
+        t: dict[str, torch.Tensor] = {}
+        for prefix, module in (("net.", self.net), ("obs_rms.", self.obs_rms), ("reward_rms.", self.reward_rms)):
+            for k, v in module.state_dict().items():
+                t[prefix + k] = v
+        opt = self.optimizer.state_dict()
+        for pid, st in opt["state"].items():
+            for k, v in st.items():
+                t[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+        return t, {"hparams": dict(self.hparams), "optim_param_groups": opt["param_groups"]}
+
+    @classmethod
+    def is_state_key(cls, key: str) -> bool:
+        return key.startswith(cls.STATE_PREFIXES)
+
+    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True) -> None:
+        """Take over an agent's networks, optimizer and statistics; its hyperparameters only if
+        ``hparams`` (a pod's own stay otherwise). Raises KeyError/RuntimeError/ValueError on a
+        state that does not fit; an agent that never updated has no optimizer tensors (fine)."""
+        tensors = upgrade_state_keys(tensors)
+        dev = next(self.net.parameters()).device
+
+        def sub(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+
+        self.net.load_state_dict(sub("net."))
+        self.obs_rms.load_state_dict(sub("obs_rms."))
+        rms = sub("reward_rms.")
+        if rms:
+            self.reward_rms.load_state_dict(rms)
+        optim_state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in sub("optim.").items():
+            pid, name = k.split(".", 1)
+            optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
+        groups = meta.get("optim_param_groups") or self.optimizer.state_dict()["param_groups"]
+        self.optimizer.load_state_dict({"state": optim_state, "param_groups": groups})
+        if hparams:
+            src = dict(meta.get("hparams") or {})
+            if "learning_rate" not in src and "learning_rate" in meta:  # files written before hparams existed
+                src["learning_rate"] = meta["learning_rate"]
+            self.set_hparams({k: v for k, v in src.items() if k in MUTABLE_HPARAMS})
 
     # --- acting --------------------------------------------------------------------------
     @torch.no_grad()
@@ -245,8 +324,11 @@ class PPOAgent(nn.Module):
         return self.obs_rms.normalize(obs, self.cfg.clip_obs)
 
     @torch.no_grad()
-    def scale_reward(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        return self.reward_scaler(reward, done) if self.cfg.norm_reward else reward
+    def scale_reward(self, reward: torch.Tensor, done: torch.Tensor, ret: torch.Tensor) -> torch.Tensor:
+        """Scaled rewards; ``ret`` is the caller's per-env running return (updated in place)."""
+        if not self.cfg.norm_reward:
+            return reward
+        return scale_by_return_std(reward, done, ret, self.reward_rms, self.cfg.gamma)
 
     @torch.no_grad()
     def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -277,8 +359,8 @@ class PPOAgent(nn.Module):
         progress: float,
     ) -> dict[str, torch.Tensor]:
         """Minibatch epochs over a flattened rollout batch; returns metrics as 0-d tensors."""
-        cfg = self.cfg
-        lr = self.learning_rate * (1.0 - progress) if cfg.anneal_lr else self.learning_rate
+        cfg, hp = self.cfg, self.hparams
+        lr = self.learning_rate_at(progress)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         B = obs.shape[0]
@@ -299,11 +381,11 @@ class PPOAgent(nn.Module):
                 new_v = self.net.value(s_obs[sl])
                 out = ppo_loss(
                     new_logp, s_logp[sl], s_adv[sl], new_v, s_val[sl], s_ret[sl], ent,
-                    cfg.clip_coef, cfg.vf_coef, cfg.ent_coef, cfg.clip_vloss, cfg.norm_adv,
+                    hp["clip_coef"], hp["vf_coef"], hp["ent_coef"], cfg.clip_vloss, cfg.norm_adv,
                 )
                 self.optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
-                nn.utils.clip_grad_norm_(params_list, cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
                 self.optimizer.step()
                 stats += torch.stack(
                     [out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clipfrac]
@@ -320,3 +402,20 @@ class PPOAgent(nn.Module):
         metrics["explained_variance"] = explained_var
         metrics["learning_rate"] = torch.tensor(lr)
         return metrics
+
+
+# Keys of state files written before the agent owned its state (2026-11-30): the reward
+# scaler's statistics were "reward_scaler.rms.*" and its per-env returns "reward_scaler.ret".
+_RENAMED = {"reward_scaler.rms.": "reward_rms."}
+
+
+def upgrade_state_keys(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors of an older state file under today's keys (agent keys only; others unchanged)."""
+    out = {}
+    for k, v in tensors.items():
+        for old, new in _RENAMED.items():
+            if k.startswith(old):
+                k = new + k[len(old):]
+                break
+        out[k] = v
+    return out

@@ -176,8 +176,10 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     except KeyError as e:
         raise safeio.StateFileError(f"{path}: holds no policy network ({e} missing)") from None
     agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev)
-    agent.net.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("net.")})
-    agent.obs_rms.load_state_dict({k[8:]: v for k, v in tensors.items() if k.startswith("obs_rms.")})
+    try:
+        agent.load(tensors, meta, hparams=False)  # the agent's own state contract (keys, old files)
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise safeio.StateFileError(f"{path}: does not hold a policy of this shape ({e})") from None
     agent.eval()
 
     @torch.no_grad()

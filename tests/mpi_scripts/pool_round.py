@@ -42,12 +42,12 @@ decisions = [d.to_dict() for d in res["decisions"]]
 after = net_sha(pod)
 loaded_sha = None
 if res["action"] in ("load_entry", "copy_pod"):
-    tensors, meta = tour.board.load(res["source"])
+    tensors, meta = tour.board.load(res["source"].id)
     ref = Pod(cfg, rank=comm.rank)
     ref.load_agent(tensors, meta)
     loaded_sha = net_sha(ref)
 (out / f"rank{comm.rank}.json").write_text(json.dumps({
     "rank": comm.rank, "size": comm.size, "decisions": decisions, "action": res["action"],
-    "source": res["source"], "before": before, "after": after, "loaded_sha": loaded_sha,
+    "source": res["source"].id, "before": before, "after": after, "loaded_sha": loaded_sha,
     "all_before": comm.allgather(before), "hparams": pod.hparams(),
 }, default=str))

@@ -1,0 +1,93 @@
+"""PBT rescue: 4 pods started at a learning rate far too small (3e-6), quickstart budget, a round
+every 25k env steps. Does PBT with its default space end better than independent pods?
+
+    python bench/pbt_rescue.py                   # seeds 0 and 1; pbt, pbt without 'ready', none
+    python bench/pbt_rescue.py --seeds 0 --modes pbt none
+
+Each system runs ``mpiexec -n 4 podracer train jobs/quickstart.yaml`` with the same settings but
+``tournament.mode`` (and ``tournament.ready_rounds`` for the ablation). Reported per run: the
+best and the mean of the 4 pods' final deterministic evaluations (20 episodes each), and the
+learning rates the pods ended with. Prints a table, then one line of JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.launch import find_mpiexec  # noqa: E402
+from podracer_hpc.records import read_records  # noqa: E402
+
+COMMON = ["agent.learning_rate=3e-6", "tournament.interval_env_steps=25000", "eval.interval_env_steps=100000",
+          "threads=1", "log.progress_interval_s=0"]
+SYSTEMS = {
+    "pbt": ["tournament.mode=pbt"],  # the default space: learning_rate, ent_coef, clip_coef, gae_lambda
+    "pbt-no-ready": ["tournament.mode=pbt", "tournament.ready_rounds=0"],
+    "none": ["tournament.mode=none"],
+}
+PODS = 4
+
+
+def run(system: str, seed: int, out: Path) -> dict:
+    d = out / f"{system}-s{seed}"
+    sets = [*COMMON, *SYSTEMS[system], f"seed={seed}"]
+    cmd = [find_mpiexec(), "-n", str(PODS), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
+           "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in sets), [])]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PODRACER_COMM", None)
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{system} seed {seed} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    finals, lrs, copies = [], [], 0
+    for k in range(PODS):
+        log = read_log(d / "logs" / f"quickstart_rank{k}.h5")
+        finals.append(float(log["eval"]["return_mean"][-1]))
+        recs = read_records(log["tournament"])
+        copies += sum(x.action in ("copy_pod", "load_entry") for x in recs)
+        lrs.append(recs[-1].new_hparams.get("learning_rate", 3e-6) if recs else 3e-6)
+    return {"system": system, "seed": seed, "best": max(finals), "mean": statistics.mean(finals), "finals": finals,
+            "final_lrs": lrs, "copies": copies, "wall_s": wall}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--modes", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--out", default="", help="keep the run directories here (default: a temporary folder)")
+    args = ap.parse_args()
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="podracer-pbt-rescue-"))
+    rows = [run(m, s, out) for s in args.seeds for m in args.modes]
+    head = ("system", "seed", "best final eval", "mean final eval", "copies", "final learning rates", "wall s")
+    table = [(r["system"], r["seed"], f"{r['best']:.1f}", f"{r['mean']:.1f}", r["copies"],
+              " ".join(f"{x:.1e}" for x in r["final_lrs"]), f"{r['wall_s']:.0f}") for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
+    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
+    print("-|-".join("-" * w for w in widths))
+    for t in table:
+        print(" | ".join(str(x).ljust(w) for x, w in zip(t, widths)))
+    by = {m: [r for r in rows if r["system"] == m] for m in args.modes}
+    summary = {m: {"best_mean": statistics.mean(r["best"] for r in v), "pod_mean": statistics.mean(r["mean"] for r in v)}
+               for m, v in by.items() if v}
+    gain = {}
+    if "pbt" in by and "none" in by:
+        gain = {"pbt_minus_none_best": [a["best"] - b["best"] for a, b in zip(by["pbt"], by["none"])],
+                "pbt_minus_none_mean": [a["mean"] - b["mean"] for a, b in zip(by["pbt"], by["none"])]}
+    print(json.dumps({"bench": "pbt_rescue", "pods": PODS, "seeds": args.seeds, "systems": summary, **gain}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
