@@ -45,7 +45,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .docfield import F
+from .config import MODES, HParamRange, TournamentConfig, normalize_space
 
 __all__ = [
     "ACTIONS",
@@ -68,21 +68,12 @@ __all__ = [
     "softmax_zscore",
 ]
 
-MODES = ("elegantrl", "pbt", "none")
 ACTIONS = ("keep", "load_entry", "copy_pod", "reset")
 ACTION_CODES = {a: i for i, a in enumerate(ACTIONS)}  # integer codes for the HDF5 log
 
 # Stream tags keep the rules' random streams apart for the same (seed, round, rank).
 _STREAM_ELEGANTRL = 1
 _STREAM_PBT = 2
-
-
-class HParamRange(NamedTuple):
-    """Prior and bounds of one hyperparameter."""
-
-    low: float
-    high: float
-    log_scale: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,49 +128,6 @@ class Decision:
         return asdict(self)
 
 
-@dataclass
-class TournamentConfig:
-    """Tournament settings (section ``tournament`` of the run config)."""
-
-    mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
-    interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds")
-    warmup_env_steps: int = F(0, "env steps each pod trains before its first round (0: the first at interval_env_steps)")
-    top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
-    temperature: float = F(1.0, "elegantrl: softmax temperature over z-scored scores (> 0)")
-    quantile: float = F(0.25, "pbt: fraction of pods in the bottom (replaced) and top (source) groups")
-    resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
-    perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
-    steps_tolerance: float = F(0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)")
-    hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters; "
-                                                 "{} = the default PPO space (DEFAULT_PBT_SPACE)")
-    ready_rounds: int = F(2, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready')")
-    leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"tournament.mode must be one of {MODES}, got {self.mode!r}")
-        if self.interval_env_steps <= 0:
-            raise ValueError(f"tournament.interval_env_steps must be > 0, got {self.interval_env_steps}")
-        if self.warmup_env_steps < 0:
-            raise ValueError(f"tournament.warmup_env_steps must be >= 0, got {self.warmup_env_steps}")
-        if self.top_k < 1:
-            raise ValueError(f"tournament.top_k must be >= 1, got {self.top_k}")
-        if not self.temperature > 0:
-            raise ValueError(f"tournament.temperature must be > 0, got {self.temperature}")
-        if not 0.0 <= self.quantile <= 0.5:
-            raise ValueError(f"tournament.quantile must be in [0, 0.5], got {self.quantile}")
-        if not 0.0 <= self.resample_prob <= 1.0:
-            raise ValueError(f"tournament.resample_prob must be in [0, 1], got {self.resample_prob}")
-        self.perturb_factors = tuple(float(f) for f in self.perturb_factors)
-        if not self.perturb_factors or any(not f > 0 for f in self.perturb_factors):
-            raise ValueError(f"tournament.perturb_factors must be positive numbers, got {self.perturb_factors}")
-        if not 0.0 <= self.steps_tolerance <= 1.0:
-            raise ValueError(f"tournament.steps_tolerance must be in [0, 1], got {self.steps_tolerance}")
-        self.hparam_space = normalize_space(self.hparam_space)
-        if self.ready_rounds < 0:
-            raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
-
-
 # What PBT explores when tournament.hparam_space is empty: the PPO settings that matter most and
 # are safe to change while a pod trains (names as in config.MUTABLE_HPARAMS). Ray Tune and Isaac
 # Gym's PBT ship default mutation sets too; these bounds are the usual tuned ranges of PPO.
@@ -211,28 +159,6 @@ def round_env_steps(cfg: TournamentConfig, index: int) -> int:
     lineages survive (Jaderberg et al.'s "ready" criterion, for every pod at once).
     """
     return max(cfg.interval_env_steps, cfg.warmup_env_steps) + index * cfg.interval_env_steps
-
-
-def normalize_space(space: Mapping[str, Any]) -> dict[str, HParamRange]:
-    """Validate a hyperparameter space; accepts ``(low, high[, log_scale])`` sequences or
-    ``{"low":, "high":, "log_scale"/"log":}`` mappings (as YAML gives them)."""
-    out: dict[str, HParamRange] = {}
-    for name, spec in space.items():
-        if isinstance(spec, Mapping):
-            low, high = spec["low"], spec["high"]
-            log = spec.get("log_scale", spec.get("log", False))
-        else:
-            spec = tuple(spec)
-            if len(spec) not in (2, 3):
-                raise ValueError(f"hparam_space[{name!r}]: expected (low, high, log_scale), got {spec!r}")
-            low, high, log = (*spec, False) if len(spec) == 2 else spec
-        r = HParamRange(float(low), float(high), bool(log))
-        if not (math.isfinite(r.low) and math.isfinite(r.high) and r.low < r.high):
-            raise ValueError(f"hparam_space[{name!r}]: need finite low < high, got {r.low}, {r.high}")
-        if r.log_scale and r.low <= 0:
-            raise ValueError(f"hparam_space[{name!r}]: a log-scale range needs low > 0, got {r.low}")
-        out[str(name)] = r
-    return out
 
 
 # ----------------------------------------------------------------------------- helpers
