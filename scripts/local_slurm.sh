@@ -599,6 +599,17 @@ our_stepds() {
     return 0
 }
 
+# processes of this cluster's jobs (batch scripts, srun, ranks): a SLURM_JOB_ID and our slurm.conf
+our_job_procs() {
+    local p env
+    for p in /proc/[0-9]*; do
+        [[ ${p#/proc/} == "$$" ]] && continue
+        env=$({ tr '\0' '\n' <"$p/environ"; } 2>/dev/null) || continue
+        grep -qx "SLURM_CONF=$CONF" <<<"$env" && grep -q '^SLURM_JOB_ID=' <<<"$env" && echo "${p#/proc/}"
+    done
+    return 0
+}
+
 cmd_stop() {
     set_dir "${1:-}"
     [[ -d $RUN ]] || { log "nothing to stop in $DIR"; return 0; }
@@ -626,6 +637,15 @@ cmd_stop() {
         log "killing leftover slurmstepd: ${steps//$'\n'/ }"
         # shellcheck disable=SC2086
         kill -KILL $steps 2>/dev/null || true
+    fi
+    # what those stepds ran would outlive them (orphaned batch scripts and sruns, seen after a
+    # failed test): end it too
+    local procs
+    procs=$(our_job_procs)
+    if [[ -n $procs ]]; then
+        log "killing leftover job processes: ${procs//$'\n'/ }"
+        # shellcheck disable=SC2086
+        kill -KILL $procs 2>/dev/null || true
     fi
     # shellcheck disable=SC2046
     term_wait 15 $(pids_of slurmdbd)
