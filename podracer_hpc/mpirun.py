@@ -18,7 +18,8 @@ So this process sits in front of mpiexec:
 - on SIGUSR1, SIGUSR2, SIGTERM, SIGINT (Ctrl-C; mpiexec's own session keeps the terminal's
   SIGINT away from it) or SIGHUP, it sends SIGTERM to mpiexec, which Hydra forwards to every
   rank: each rank checkpoints and exits 75. A second Ctrl-C sends SIGINT to mpiexec instead:
-  Hydra then ends the ranks at once, without checkpoints;
+  Hydra passes it to the ranks (KeyboardInterrupt), which end at once without checkpoints; a
+  third makes Hydra abort them;
 - if this process dies (even by SIGKILL), the kernel sends mpiexec SIGTERM (Linux
   ``PR_SET_PDEATHSIG``): the ranks still checkpoint;
 - its exit code is mpiexec's: 0 when the training is done, 75 when it was stopped with
