@@ -147,7 +147,7 @@ def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, t
         job = m.group(1) if m else None
         assert p.returncode == 1, p.stdout + p.stderr
         assert f"Slurm job {job} cannot start: PartitionTimeLimit" in p.stdout and f"scancel {job}" in p.stdout
-        assert float(re.search(r"TOOK ([0-9.]+)", p.stdout).group(1)) < 10
+        assert float(re.search(r"TOOK ([0-9.]+)", p.stdout).group(1)) < 30  # not a wait: Slurm says why at once
     finally:
         if job:
             cluster.run("scancel", job, check=False)
