@@ -118,9 +118,11 @@ def slurm_pmi2_netmod(environ: dict[str, str] | None = None) -> str | None:
 # The same pass removes the leftovers of other dead runs (Hydra runs, other job steps) of this
 # user: only segments no live process maps, whose world id no live podracer rank holds, and
 # older than ORPHAN_AGE_S (a live MPICH job maps its segment from creation, microseconds after
-# shm_open, until its end). Other users' segments and another live job's are never touched.
+# shm_open, until its end; its ranks attach during MPI_Init, and unlinking an attached segment
+# does not disturb them: the age also covers a job whose processes this one cannot see, in
+# another pid namespace sharing /dev/shm). Other users' segments are never touched.
 SHM_DIR = "/dev/shm"
-ORPHAN_AGE_S = 60.0
+ORPHAN_AGE_S = 600.0
 _MPICH_SEGMENT = re.compile(r"mpich_(?:shm|vci)_([0-9a-f]{1,8})_[0-9]+")
 _shm_lock_fd: int | None = None  # held open (with the shared lock) for the life of the rank
 _shm_checked = False
@@ -269,22 +271,69 @@ class Comm:
         launcher_size: the world size the launcher announced, if any. ``launcher_size > 1``
             with ``size == 1`` means every process thinks it is alone (see :attr:`note`).
         note: a human-readable line on how the communicator was chosen, and why it fell back.
+        calls: how many collectives of each kind this rank has entered (a test counts them per
+            update: the training loop must enter none).
+
+    Besides collectives, ranks can tell each other to stop without waiting for anyone
+    (:meth:`announce_stop`, :meth:`stop_announced`, :meth:`settle_notices`): small point-to-point
+    messages on a communicator of their own, sent without blocking and polled without blocking.
     """
+
+    STOP_TAG = 75
 
     def __init__(self, mpi_comm: Any = None, note: str = "", launcher_size: int | None = None):
         self._comm = mpi_comm
         self.note = note
         self.launcher_size = launcher_size
+        self.calls: dict[str, int] = {}
+        self._sent: list[Any] = []  # requests of this rank's stop notices
+        self._received = 0  # stop notices received from other ranks
         if mpi_comm is None:
             self.rank, self.size = 0, 1
             self.local_rank, self.local_size, self.num_nodes = 0, 1, 1
-            self._local = None
+            self._local = self._notices = None
         else:
             MPI = _import_mpi()
             self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
             self._local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = self._local.Get_rank(), self._local.Get_size()
             self.num_nodes = int(mpi_comm.allreduce(1 if self.local_rank == 0 else 0))
+            self._notices = mpi_comm.Dup()  # stop notices never mix with collectives' messages
+
+    def _count(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    # --- stopping without lock-step ------------------------------------------------------
+    def announce_stop(self) -> None:
+        """Tell every other rank to stop (non-blocking; once per rank is enough)."""
+        if self._notices is None or self._sent:
+            return
+        self._sent = [self._notices.isend(self.rank, dest=r, tag=self.STOP_TAG)
+                      for r in range(self.size) if r != self.rank]
+
+    def stop_announced(self) -> bool:
+        """Whether another rank has announced a stop (non-blocking: a local probe, no collective)."""
+        if self._notices is None:
+            return False
+        got = False
+        while self._notices.iprobe(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG):
+            self._notices.recv(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG)
+            self._received += 1
+            got = True
+        return got or self._received > 0
+
+    def settle_notices(self, announced: list[bool]) -> None:
+        """After the ranks' last meeting (``announced[r]``: rank r announced a stop), receive the
+        notices still in flight and complete this rank's sends, so MPI can finalize cleanly."""
+        if self._notices is None:
+            return
+        expected = sum(1 for r, a in enumerate(announced) if a and r != self.rank)
+        while self._received < expected:
+            self._notices.recv(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG)
+            self._received += 1
+        for req in self._sent:
+            req.wait()
+        self._sent = []
 
     @property
     def is_mpi(self) -> bool:
@@ -296,12 +345,14 @@ class Comm:
 
     def allgather(self, obj: Any) -> list[Any]:
         """Gather one small picklable object from every rank; the list is indexed by rank."""
+        self._count("allgather")
         if self._comm is None:
             return [_copy(obj)]
         return self._comm.allgather(obj)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """Broadcast ``obj`` from ``root``; other ranks' argument is ignored (pass None)."""
+        self._count("bcast")
         if self._comm is None:
             if root != 0:
                 raise ValueError(f"root={root} in a world of one")
@@ -310,6 +361,7 @@ class Comm:
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
+        self._count("barrier")
         if self._comm is not None:
             self._comm.Barrier()
 
@@ -322,6 +374,7 @@ class Comm:
         return self._allreduce(value, "MAX", max)
 
     def _allreduce(self, value: Any, op: str, fallback: Callable[[list[Any]], Any]) -> Any:
+        self._count("allreduce")
         if self._comm is None:
             return fallback([value])
         MPI = _import_mpi()
