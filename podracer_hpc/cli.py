@@ -1,4 +1,4 @@
-"""The ``podracer`` console script: train | submit | status | backtest | bench | config."""
+"""The ``podracer`` console script: train | submit | status | backtest | data | bench | config."""
 
 from __future__ import annotations
 
@@ -127,6 +127,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_data(args: argparse.Namespace) -> int:
+    from .trading.cache import data_command
+
+    return data_command(args.what, args.source, args.set, args.cache_dir, getattr(args, "force", False))
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     if args.config:
         import yaml
@@ -185,6 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--watch", type=float, default=0, metavar="SECONDS",
                     help="refresh every SECONDS until interrupted or until the run ends")
     st.set_defaults(func=_cmd_status)
+
+    d = sub.add_parser("data", help="stock trading: prepare the shared market cache of a data file (podracer data prepare DATA)")
+    dsub = d.add_subparsers(dest="what", required=True)
+    for what, text in (("prepare", "read, align and compute the features of a data file once; pods and backtests open the "
+                                   "cache (a table, then one JSON line; progress on stderr)"),
+                       ("info", "where the cache of a data file is and whether it is fresh (prepares nothing)")):
+        dp = dsub.add_parser(what, help=text)
+        dp.add_argument("source", help="a data file (CSV, Parquet, HDF5; long or wide; pkg:PACKAGE/path) or a job file "
+                                       "(.yaml: its env.trading settings)")
+        dp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an env.trading setting that changes the preparation: stocks=[A,B], turbulence_window=390 "
+                             "(or any dotted key of a job file)")
+        dp.add_argument("--cache-dir", default=None, help="where the cache goes (default $PODRACER_MARKET_CACHE, else "
+                                                          "beside the data file)")
+        if what == "prepare":
+            dp.add_argument("--force", action="store_true", help="prepare again even if the cache is fresh")
+        dp.set_defaults(func=_cmd_data)
 
     sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.trading.backtest.main
                    help="stock trading: run a checkpoint's policy on held-out data (podracer backtest --help)")

@@ -13,6 +13,7 @@ only when a config is built, so importing it stays cheap (no torch).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import json
 import math
@@ -301,6 +302,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, (datetime.date, datetime.datetime)):  # YAML reads 2012-12-31 as a date
+            return value.isoformat()
         raise bad("a string")
     if tp is list:
         if isinstance(value, (list, tuple)):

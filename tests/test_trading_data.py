@@ -258,3 +258,19 @@ def test_synthetic_history_joins_independent_markets():
     assert torch.equal(synthetic_history(seeds, 4, 300).close, synthetic_history(seeds, 4, 300).close)
     with pytest.raises(ValueError, match="seed"):
         synthetic_history([])
+
+
+# --------------------------------------------------------------------------------------
+# Dates on the command line
+# --------------------------------------------------------------------------------------
+def test_dates_typed_on_the_command_line_are_accepted(capsys):
+    """YAML reads ``2012-12-31`` as a date; a setting that expects a string gets its ISO text."""
+    from podracer_hpc.config import load_config
+
+    cfg = load_config("jobs/trading_quickstart.yaml", ["env.trading.end=2012-12-31", "env.trading.start=2010-03-01 09:30:00"])
+    assert cfg.env.trading.end == "2012-12-31" and cfg.env.trading.start == "2010-03-01T09:30:00"
+    assert parse_time(cfg.env.trading.start) == parse_time("2010-03-01 09:30")
+    from podracer_hpc.cli import main
+
+    assert main(["config", "jobs/trading_quickstart.yaml", "--set", "env.trading.end=2012-12-31"]) == 0
+    assert "end: '2012-12-31'" in capsys.readouterr().out

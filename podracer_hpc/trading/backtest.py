@@ -227,6 +227,13 @@ def backtest(
     trained_on = getattr(policy, "tickers", None)
     if not stocks and trained_on and not isinstance(data, Market):
         stocks = trained_on  # a checkpoint knows its stocks and their order
+        if data and not isinstance(data, MarketData):  # the pods' cache (all tickers), if it holds exactly those
+            from .cache import cache_status
+
+            if cache_status(data, (), turbulence_window)[1] == "fresh":
+                everything = get_market(data, (), dev, torch.float32, turbulence_window)
+                if everything.data.tickers == list(trained_on):
+                    data = everything
     if isinstance(data, Market):
         market = data
     else:

@@ -1,15 +1,30 @@
-"""Market data: long-format bars (CSV, Parquet, HDF5) aligned into ``(time, stocks)`` tensors.
+"""Market data: bars from CSV, Parquet or HDF5 files, long or wide, aligned into ``(time, stocks)`` tensors.
 
-Input: one row per bar, the common long format
+**Long format**, one row per bar (the common one):
 
-    date|timestamp|datetime, ticker|tic|symbol, open, high, low, close, volume
+    date|timestamp|datetime|time, ticker|tic|symbol, open, high, low, close, volume
 
-(column names are case-insensitive; other columns are ignored). Times are ISO 8601
-(``2020-05-01``, ``2020-05-01 09:30``, ``2020-05-01T09:30:00Z``) or ``YYYYMMDD``; a time with a
-UTC offset is converted to UTC and stored without a zone. A bad file is rejected with a
+**Wide format**, one row per time: a time column and one column of closing prices per ticker
+(``date, AAPL, MSFT, ...``; what most price downloads and data packages ship). A file is wide
+when it has a time column, no ticker column and none of the columns open/high/low/close/volume.
+A wide file holds closes only, so its bars are flat: ``open = high = low = close``, volume 0 (the
+range-based indicators then see no intrabar range: ``dx`` works from close-to-close moves, and
+``cci``'s typical price is the close). An empty cell (or ``nan``) is a missing bar.
+
+Column names are case-insensitive; other columns of a long file are ignored. Times are ISO 8601
+(``2020-05-01``, ``2020-05-01 09:30``, ``2020-05-01T09:30:00Z``) or ``YYYYMMDD``; a time with a UTC
+offset is converted to UTC and stored without a zone. A bad file is rejected with a
 :class:`DataError` naming the file and the line (CSV) or row (Parquet/HDF5): missing column,
 unparsable number or time, non-finite or non-positive price, negative volume, ``low > high``,
 a duplicate (time, ticker) bar.
+
+**Reading** is vectorized: CSV by pyarrow's multi-threaded reader (times and tickers
+dictionary-encoded, so each distinct time string is parsed once), Parquet by pyarrow, HDF5 through
+:mod:`podracer_hpc.h5log` (one 1-D dataset per column, at the root or under the group ``key``).
+When pyarrow refuses a CSV file, the line-by-line reader of the standard library reads it again
+and names the first bad line (or reads it, if only pyarrow minded: ``1_000`` is a number to Python).
+A path ``pkg:PACKAGE/path/in/package`` names a data file shipped inside an installed package (see
+:func:`resolve_data_path`).
 
 Alignment policy (applied in this order, every step reported in ``MarketData.notes``):
 
@@ -24,10 +39,6 @@ Alignment policy (applied in this order, every step reported in ``MarketData.not
    (the latest first bar to the earliest last bar): nothing is ever back-filled.
 5. Inside that span a missing bar is forward-filled from the ticker's previous bar as a flat
    bar (open = high = low = close = the previous close, volume = 0) and marked ``valid=False``.
-
-Parquet needs ``pyarrow`` and HDF5 needs ``h5py``; each is imported only when such a file is
-read, and a missing one is reported with what to install. An HDF5 file holds one 1-D dataset
-per column (the column names above) at its root or under the group ``key``.
 """
 
 from __future__ import annotations
@@ -36,11 +47,12 @@ import csv
 import dataclasses
 import gzip
 import hashlib
+import importlib.util
 import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -183,39 +195,289 @@ def is_daily(dates: np.ndarray) -> bool:
 
 
 # --------------------------------------------------------------------------------------
-# Reading the long format
+# Where a data file is
+# --------------------------------------------------------------------------------------
+PKG_PREFIX = "pkg:"
+
+
+def resolve_data_path(spec: str | os.PathLike) -> Path:
+    """The file that a data path names: a plain path, or ``pkg:PACKAGE/path/in/it`` for a file shipped
+    inside an installed package (``pkg:skfolio/datasets/data/sp500_dataset.csv.gz``).
+
+    The package is located without being imported (its own imports may be heavy). A package that
+    is not installed, or lacks the file, is a :class:`DataError` saying what to install."""
+    s = os.fspath(spec)
+    if not s.startswith(PKG_PREFIX):
+        return Path(s).expanduser()
+    pkg, _, rel = s[len(PKG_PREFIX):].strip("/").partition("/")
+    if not pkg or not rel:
+        raise DataError(f"{s}: expected pkg:PACKAGE/path/inside/it, e.g. pkg:skfolio/datasets/data/sp500_dataset.csv.gz")
+    try:
+        found = importlib.util.find_spec(pkg)
+    except (ImportError, ValueError):
+        found = None
+    roots = list(found.submodule_search_locations or []) if found is not None else []
+    if not roots:
+        raise DataError(f"{s}: the package {pkg!r} is not installed here (pip install {pkg}; "
+                        "for the real-data example: pip install 'podracer-hpc[real-data]')")
+    for root in roots:
+        p = Path(root) / rel
+        if p.is_file():
+            return p
+    raise DataError(f"{s}: the installed package {pkg} ({roots[0]}) has no file {rel}")
+
+
+# --------------------------------------------------------------------------------------
+# Reading: columns -> validated rows
 # --------------------------------------------------------------------------------------
 @dataclasses.dataclass
-class _Rows:
-    """Columns of a long-format file: times [M] int64 seconds, tickers [M] str, values [M, 5]."""
+class _Layout:
+    """Which columns of a header hold what: long (time, ticker, OHLCV) or wide (time, one close per ticker)."""
 
-    times: np.ndarray
-    tickers: np.ndarray
-    values: np.ndarray
-    lines: np.ndarray  # [M] int64: the line (CSV) or row (Parquet, HDF5) of each bar, for messages
-    unit: str  # "line" or "row"
-    source: str
-
-    def where(self, i: int) -> str:
-        return f"{self.unit} {int(self.lines[i])}"
+    wide: bool
+    time: int
+    ticker: int  # -1 when wide
+    fields: list[int]  # long: the columns of FIELDS
+    tickers: list[int]  # wide: the ticker columns
+    names: list[str]  # the header, stripped
 
 
-def _find_columns(header: Sequence[str], source: str, where: str) -> tuple[int, int, list[int]]:
-    names = [str(h).strip().lower() for h in header]
+def _layout(header: Sequence[Any], source: str, where: str) -> _Layout:
+    names = [str(h).strip().lstrip("\ufeff") for h in header]
+    low = [n.lower() for n in names]
 
     def find(aliases: Iterable[str], what: str) -> int:
         for a in aliases:
-            if a in names:
-                return names.index(a)
+            if a in low:
+                return low.index(a)
         raise DataError(
             f"{source}: {where}: no {what} column (expected one of {', '.join(aliases)}); "
             f"the header is {', '.join(map(str, header))}"
         )
 
     ti = find(TIME_ALIASES, "time")
-    ki = find(TICKER_ALIASES, "ticker")
-    fi = [find((f,), f) for f in FIELDS]
-    return ti, ki, fi
+    if any(a in low for a in (*TICKER_ALIASES, *FIELDS)):  # long; a missing column is an error
+        ki = find(TICKER_ALIASES, "ticker")
+        return _Layout(False, ti, ki, [find((f,), f) for f in FIELDS], [], names)
+    cols = [i for i in range(len(names)) if i != ti]
+    if not cols:
+        raise DataError(f"{source}: {where}: only a time column; a wide file has one column of closes per ticker "
+                        f"after it, a long file has ticker, open, high, low, close, volume")
+    for i in cols:
+        if not names[i]:
+            raise DataError(f"{source}: {where}: column {i + 1} has no name (in a wide file every column after "
+                            "the time is a ticker's closes)")
+    seen: dict[str, int] = {}
+    for i in cols:
+        if names[i] in seen:
+            raise DataError(f"{source}: {where}: ticker {names[i]} has two columns ({seen[names[i]] + 1} and {i + 1})")
+        seen[names[i]] = i
+    return _Layout(True, ti, -1, [], cols, names)
+
+
+@dataclasses.dataclass
+class _Rows:
+    """Validated bars of one file: bar ``i`` is at time ``time_values[time_codes[i]]`` (seconds), of
+    ticker ``tick_names[tick_codes[i]]``, with ``values[j][i]`` for ``FIELDS[j]``."""
+
+    time_codes: np.ndarray  # [M] int64
+    time_values: np.ndarray  # [U] int64 seconds since 1970 (UTC)
+    tick_codes: np.ndarray  # [M] int64
+    tick_names: list[str]  # distinct
+    values: list[np.ndarray]  # 5 x [M] float64
+    source: str
+    unit: str  # "line" or "row"
+    line_of: Callable[[int], int]  # bar -> its line (CSV) or row (Parquet/HDF5), for messages
+    wide: bool = False
+
+    def __len__(self) -> int:
+        return len(self.time_codes)
+
+    def where(self, i: int) -> str:
+        return f"{self.unit} {self.line_of(int(i))}"
+
+    @property
+    def times(self) -> np.ndarray:
+        return self.time_values[self.time_codes]
+
+    @property
+    def tickers(self) -> np.ndarray:
+        return np.asarray(self.tick_names, dtype=object)[self.tick_codes]
+
+
+def _text(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _encode(col: Any) -> tuple[np.ndarray, list[Any]]:
+    """(codes [M] int64, distinct values) of a column (pyarrow or numpy); a null has code -1."""
+    if not isinstance(col, np.ndarray):  # pyarrow (Chunked)Array: hash-based, no sort of M values
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if isinstance(col, pa.Array):
+            col = pa.chunked_array([col])
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        col = col.unify_dictionaries()
+        if col.num_chunks == 0:
+            return np.zeros(0, dtype=np.int64), []
+        uniq = col.chunk(0).dictionary.to_pylist()
+        codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+                                for c in col.chunks])
+        return codes, uniq
+    uniq, codes = np.unique(col, return_inverse=True)
+    return codes.astype(np.int64).reshape(-1), list(uniq)
+
+
+def _float_column(col: Any, name: str, source: str, where: Callable[[int], str]) -> np.ndarray:
+    """A numeric column as float64 (a null is NaN here; the caller decides what a null means)."""
+    if isinstance(col, np.ndarray):
+        try:
+            return np.asarray(col, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            vals = list(col)
+    else:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        try:
+            return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            vals = col.to_pylist()
+    k = next(k for k, x in enumerate(vals) if not _is_float(_text(x)))
+    raise DataError(f"{source}: {where(k)}: {name} {vals[k]!r} is not a number") from None
+
+
+def _is_null(col: Any) -> np.ndarray:
+    if isinstance(col, np.ndarray):
+        return np.zeros(len(col), dtype=bool) if col.dtype.kind != "O" else np.array([x is None for x in col])
+    import pyarrow.compute as pc
+
+    return pc.is_null(col).to_numpy(zero_copy_only=False)
+
+
+def _time_column(col: Any, source: str, where: Callable[[int], str], hint: str) -> tuple[np.ndarray, np.ndarray]:
+    """(codes [M] int64, seconds [U] int64) of a time column: timestamps as they are (UTC), text
+    parsed once per distinct value."""
+    if not isinstance(col, np.ndarray):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        typ = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        if pa.types.is_timestamp(typ) or pa.types.is_date(typ):
+            col = pc.cast(pc.cast(col, pa.timestamp("s", getattr(typ, "tz", None))), pa.int64())
+            codes, uniq = _encode(col)
+            if (codes < 0).any():
+                raise DataError(f"{source}: {where(int(np.argmax(codes < 0)))}: missing time")
+            return codes, np.asarray(uniq, dtype=np.int64)
+    elif np.issubdtype(col.dtype, np.datetime64):
+        bad = np.isnat(col)
+        if bad.any():
+            raise DataError(f"{source}: {where(int(np.argmax(bad)))}: missing time")
+        codes, uniq = _encode(col.astype("datetime64[s]").astype(np.int64))
+        return codes, np.asarray(uniq, dtype=np.int64)
+    codes, uniq = _encode(col)
+    secs = np.zeros(len(uniq) + 1, dtype=np.int64)  # the last entry stands for a null (code -1)
+    ok = np.zeros(len(uniq) + 1, dtype=bool)
+    for j, x in enumerate(uniq):
+        if x is not None:
+            try:
+                secs[j], ok[j] = parse_time(_text(x)), True
+            except ValueError:
+                pass
+    bad = ~ok[codes]
+    if bad.any():
+        k = int(np.argmax(bad))
+        text = "" if codes[k] < 0 else _text(uniq[codes[k]])
+        raise DataError(f"{source}: {where(k)}: time {text!r} is not a date{hint}")
+    return codes, secs[:-1]
+
+
+def _ticker_column(col: Any, source: str, where: Callable[[int], str]) -> tuple[np.ndarray, list[str]]:
+    """(codes [M] int64, distinct names) of a ticker column; names are stripped, an empty one is an error."""
+    codes, uniq = _encode(col)
+    names = [_text(x).strip() if x is not None else "" for x in uniq]
+    distinct = sorted(set(names) - {""})
+    index = {n: i for i, n in enumerate(distinct)}
+    codes = np.array([index.get(n, -1) for n in names] + [-1], dtype=np.int64)[codes]  # a null (-1) -> -1
+    if (codes < 0).any():
+        raise DataError(f"{source}: {where(int(np.argmax(codes < 0)))}: empty ticker")
+    return codes, distinct
+
+
+def _columns_to_rows(cols: dict[str, Any], lay: _Layout, source: str, unit: str,
+                     line_of: Callable[[int], int], hint: str = "") -> _Rows:
+    """Validate the columns of a long or wide file (pyarrow or numpy columns, in ``lay.names`` order)."""
+    names = list(cols)
+
+    def where(i: int) -> str:
+        return f"{unit} {line_of(int(i))}"
+
+    def col(i: int) -> Any:
+        return cols[names[i]]
+
+    n = len(col(lay.time))
+    if lay.wide:
+        tcodes, tvals = _time_column(col(lay.time), source, where, hint)
+        tickers = [lay.names[i] for i in lay.tickers]
+        V = np.empty((n, len(tickers)), dtype=np.float64)
+        for j, i in enumerate(lay.tickers):
+            V[:, j] = _float_column(col(i), tickers[j], source, where)
+        bad = np.isinf(V) | (V <= 0)
+        if bad.any():
+            r, s = np.unravel_index(int(np.argmax(bad)), V.shape)
+            x = V[r, s]
+            why = f"is {x}, not a finite number" if np.isinf(x) else f"must be > 0, got {x} (leave the cell empty for a missing bar)"
+            raise DataError(f"{source}: {where(r)}: {tickers[s]} {why}")
+        rr, cc = np.nonzero(~np.isnan(V))  # bar by bar, time-major
+        close = V[rr, cc]
+        order = sorted(range(len(tickers)), key=lambda j: tickers[j])
+        rank = np.empty(len(tickers), dtype=np.int64)
+        rank[order] = np.arange(len(tickers))
+        rows_of = rr
+
+        def bar_line(i: int) -> int:
+            return line_of(int(rows_of[i]))
+
+        return _Rows(tcodes[rr], tvals, rank[cc], [tickers[j] for j in order],
+                     [close, close, close, close, np.zeros_like(close)], source, unit, bar_line, wide=True)
+    # long
+    used = (lay.time, lay.ticker, *lay.fields)
+    nulls = [_is_null(col(i)) for i in used]
+    blank = np.logical_and.reduce(nulls)  # an all-blank row is skipped, as the line reader does
+    if n and blank.any():
+        kept = np.flatnonzero(~blank)
+        cols = {names[i]: _take(col(i), kept) for i in used}
+        names = list(cols)
+        lay = _Layout(False, 0, 1, [2, 3, 4, 5, 6], [], [lay.names[i] for i in used])
+        nulls = [nl[kept] for nl in nulls]
+        file_line = line_of
+
+        def line_of(i: int) -> int:
+            return file_line(int(kept[i]))
+
+    tcodes, tvals = _time_column(col(lay.time), source, where, hint)
+    kcodes, tick_names = _ticker_column(col(lay.ticker), source, where)
+    values = [_float_column(col(i), f, source, where) for f, i in zip(FIELDS, lay.fields)]
+    # vectorized validity checks, then the first offending bar is reported
+    o, h, lo, c, vol = values
+    missing = np.logical_or.reduce(nulls[2:])
+    bad = missing | ~np.isfinite(o) | ~np.isfinite(h) | ~np.isfinite(lo) | ~np.isfinite(c) | ~np.isfinite(vol)
+    bad |= (o <= 0) | (h <= 0) | (lo <= 0) | (c <= 0) | (vol < 0) | (lo > h)
+    if bad.any():
+        k = int(np.argmax(bad))
+        for f, nl in zip(FIELDS, nulls[2:]):
+            if nl[k]:
+                raise DataError(f"{source}: {where(k)}: {f} '' is not a number")
+        _check_bar([float(v[k]) for v in values], source, where(k))
+    return _Rows(tcodes, tvals, kcodes, tick_names, values, source, unit, line_of)
+
+
+def _take(col: Any, idx: np.ndarray) -> Any:
+    if isinstance(col, np.ndarray):
+        return col[idx]
+    return col.take(idx)
 
 
 def _check_bar(v: Sequence[float], source: str, where: str) -> None:
@@ -232,53 +494,6 @@ def _check_bar(v: Sequence[float], source: str, where: str) -> None:
         raise DataError(f"{source}: {where}: low {lo} is above high {h}")
 
 
-def _read_csv(path: Path) -> _Rows:
-    source = str(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    times: list[int] = []
-    tickers: list[str] = []
-    values: list[list[float]] = []
-    lines: list[int] = []
-    cache: dict[str, int] = {}
-    try:
-        with opener(path, "rt", newline="") as f:  # type: ignore[operator]
-            reader = csv.reader(f)
-            header = None
-            for row in reader:
-                if row and any(c.strip() for c in row):
-                    header = row
-                    break
-            if header is None:
-                raise DataError(f"{source}: the file is empty (expected a header line)")
-            ti, ki, fi = _find_columns(header, source, f"line {reader.line_num}")
-            width = len(header)
-            for row in reader:
-                line = reader.line_num
-                if not row or not any(c.strip() for c in row):
-                    continue
-                if len(row) != width:
-                    raise DataError(f"{source}: line {line}: {len(row)} fields, the header has {width}")
-                ts = row[ti]
-                t = _parse_time_cached(cache, ts, f"{source}: line {line}", " (e.g. 2020-05-01 09:30)")
-                tic = row[ki].strip()
-                if not tic:
-                    raise DataError(f"{source}: line {line}: empty ticker")
-                try:
-                    v = [float(row[i]) for i in fi]
-                except ValueError:
-                    bad = next(FIELDS[j] for j, i in enumerate(fi) if not _is_float(row[i]))
-                    raise DataError(f"{source}: line {line}: {bad} {row[fi[FIELDS.index(bad)]]!r} is not a number") from None
-                _check_bar(v, source, f"line {line}")
-                times.append(t)
-                tickers.append(tic)
-                values.append(v)
-                lines.append(line)
-    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as e:
-        raise DataError(f"{source}: not a readable CSV file ({e})") from None
-    return _Rows(np.asarray(times, dtype=np.int64), np.asarray(tickers, dtype=object),
-                 np.asarray(values, dtype=np.float64).reshape(-1, 5), np.asarray(lines, dtype=np.int64), "line", source)
-
-
 def _is_float(s: str) -> bool:
     try:
         float(s)
@@ -287,47 +502,184 @@ def _is_float(s: str) -> bool:
         return False
 
 
-def _columns_to_rows(cols: dict[str, Any], source: str, unit: str) -> _Rows:
-    """Validate columns read from Parquet or HDF5 (times as datetime64, numbers or text)."""
-    ti, ki, fi = _find_columns(list(cols), source, "columns")
-    names = list(cols)
-    raw_t = np.asarray(cols[names[ti]])
-    n = len(raw_t)
+# --------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------
+_CSV_HINT = " (e.g. 2020-05-01 09:30)"
+_WIDE_MISSING = ("", "nan", "NaN", "NAN")
 
-    def where(i: int) -> str:
-        return f"{unit} {i + 1}"
 
-    if np.issubdtype(raw_t.dtype, np.datetime64):
-        times = raw_t.astype("datetime64[s]").astype(np.int64)
-        bad = np.isnat(raw_t)
-        if bad.any():
-            raise DataError(f"{source}: {where(int(np.argmax(bad)))}: missing time")
+def _open_text(path: Path) -> Any:
+    return gzip.open(path, "rt", newline="") if path.suffix == ".gz" else open(path, "r", newline="")
+
+
+def _csv_header(path: Path) -> tuple[list[str], int]:
+    """The first non-blank row of a CSV file and its line number."""
+    source = str(path)
+    try:
+        with _open_text(path) as f:
+            reader = csv.reader(f)
+            for row in reader:
+                if row and any(c.strip() for c in row):
+                    return row, reader.line_num
+    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError, OSError) as e:
+        raise DataError(f"{source}: not a readable CSV file ({e})") from None
+    raise DataError(f"{source}: the file is empty (expected a header line)")
+
+
+def _csv_line_of(path: Path, header_line: int) -> Callable[[int], int]:
+    """Row -> line of a CSV file, as pyarrow counts rows (every non-empty line after the header is
+    one); computed by a scan of the file, only when a message needs it."""
+
+    def line_of(i: int) -> int:
+        opener = gzip.open if path.suffix == ".gz" else open
+        seen = -1
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            for n, line in enumerate(f, 1):
+                if n <= header_line or not line.strip(b"\r\n"):
+                    continue
+                seen += 1
+                if seen == i:
+                    return n
+        return header_line + 1 + i
+
+    return line_of
+
+
+def _read_csv(path: Path) -> _Rows:
+    """A CSV file by pyarrow's reader (vectorized, multi-threaded); the line-by-line reader names
+    the first bad line when pyarrow refuses it."""
+    source = str(path)
+    header, header_line = _csv_header(path)
+    lay = _layout(header, source, f"line {header_line}")
+    try:
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        return _read_csv_python(path)
+    raw = [h.lstrip("\ufeff") if i == 0 else h for i, h in enumerate(header)]
+    if len(set(raw)) != len(raw):
+        return _read_csv_python(path)
+    text = pa.dictionary(pa.int32(), pa.string())
+    types = {raw[lay.time]: text}
+    use = [lay.time]
+    if lay.wide:
+        use += lay.tickers
+        types.update({raw[i]: pa.float64() for i in lay.tickers})
     else:
-        times = np.empty(n, dtype=np.int64)
-        cache: dict[str, int] = {}
-        for i, x in enumerate(raw_t):
-            s = x.decode() if isinstance(x, bytes) else str(x)
-            times[i] = _parse_time_cached(cache, s, f"{source}: {where(i)}")
-    tick = np.array([x.decode() if isinstance(x, bytes) else str(x) for x in cols[names[ki]]], dtype=object)
-    values = np.empty((n, 5), dtype=np.float64)
-    for j, i in enumerate(fi):
-        try:
-            values[:, j] = np.asarray(cols[names[i]], dtype=np.float64)
-        except (TypeError, ValueError):
-            col = list(cols[names[i]])
-            k = next(k for k, x in enumerate(col) if not _is_float(x.decode() if isinstance(x, bytes) else str(x)))
-            raise DataError(f"{source}: {where(k)}: {FIELDS[j]} {col[k]!r} is not a number") from None
-    # vectorized validity checks, then the first offending row is reported
-    o, h, lo, c, vol = values.T
-    bad = (~np.isfinite(values).all(1)) | (values[:, :4] <= 0).any(1) | (vol < 0) | (lo > h) | (tick == "")
-    if bad.any():
-        k = int(np.argmax(bad))
-        if tick[k] == "":
-            raise DataError(f"{source}: {where(k)}: empty ticker")
-        _check_bar(values[k].tolist(), source, where(k))
-    return _Rows(times, tick, values, np.arange(1, n + 1, dtype=np.int64), unit, source)
+        use += [lay.ticker, *lay.fields]
+        types[raw[lay.ticker]] = text
+        types.update({raw[i]: pa.float64() for i in lay.fields})
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 24),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=[raw[i] for i in use], column_types=types,
+                null_values=list(_WIDE_MISSING) if lay.wide else [""],
+                strings_can_be_null=True, quoted_strings_can_be_null=True),
+        )
+    except (pa.ArrowException, OSError, UnicodeDecodeError, EOFError) as e:
+        return _read_csv_python(path, _needle(str(e)))
+    cols = {raw[i]: table.column(raw[i]) for i in sorted(use)}
+    lay2 = _layout([raw[i] for i in sorted(use)], source, f"line {header_line}")
+    return _columns_to_rows(cols, lay2, source, "line", _csv_line_of(path, header_line), _CSV_HINT)
 
 
+def _needle(message: str) -> str | None:
+    """The offending text in a pyarrow CSV error, if it quotes one (a value or a whole row)."""
+    for mark, end in (("invalid value '", "'"), ("columns, got ", None)):
+        i = message.find(mark)
+        if i >= 0:
+            rest = message[i + len(mark):]
+            if end is None:
+                rest = rest.split(": ", 1)[1] if ": " in rest else ""
+                return rest.strip() or None
+            return rest[:rest.find(end)] or None
+    return None
+
+
+def _check_row(row: list[str], line: int, lay: _Layout, width: int, source: str, cache: dict[str, int]
+               ) -> list[tuple[int, str, list[float]]]:
+    """The bars of one CSV row (long: one; wide: one per non-empty cell), checked as the reader does."""
+    if len(row) != width:
+        raise DataError(f"{source}: line {line}: {len(row)} fields, the header has {width}")
+    t = _parse_time_cached(cache, row[lay.time], f"{source}: line {line}", _CSV_HINT)
+    if lay.wide:
+        out = []
+        for i in lay.tickers:
+            cell = row[i].strip()
+            if cell in _WIDE_MISSING:
+                continue
+            try:
+                x = float(cell)
+            except ValueError:
+                raise DataError(f"{source}: line {line}: {lay.names[i]} {row[i]!r} is not a number") from None
+            if not math.isfinite(x):
+                raise DataError(f"{source}: line {line}: {lay.names[i]} is {x}, not a finite number")
+            if x <= 0:
+                raise DataError(f"{source}: line {line}: {lay.names[i]} must be > 0, got {x} "
+                                "(leave the cell empty for a missing bar)")
+            out.append((t, lay.names[i], [x, x, x, x, 0.0]))
+        return out
+    tic = row[lay.ticker].strip()
+    if not tic:
+        raise DataError(f"{source}: line {line}: empty ticker")
+    try:
+        v = [float(row[i]) for i in lay.fields]
+    except ValueError:
+        bad = next(FIELDS[j] for j, i in enumerate(lay.fields) if not _is_float(row[i]))
+        raise DataError(f"{source}: line {line}: {bad} {row[lay.fields[FIELDS.index(bad)]]!r} is not a number") from None
+    _check_bar(v, source, f"line {line}")
+    return [(t, tic, v)]
+
+
+def _read_csv_python(path: Path, needle: str | None = None) -> _Rows:
+    """The standard library's line-by-line reader (about 80k rows per CPU second): exact line
+    numbers in every message. With ``needle`` (the text pyarrow choked on), the lines holding it
+    are checked first, so that an error deep in a large file is found without parsing all of it."""
+    source = str(path)
+    header, header_line = _csv_header(path)
+    lay = _layout(header, source, f"line {header_line}")
+    width = len(header)
+    cache: dict[str, int] = {}
+    try:
+        if needle:
+            with _open_text(path) as f:
+                for n, text in enumerate(f, 1):
+                    if n > header_line and needle in text:
+                        row = next(csv.reader([text]), [])
+                        if row and any(c.strip() for c in row):
+                            _check_row(row, n, lay, width, source, cache)
+        times: list[int] = []
+        tickers: list[str] = []
+        values: list[list[float]] = []
+        lines: list[int] = []
+        with _open_text(path) as f:
+            reader = csv.reader(f)
+            for row in reader:
+                if reader.line_num <= header_line or not row or not any(c.strip() for c in row):
+                    continue
+                line = reader.line_num
+                for t, tic, v in _check_row(row, line, lay, width, source, cache):
+                    times.append(t)
+                    tickers.append(tic)
+                    values.append(v)
+                    lines.append(line)
+    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as e:
+        raise DataError(f"{source}: not a readable CSV file ({e})") from None
+    tcodes, tvals = _encode(np.asarray(times, dtype=np.int64))
+    names = sorted(set(tickers))
+    col = {n: i for i, n in enumerate(names)}
+    vals = np.asarray(values, dtype=np.float64).reshape(-1, 5)
+    line_arr = np.asarray(lines, dtype=np.int64)
+    return _Rows(tcodes, np.asarray(tvals, dtype=np.int64), np.array([col[t] for t in tickers], dtype=np.int64), names,
+                 [vals[:, j].copy() for j in range(5)], source, "line", lambda i: int(line_arr[i]), wide=lay.wide)
+
+
+# --------------------------------------------------------------------------------------
+# Parquet, HDF5
+# --------------------------------------------------------------------------------------
 def _read_parquet(path: Path) -> _Rows:
     try:
         import pyarrow.parquet as pq
@@ -337,32 +689,36 @@ def _read_parquet(path: Path) -> _Rows:
             "(pip install pyarrow), or convert the file to CSV"
         ) from None
     try:
-        table = pq.read_table(path)
+        schema = pq.read_schema(path)
+        lay = _layout(schema.names, str(path), "columns")
+        use = [lay.time, *(lay.tickers if lay.wide else [lay.ticker, *lay.fields])]
+        table = pq.read_table(path, columns=[schema.names[i] for i in sorted(use)])
+    except DataError:
+        raise
     except Exception as e:  # pyarrow raises its own error types
         raise DataError(f"{path}: not a readable Parquet file ({e})") from None
-    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    return _columns_to_rows(cols, str(path), "row")
+    cols = {name: table.column(name) for name in table.column_names}
+    lay = _layout(list(cols), str(path), "columns")
+    return _columns_to_rows(cols, lay, str(path), "row", lambda i: i + 1)
 
 
 def _read_hdf5(path: Path, key: str = "") -> _Rows:
+    from ..h5log import ArrayFileError, read_arrays
+
     try:
-        import h5py
-    except ImportError:
-        raise DataError(f"{path}: reading HDF5 needs h5py (pip install h5py), or convert the file to CSV") from None
-    try:
-        with h5py.File(path, "r") as f:
-            grp = f[key] if key else f
-            cols = {name: grp[name][()] for name in grp if isinstance(grp[name], h5py.Dataset)}
-    except (OSError, KeyError) as e:
-        raise DataError(f"{path}: not a readable HDF5 market file ({e}); expected one 1-D dataset per column") from None
+        cols, _ = read_arrays(path, group=key)
+    except ArrayFileError as e:
+        raise DataError(f"{e}; expected one 1-D dataset per column") from None
     for name, v in cols.items():
         if np.ndim(v) != 1:
             raise DataError(f"{path}: dataset {name!r} has shape {np.shape(v)}, expected one value per row")
-    return _columns_to_rows(cols, str(path), "row")
+    lay = _layout(list(cols), str(path), "columns")
+    return _columns_to_rows(cols, lay, str(path), "row", lambda i: i + 1)
 
 
 def read_rows(path: str | os.PathLike, key: str = "") -> _Rows:
-    p = Path(path)
+    """The validated bars of a file (long or wide; CSV, Parquet or HDF5), not yet aligned."""
+    p = resolve_data_path(path)
     if not p.is_file():
         raise DataError(f"{p}: no such market data file")
     name = p.name.lower()
@@ -370,7 +726,7 @@ def read_rows(path: str | os.PathLike, key: str = "") -> _Rows:
         return _read_parquet(p)
     if name.endswith((".h5", ".hdf5", ".hdf")):
         return _read_hdf5(p, key)
-    if name.endswith((".csv", ".csv.gz", ".txt")):
+    if name.endswith((".csv", ".csv.gz", ".txt", ".txt.gz")):
         return _read_csv(p)
     raise DataError(f"{p}: unknown file type; use .csv, .csv.gz, .parquet or .h5/.hdf5")
 
@@ -380,59 +736,78 @@ def read_rows(path: str | os.PathLike, key: str = "") -> _Rows:
 # --------------------------------------------------------------------------------------
 def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None = None, end: str | None = None,
           min_coverage: float = 0.9, min_date_coverage: float = 0.5) -> MarketData:
-    """Apply the module's alignment policy to validated rows."""
+    """Apply the module's alignment policy to validated rows (vectorized: no loop over rows or tickers)."""
     src = rows.source
     notes: list[str] = []
-    times, tick, values = rows.times, rows.tickers, rows.values
-    if len(times) == 0:
+    if len(rows) == 0:
         raise DataError(f"{src}: no bars")
-    keep = np.ones(len(times), dtype=bool)
+    tvals = rows.time_values
+    keep_t = np.ones(len(tvals), dtype=bool)
     if start:
-        keep &= times >= to_datetime64(start).astype(np.int64)
+        keep_t &= tvals >= to_datetime64(start).astype(np.int64)
     if end:
         e = to_datetime64(end).astype(np.int64) + (86399 if len(str(end).strip()) <= 10 else 0)
-        keep &= times <= e
-    names = sorted(set(tick.tolist()))
+        keep_t &= tvals <= e
+    all_names = rows.tick_names
     if tickers:
-        missing = [t for t in tickers if t not in names]
+        index = {n: i for i, n in enumerate(all_names)}
+        missing = [t for t in tickers if t not in index]
         if missing:
-            raise DataError(f"{src}: tickers not in the file: {', '.join(missing)} (it has {', '.join(names[:20])}"
-                            f"{', ...' if len(names) > 20 else ''})")
-        keep &= np.isin(tick, list(tickers))
-        names = list(tickers)
-    times, tick, values = times[keep], tick[keep], values[keep]
-    lines = rows.lines[keep]
+            names_sorted = sorted(all_names)
+            raise DataError(f"{src}: tickers not in the file: {', '.join(missing)} (it has {', '.join(names_sorted[:20])}"
+                            f"{', ...' if len(names_sorted) > 20 else ''})")
+        new_code = np.full(len(all_names), -1, dtype=np.int64)
+        new_code[[index[t] for t in tickers]] = np.arange(len(tickers))
+    else:
+        new_code = np.arange(len(all_names), dtype=np.int64)
+    keep = keep_t[rows.time_codes] & (new_code[rows.tick_codes] >= 0)
+    idx = None if keep.all() else np.flatnonzero(keep)
+
+    def sel(a: np.ndarray) -> np.ndarray:
+        return a if idx is None else a[idx]
 
     def where(i: int) -> str:
-        return f"{rows.unit} {int(lines[i])}"
+        return rows.where(i if idx is None else int(idx[i]))
 
-    if len(times) == 0:
+    tcodes, kcodes = sel(rows.time_codes), new_code[sel(rows.tick_codes)]
+    if len(tcodes) == 0:
         raise DataError(f"{src}: no bars between {start or 'the start'} and {end or 'the end'}")
-    names = [n for n in names if n in set(tick.tolist())] if not tickers else names
-    col = {n: i for i, n in enumerate(names)}
-    sidx = np.array([col[t] for t in tick], dtype=np.int64)
-    cal, tidx = np.unique(times, return_inverse=True)
-    # duplicates: the same (time, ticker) twice
-    key = tidx * len(names) + sidx
-    order = np.argsort(key, kind="stable")
-    dup = np.nonzero(key[order][1:] == key[order][:-1])[0]
-    if len(dup):
-        a, b = order[dup[0]], order[dup[0] + 1]
-        raise DataError(f"{src}: {where(b)}: a second bar for {tick[b]} at {np.datetime64(int(times[b]), 's')} "
-                        f"(the first is at {where(a)})")
+    if tickers:
+        names = list(tickers)
+    else:  # the tickers with a bar in [start, end], in name order (the reader's names are sorted)
+        used = np.bincount(kcodes, minlength=len(all_names)) > 0
+        names = [n for n, u in zip(all_names, used) if u]
+        renum = np.cumsum(used) - 1
+        kcodes = renum[kcodes]
+    used_t = np.bincount(tcodes, minlength=len(tvals)) > 0
+    cal = np.unique(tvals[used_t])
+    tidx = np.searchsorted(cal, tvals)[tcodes]  # two spellings of one time share its calendar row
     T, S = len(cal), len(names)
-    present = np.zeros((T, S), dtype=bool)
-    present[tidx, sidx] = True
-    vals = np.full((T, S, 5), np.nan)
-    vals[tidx, sidx] = values
+    key = tidx * S + kcodes
+    counts = np.bincount(key, minlength=T * S)
+    if (counts > 1).any():  # the same (time, ticker) twice: report the first such pair, in (time, ticker) order
+        k0 = int(np.argmax(counts > 1))
+        a, b = np.flatnonzero(key == k0)[:2]
+        raise DataError(f"{src}: {where(b)}: a second bar for {names[k0 % S]} at {np.datetime64(int(cal[k0 // S]), 's')} "
+                        f"(the first is at {where(a)})")
+    present = (counts > 0).reshape(T, S)
+    del counts
+    grids = []
+    for v in rows.values:
+        g = np.full(T * S, np.nan)
+        g[key] = sel(v)
+        grids.append(g.reshape(T, S))
+    del key, tidx, tcodes, kcodes
 
     # 2. stray times
     listed = (np.maximum.accumulate(present, axis=0) & np.maximum.accumulate(present[::-1], axis=0)[::-1])
     stray = present.sum(1) < min_date_coverage * listed.sum(1)
+    del listed
     if stray.any():
         notes.append(f"dropped {int(stray.sum())} of {T} times with bars for fewer than "
                      f"{min_date_coverage:.0%} of the tickers listed then (first {np.datetime64(int(cal[stray][0]), 's')})")
-        cal, present, vals = cal[~stray], present[~stray], vals[~stray]
+        cal, present = cal[~stray], present[~stray]
+        grids = [g[~stray] for g in grids]
     if len(cal) == 0:
         raise DataError(f"{src}: no time has bars for {min_date_coverage:.0%} of the tickers")
     # 3. sparse tickers
@@ -450,11 +825,11 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
             min_coverage, ", ".join(f"{names[i]} ({cover[i]:.0%})" for i in np.nonzero(sparse)[0])))
         keep_s = ~sparse
         names = [n for n, k in zip(names, keep_s) if k]
-        present, vals = present[:, keep_s], vals[:, keep_s]
+        present = present[:, keep_s]
+        grids = [g[:, keep_s] for g in grids]
         S = len(names)
     # 4. common span
     T = len(cal)
-    has = present.any(1)
     first = present.argmax(0)
     last = T - 1 - present[::-1].argmax(0)
     lo, hi = int(first.max()), int(last.min())
@@ -465,37 +840,40 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     if lo > 0 or hi < T - 1:
         notes.append(f"trimmed to the common span {np.datetime64(int(cal[lo]), 's')} .. "
                      f"{np.datetime64(int(cal[hi]), 's')} ({lo} leading, {T - 1 - hi} trailing times dropped)")
-    del has
     # 5. forward fill (from any earlier bar of the ticker, even before lo)
-    idx = np.where(present, np.arange(T)[:, None], -1)
-    idx = np.maximum.accumulate(idx, axis=0).clip(min=0)  # rows before a first bar lie before lo
-    cols = np.arange(S)[None, :]
-    close_ff = vals[idx, cols, 3]
-    filled = vals.copy()
-    miss = ~present
-    for j in range(4):
-        filled[..., j] = np.where(miss, close_ff, vals[..., j])
-    filled[..., 4] = np.where(miss, 0.0, vals[..., 4])
-    filled, present, cal = filled[lo:hi + 1], present[lo:hi + 1], cal[lo:hi + 1]
-    nfill = (~present).sum(0)
+    ffi = np.where(present, np.arange(T)[:, None], -1)
+    np.maximum.accumulate(ffi, axis=0, out=ffi)
+    ffi = ffi[lo:hi + 1].clip(min=0)  # rows before a first bar lie before lo
+    close_ff = np.take_along_axis(grids[3], ffi, axis=0)
+    del ffi
+    miss = ~present[lo:hi + 1]
+    fields = []
+    for j, g in enumerate(grids):
+        g = g[lo:hi + 1]
+        fields.append(np.where(miss, 0.0 if j == 4 else close_ff, g))
+    del grids, close_ff
+    present, cal = present[lo:hi + 1], cal[lo:hi + 1]
+    nfill = miss.sum(0)
     if nfill.any():
         worst = int(np.argmax(nfill))
         notes.append(f"forward-filled {int(nfill.sum())} missing bars in {int((nfill > 0).sum())} tickers "
                      f"(most: {names[worst]}, {int(nfill[worst])})")
     if len(cal) < 2:
         raise DataError(f"{src}: fewer than 2 aligned times remain after the alignment ({'; '.join(notes)})")
-    t = torch.from_numpy(np.ascontiguousarray(filled))
     return MarketData(
         dates=cal.astype("datetime64[s]"), tickers=list(names),
-        **{f: t[..., j].contiguous() for j, f in enumerate(FIELDS)},
-        valid=torch.from_numpy(present.copy()), notes=notes, meta={"source": src},
+        **{f: torch.from_numpy(np.ascontiguousarray(x)) for f, x in zip(FIELDS, fields)},
+        valid=torch.from_numpy(np.ascontiguousarray(present)), notes=notes, meta={"source": src},
     )
 
 
 def load_market(path: str | os.PathLike, tickers: Sequence[str] | None = None, start: str | None = None,
                 end: str | None = None, min_coverage: float = 0.9, min_date_coverage: float = 0.5,
                 key: str = "") -> MarketData:
-    """Read a long-format file and align it (see the module docstring for the policy)."""
+    """Read a long- or wide-format file and align it (see the module docstring for the policy).
+
+    This parses the file every time; a pod or a backtest opens the prepared-market cache instead
+    (:func:`podracer_hpc.trading.cache.open_market`), which calls this once per data file."""
     return align(read_rows(path, key), tickers or None, start, end, min_coverage, min_date_coverage)
 
 
@@ -522,4 +900,4 @@ def from_arrays(close: Any, *, open: Any = None, high: Any = None, low: Any = No
 
 
 __all__ = ["DataError", "MarketData", "load_market", "align", "read_rows", "from_arrays", "parse_time",
-           "to_datetime64", "is_daily", "FIELDS"]
+           "resolve_data_path", "to_datetime64", "is_daily", "FIELDS"]

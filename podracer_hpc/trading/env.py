@@ -54,7 +54,7 @@ from ..docfield import F
 from ..envs.base import TorchVecEnv
 from ..envs.registry import OptionError, Task, options_from, register
 from ..envs.rng import BatchRNG, draw
-from .data import DataError, MarketData, load_market
+from .data import DataError, MarketData, resolve_data_path
 from .synthetic import STRUCTURES, synthetic_market
 
 
@@ -131,29 +131,14 @@ class Market:
 
 def market_features(md: MarketData, turbulence_window: int = 252, device: str | torch.device = "cpu"
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(market observation ``[T, 9 S + 1]`` float64, turbulence ``[T]``) of a market, computed on ``device``.
+    """(market observation ``[T, 9 S + 1]`` float64, turbulence ``[T]``) of a market, computed on ``device``
+    (:func:`indicators.market_features`; a data file's market is prepared once and cached instead:
+    :mod:`podracer_hpc.trading.cache`).
 
-    ``turbulence_window`` 0 (or 1) turns the turbulence index off (it is 0 everywhere): the index
-    costs a covariance pseudo-inverse per bar, which matters for long minute-bar histories.
+    ``turbulence_window`` 0 (or 1) turns the turbulence index off (it is 0 everywhere).
     """
     dev = torch.device(device)
-    c, h, lo = (x.to(dev, torch.float64) for x in (md.close, md.high, md.low))
-    f = ind.compute_indicators(h, lo, c)
-    turb = ind.turbulence(c, turbulence_window)
-    S = c.shape[1]
-    parts = [
-        torch.log(c),
-        f["macd"] / c,
-        f["rsi"] / 100.0,
-        f["cci"] / 100.0,
-        f["dx"] / 100.0,
-        f["boll_ub"] / c - 1.0,
-        f["boll_lb"] / c - 1.0,
-        f["sma30"] / c - 1.0,
-        f["sma60"] / c - 1.0,
-        torch.log1p(turb / S)[:, None],
-    ]
-    return torch.cat(parts, 1), turb
+    return ind.market_features(md.high.to(dev), md.low.to(dev), md.close.to(dev), turbulence_window)
 
 
 def prepare_market(md: MarketData, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
@@ -181,20 +166,34 @@ def _cached_market(key: tuple, build: Any) -> Market:
 def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Sequence[str] = (),
                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                turbulence_window: int = 252, synthetic_stocks: int = 30, synthetic_days: int = 1512,
-               synthetic_seed: int = 0, synthetic_structure: str = "momentum") -> Market:
-    """The market of a data file, a :class:`MarketData`, or the synthetic market (``data`` empty)."""
+               synthetic_seed: int = 0, synthetic_structure: str = "momentum",
+               cache_dir: str | os.PathLike | None = None) -> Market:
+    """The market of a data file, a :class:`MarketData`, or the synthetic market (``data`` empty).
+
+    A data file's market comes from its prepared-market cache (:func:`cache.open_market`: read and
+    memory-mapped, or prepared once under a lock and written; ``cache_dir`` default
+    ``$PODRACER_MARKET_CACHE``, else beside the data file)."""
     dev = torch.device(device)
     stocks = tuple(stocks or ())
     if isinstance(data, MarketData):
         md = data.select(stocks) if stocks else data
         return prepare_market(md, dev, dtype, turbulence_window)
     if data:
-        p = Path(data)
+        from .cache import open_market
+
+        p = resolve_data_path(data)
         if not p.is_file():
             raise DataError(f"{p}: no such market data file (env.trading.data)")
         st = p.stat()
-        key = ("file", str(p.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window)
-        return _cached_market(key, lambda: prepare_market(load_market(p, stocks or None), dev, dtype, turbulence_window))
+        key = ("file", str(p.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window,
+               str(cache_dir or ""))
+
+        def from_cache() -> Market:
+            pm = open_market(p, stocks, turbulence_window, dtype, cache_dir)
+            return Market(pm.data, pm.data.close.to(dev, torch.float64), pm.market_obs.to(dev, dtype),
+                          pm.turbulence.to(dev), pm.fingerprint)
+
+        return _cached_market(key, from_cache)
     key = ("synthetic", synthetic_stocks, synthetic_days, synthetic_seed, synthetic_structure, stocks, str(dev),
            dtype, turbulence_window)
 
