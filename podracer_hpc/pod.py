@@ -10,7 +10,6 @@ of MPI, Slurm or log files.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any
 
@@ -19,6 +18,7 @@ import torch
 from . import safeio
 from .agents.ppo import PPOAgent, compute_gae
 from .config import MUTABLE_HPARAMS, Config, to_dict
+from .device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
 from .envs import build_env
 
 STATE_KIND = "pod-state"
@@ -27,42 +27,6 @@ STATE_KIND = "pod-state"
 # belongs to the pod's own run.
 STATE_VERSION = 1
 EVAL_SEED_OFFSET = 1_000_003  # eval start states come from their own streams
-
-
-def resolve_device(spec: str, local_rank: int = 0) -> torch.device:
-    """``auto`` -> ``cuda:<local rank % gpus>`` when CUDA is available, else ``cpu``."""
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}")
-        return torch.device("cpu")
-    if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={spec!r} but CUDA is not available here; use device=auto or cpu")
-    return torch.device(spec)
-
-
-def set_cpu_threads(threads: int, ranks_on_node: int = 1) -> int:
-    """torch CPU threads for one pod: ``threads``, or if 0 the CPUs this process may use.
-
-    Those are, in order: ``SLURM_CPUS_PER_TASK``; ``OMP_NUM_THREADS``; the CPUs of the process's
-    affinity mask (what Slurm's task binding or taskset gave it), shared by the node's ranks
-    when the mask is the whole node.
-    """
-    if not threads:
-        try:
-            mask = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            mask = os.cpu_count() or 1
-        if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
-            threads = min(mask, int(os.environ["SLURM_CPUS_PER_TASK"]))
-        elif os.environ.get("OMP_NUM_THREADS", "").isdigit():
-            threads = int(os.environ["OMP_NUM_THREADS"])
-        elif mask >= (os.cpu_count() or 1):  # not bound: share the node
-            threads = mask // max(1, ranks_on_node)
-        else:
-            threads = mask
-    n = max(1, threads)
-    torch.set_num_threads(n)
-    return n
 
 
 def available_memory(device: torch.device) -> int | None:
