@@ -9,7 +9,15 @@ Tables are :class:`Table` objects: named numpy columns of one length (no pandas 
 
 - :func:`eval_table`: one row per run x pod x evaluation (the tidy table of the learning curves);
 - :func:`run_table`: one row per run (throughput, best and final return, time to a target);
-- :func:`tournament_table`: one row per run x pod x tournament round (action, source, hparams).
+- :func:`tournament_table`: one row per run x pod x tournament round (action, source, hparams);
+- :func:`scaling_table`: one row per system x task x resource point (pods): time to target over
+  seeds (median, range, how many reached it, the bound when not), throughput, speed-up,
+  efficiency, and the ratio to a reference system at the same resources.
+
+A run's *resources* (:attr:`Run.resources`: pods, GPUs, CPU cores, nodes) put every system on
+one x axis: podracer's pods are its MPI ranks, RLlib's pods-equivalent its learners
+(``baselines/rllib``), and a study (``podracer study``) writes what it gave each run into
+``<run>/resources.json``.
 
 The *system* of a run (the name its curves carry in a figure) is the label given for it, else
 its config ``name``.
@@ -41,6 +49,10 @@ __all__ = [
     "run_table",
     "tournament_table",
     "time_to_target",
+    "scaling_table",
+    "scaling_markdown",
+    "cumulative_return_scale",
+    "METRICS",
     "target_for",
     "parse_targets",
     "first_crossing",
@@ -219,6 +231,7 @@ class Run:
     logs: dict[int, dict[str, Any]]  # rank -> read_log() result
     summary: dict[str, Any] | None = None
     attrs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    point: dict[str, Any] = field(default_factory=dict)  # <run>/resources.json (a study's resource point)
 
     @property
     def task(self) -> str:
@@ -226,8 +239,28 @@ class Run:
 
     @property
     def pods(self) -> int:
-        ws = [a.get("world_size") for a in self.attrs.values() if a.get("world_size") is not None]
-        return int(max(ws)) if ws else len(self.logs)
+        """Pods, or pods-equivalent (RLlib's learners): the x axis of scaling figures."""
+        return int(self.resources["pods"])
+
+    @property
+    def resources(self) -> dict[str, float]:
+        """``{pods, gpus, cpus, nodes}`` the run had: the ``resources`` root attribute of its log
+        (RLlib's runner records it), else ``<run>/resources.json`` (what a study gave it), else
+        from the logs: pods = MPI world size (else the number of rank logs), GPUs = one per pod
+        on CUDA, nodes = distinct Slurm node ids (else hosts), CPU cores = ``threads`` x pods
+        (NaN with ``threads: 0``, i.e. the node's cores shared)."""
+        attrs = [a for a in self.attrs.values()]
+        logged = next((a["resources"] for a in attrs if isinstance(a.get("resources"), dict)), None)
+        ws = [int(a["world_size"]) for a in attrs if a.get("world_size") is not None]
+        pods = max(ws) if ws else max(1, len(self.logs))
+        cuda = any(str(a.get("device_type", "")) == "cuda" for a in attrs)
+        places = {str((a.get("slurm") or {}).get("SLURM_NODEID", a.get("host", ""))) for a in attrs}
+        threads = int(self.config.get("threads", 0) or 0)
+        out: dict[str, float] = {"pods": pods, "gpus": pods if cuda else 0, "nodes": max(1, len(places)),
+                                 "cpus": threads * pods if threads else math.nan}
+        for src in (self.point, logged or {}):
+            out.update({k: src[k] for k in ("pods", "gpus", "cpus", "nodes") if src.get(k) is not None})
+        return out
 
     @property
     def mode(self) -> str:
@@ -304,9 +337,15 @@ def load_run(path: str | Path, label: str | None = None, run_id: str | None = No
             summary = json.loads((path / "summary.json").read_text())
         except ValueError:
             summary = None
+    point: dict[str, Any] = {}
+    if (path / "resources.json").exists():
+        try:
+            point = json.loads((path / "resources.json").read_text())
+        except ValueError:
+            point = {}
     system = label or str(config.get("name") or path.name)
     return Run(path=path, system=system, run=run_id or path.name, config=config, logs=logs, summary=summary,
-               attrs={r: log["attrs"] for r, log in logs.items()})
+               attrs={r: log["attrs"] for r, log in logs.items()}, point=point if isinstance(point, dict) else {})
 
 
 def load_runs(paths: Iterable[str | Path] = (), labels: Mapping[str, str | Path] | Iterable[str] | None = None) -> list[Run]:
@@ -349,7 +388,25 @@ def _split_label(s: str) -> tuple[str, str]:
 
 EVAL_COLUMNS = ("system", "task", "run", "pod", "seed", "pods", "mode", "num_envs", "eval_index", "update",
                 "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max", "episodes",
-                "device_type", "host", "git_revision", "run_dir")
+                "cumulative_return", "device_type", "host", "git_revision", "run_dir")
+
+# What a target is a value of: the evaluation return, or (stock trading) the cumulative return of
+# the evaluation episodes on the training window, as a fraction of the initial capital.
+METRICS = {"return": "return_mean", "cumulative_return": "cumulative_return"}
+
+
+def cumulative_return_scale(config: Mapping[str, Any]) -> float | None:
+    """Factor from a stock-trading evaluation return to its cumulative return (a fraction of the
+    initial capital), or None for other tasks. The trading env's reward is the change in account
+    value x ``reward_scale`` (0: ``100 / initial_cash``, i.e. percent), so an episode's return is
+    ``(V_end - V_0) x reward_scale`` and its cumulative return ``return / (reward_scale x initial_cash)``."""
+    env = config.get("env") or {}
+    if str(env.get("name", "")) != "stock_trading":
+        return None
+    tr = env.get("trading") or {}
+    cash = float(tr.get("initial_cash", 1_000_000) or 1_000_000)
+    scale = float(tr.get("reward_scale", 0.0) or 0.0) or 100.0 / cash
+    return 1.0 / (scale * cash)
 
 
 def eval_table(runs: Sequence[Run]) -> Table:
@@ -360,6 +417,7 @@ def eval_table(runs: Sequence[Run]) -> Table:
     """
     rows = []
     for run in runs:
+        cr = cumulative_return_scale(run.config)
         for rank, log in run.logs.items():
             a, ev = log["attrs"], log["eval"]
             for i in range(len(ev.get("env_steps", ()))):
@@ -369,6 +427,7 @@ def eval_table(runs: Sequence[Run]) -> Table:
                     "eval_index": i,
                     **{k: ev[k][i].item() for k in ("update", "env_steps", "wall_s", "return_mean", "return_std",
                                                        "return_min", "return_max", "episodes")},
+                    "cumulative_return": float(ev["return_mean"][i]) * cr if cr is not None else math.nan,
                     "device_type": str(a.get("device_type", "")), "host": str(a.get("host", "")),
                     "git_revision": str(a.get("git_revision", "")), "run_dir": str(run.path),
                 })
@@ -421,10 +480,11 @@ def parse_targets(specs: Iterable[str | float] | str | float | None) -> Targets:
     return out["*"] if list(out) == ["*"] else out
 
 
-def time_to_target(evals: Table, target: Targets, x: str = "wall_s") -> Table:
+def time_to_target(evals: Table, target: Targets, x: str = "wall_s", y: str = "return_mean") -> Table:
     """Per run: the first ``x`` (``wall_s`` or ``env_steps``, the pod's own) at which any pod's
-    evaluation return reaches the target of the run's task (NaN if none did), and which pod did.
-    Runs of a task without a target are left out."""
+    evaluation ``y`` (``return_mean``, or ``cumulative_return`` for stock trading) reaches the
+    target of the run's task (NaN if none did), and which pod did. Runs of a task without a
+    target are left out."""
     rows = []
     for run in evals.unique("run") if len(evals) else []:
         t = evals.where(run=run)
@@ -435,7 +495,7 @@ def time_to_target(evals: Table, target: Targets, x: str = "wall_s") -> Table:
         for p in t.unique("pod"):
             u = t.where(pod=p)
             order = np.argsort(u[x], kind="stable")
-            v = first_crossing(u[x][order], u["return_mean"][order], goal)
+            v = first_crossing(u[x][order], u[y][order], goal)
             if v < best:
                 best, pod = v, int(p)
         rows.append({"system": t["system"][0], "task": t["task"][0], "run": run, "pods": int(t["pods"][0]),
@@ -443,12 +503,12 @@ def time_to_target(evals: Table, target: Targets, x: str = "wall_s") -> Table:
     return _typed(Table.from_rows(rows), ("system", "task", "run", "pods", "target", f"{x}_to_target", "pod"))
 
 
-RUN_COLUMNS = ("system", "task", "run", "pods", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
+RUN_COLUMNS = ("system", "task", "run", "pods", "gpus", "cpus", "nodes", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
                "steps_per_s_per_pod", "update_steps_per_s", "best_return", "final_return", "best_pod", "rounds",
-               "complete", "target", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
+               "complete", "target", "metric", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
 
 
-def run_table(runs: Sequence[Run], target: Targets = None) -> Table:
+def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return") -> Table:
     """One row per run.
 
     ``env_steps``: summed over pods (last train row of each); ``wall_s``: the slowest pod's
@@ -457,11 +517,16 @@ def run_table(runs: Sequence[Run], target: Targets = None) -> Table:
     throughput (training only); ``best_return``: best evaluation of any pod; ``final_return``: the
     best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
     evaluation of any pod at or above the target of the run's task (a number for all tasks, or
-    ``{task: number}``; NaN if never reached or no target).
+    ``{task: number}``; NaN if never reached or no target) of ``metric`` (:data:`METRICS`:
+    ``return``, or ``cumulative_return`` for stock trading); ``pods``, ``gpus``, ``cpus``,
+    ``nodes``: :attr:`Run.resources`.
     """
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
     evals = eval_table(runs)
-    ttt_w = time_to_target(evals, target, "wall_s") if target is not None else None
-    ttt_s = time_to_target(evals, target, "env_steps") if target is not None else None
+    y = METRICS[metric]
+    ttt_w = time_to_target(evals, target, "wall_s", y) if target is not None else None
+    ttt_s = time_to_target(evals, target, "env_steps", y) if target is not None else None
     rows = []
     for run in runs:
         steps, walls, upd, best, finals = [], [], [], [], []
@@ -479,8 +544,10 @@ def run_table(runs: Sequence[Run], target: Targets = None) -> Table:
         env_steps, wall = int(sum(steps)), (max(walls) if walls else math.nan)
         ranks = list(run.logs)
         best_i = int(np.argmax(best)) if best else -1
+        res = run.resources
         row = {
-            "system": run.system, "task": run.task, "run": run.run, "pods": run.pods, "mode": run.mode,
+            "system": run.system, "task": run.task, "run": run.run, "pods": int(res["pods"]),
+            "gpus": float(res["gpus"]), "cpus": float(res["cpus"]), "nodes": int(res["nodes"]), "mode": run.mode,
             "num_envs": run.num_envs, "seed": int(run.config.get("seed", -1)), "env_steps": env_steps,
             "wall_s": wall, "steps_per_s": env_steps / wall if wall and wall > 0 else math.nan,
             "steps_per_s_per_pod": env_steps / wall / max(1, len(steps)) if wall and wall > 0 else math.nan,
@@ -491,6 +558,7 @@ def run_table(runs: Sequence[Run], target: Targets = None) -> Table:
             "rounds": _rounds(run),
             "complete": bool(run.summary is not None and run.summary.get("complete", True)),
             "target": math.nan if target_for(target, run.task) is None else target_for(target, run.task),
+            "metric": metric,
             "wall_s_to_target": _lookup(ttt_w, run.run, "wall_s_to_target"),
             "env_steps_to_target": _lookup(ttt_s, run.run, "env_steps_to_target"),
             "device_type": str(next(iter(run.attrs.values()), {}).get("device_type", "")),
@@ -610,3 +678,139 @@ def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_p
     sd = np.array([c.std(ddof=1) if len(c) > 1 else np.nan for c in cols])
     half = np.array([t95(k - 1) for k in n]) * sd / np.sqrt(np.maximum(n, 1))
     return {"x": grid, "mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
+
+
+# ---------------------------------------------------------------------- scaling
+
+SCALING_COLUMNS = ("task", "system", "pods", "gpus", "cpus", "nodes", "seeds", "reached", "target", "metric",
+                   "time_to_target_median", "time_to_target_min", "time_to_target_max", "time_to_target_bound",
+                   "env_steps_to_target_median", "steps_per_s_median", "steps_per_s_min", "steps_per_s_max",
+                   "speedup", "efficiency", "throughput_speedup", "throughput_efficiency", "reference",
+                   "time_ratio", "time_ratio_bound")
+
+
+def _censored_median(reached: Sequence[float], n: int) -> float:
+    """Median over ``n`` seeds of which ``reached`` got there (the others count as +inf, never
+    reached): finite when more than half reached, else inf."""
+    vals = sorted(list(reached) + [math.inf] * (n - len(reached)))
+    if not vals:
+        return math.nan
+    m = len(vals)
+    return vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+
+
+def scaling_table(table: Table, reference: str | None = None) -> Table:
+    """One row per task x system x pods of a :func:`run_table` (the runs at a resource point are
+    its seeds).
+
+    - ``time_to_target_median``: median over seeds of ``wall_s_to_target``, a seed that never
+      reached the target counting as +inf (so the median is ``inf`` when half or more did not);
+      ``_min``/``_max``: the range over seeds (``inf`` when one did not reach it); ``reached``:
+      how many did; ``time_to_target_bound``: the longest training time of a seed that did not
+      reach it (the time is at least that), NaN when all did;
+    - ``steps_per_s_median`` / ``_min`` / ``_max``: the pool's throughput (all pods, env steps/s);
+    - ``speedup``: the median time at the system's fewest pods / the median time here;
+      ``efficiency``: speed-up / (pods / fewest pods), 1 for ideal scaling; the same for
+      throughput (``throughput_speedup``, ``throughput_efficiency``);
+    - ``time_ratio``: this system's median time / the ``reference`` system's at the same task and
+      pods (``reference``: the given system, else the first system of the table); ``time_ratio_bound``
+      ``=`` when both reached it, ``>=`` when only the reference did (the ratio uses this
+      system's bound), ``<=`` when only this system did, ``""`` otherwise (ratio NaN).
+    """
+    if not len(table):
+        return _typed(Table.from_rows([]), SCALING_COLUMNS)
+    systems = table.unique("system")
+    ref = reference if reference is not None else systems[0]
+    rows: list[dict[str, Any]] = []
+    for task in table.unique("task"):
+        t = table.where(task=task)
+        for system in [s for s in systems if s in set(t["system"].tolist())]:
+            u = t.where(system=system)
+            for pods in sorted({int(p) for p in u["pods"].tolist()}):
+                v = u.where(pods=pods)
+                ttt = np.asarray(v["wall_s_to_target"], dtype=float)
+                hit = ttt[np.isfinite(ttt)]
+                miss = ~np.isfinite(ttt)
+                n = len(v)
+                target = float(v["target"][0])
+                sps = np.asarray(v["steps_per_s"], dtype=float)
+                sps = sps[np.isfinite(sps)]
+                esteps = np.asarray(v["env_steps_to_target"], dtype=float)
+                rows.append({
+                    "task": str(task), "system": str(system), "pods": pods,
+                    "gpus": float(np.nanmax(v["gpus"])) if np.isfinite(v["gpus"].astype(float)).any() else math.nan,
+                    "cpus": float(np.nanmax(v["cpus"])) if np.isfinite(v["cpus"].astype(float)).any() else math.nan,
+                    "nodes": int(np.max(v["nodes"])), "seeds": n, "reached": int(len(hit)), "target": target,
+                    "metric": str(v["metric"][0]) if "metric" in v else "return",
+                    "time_to_target_median": _censored_median(hit.tolist(), n) if math.isfinite(target) else math.nan,
+                    "time_to_target_min": (float(hit.min()) if len(hit) else math.inf) if math.isfinite(target)
+                    else math.nan,
+                    "time_to_target_max": (math.inf if miss.any() else float(ttt.max())) if math.isfinite(target)
+                    else math.nan,
+                    "time_to_target_bound": float(np.nanmax(np.asarray(v["wall_s"], dtype=float)[miss]))
+                    if miss.any() and math.isfinite(target) else math.nan,
+                    "env_steps_to_target_median": _censored_median(esteps[np.isfinite(esteps)].tolist(), n)
+                    if math.isfinite(target) else math.nan,
+                    "steps_per_s_median": float(np.median(sps)) if len(sps) else math.nan,
+                    "steps_per_s_min": float(sps.min()) if len(sps) else math.nan,
+                    "steps_per_s_max": float(sps.max()) if len(sps) else math.nan,
+                })
+    out = rows
+    for r in out:  # speed-up and efficiency against the same system's fewest pods
+        base = min((q for q in out if q["task"] == r["task"] and q["system"] == r["system"]), key=lambda q: q["pods"])
+        k = r["pods"] / base["pods"]
+        t0, t1 = base["time_to_target_median"], r["time_to_target_median"]
+        r["speedup"] = t0 / t1 if math.isfinite(t0) and math.isfinite(t1) and t1 > 0 else math.nan
+        r["efficiency"] = r["speedup"] / k if math.isfinite(r["speedup"]) else math.nan
+        s0, s1 = base["steps_per_s_median"], r["steps_per_s_median"]
+        r["throughput_speedup"] = s1 / s0 if s0 and math.isfinite(s0) and math.isfinite(s1) else math.nan
+        r["throughput_efficiency"] = r["throughput_speedup"] / k if math.isfinite(r["throughput_speedup"]) else math.nan
+        # against the reference system at the same task and pods
+        r["reference"], r["time_ratio"], r["time_ratio_bound"] = ref, math.nan, ""
+        peer = next((q for q in out if q["task"] == r["task"] and q["system"] == ref and q["pods"] == r["pods"]), None)
+        if peer is None:
+            continue
+        mine, theirs = r["time_to_target_median"], peer["time_to_target_median"]
+        if math.isfinite(mine) and math.isfinite(theirs) and theirs > 0:
+            r["time_ratio"], r["time_ratio_bound"] = mine / theirs, "="
+        elif math.isfinite(theirs) and theirs > 0 and math.isfinite(r["time_to_target_bound"]):
+            r["time_ratio"], r["time_ratio_bound"] = r["time_to_target_bound"] / theirs, ">="
+        elif math.isfinite(mine) and math.isfinite(peer["time_to_target_bound"]) and peer["time_to_target_bound"] > 0:
+            r["time_ratio"], r["time_ratio_bound"] = mine / peer["time_to_target_bound"], "<="
+    return _typed(Table.from_rows(out, SCALING_COLUMNS), SCALING_COLUMNS)
+
+
+def _num(v: float, fmt: str = "{:.1f}") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def scaling_markdown(sc: Table) -> str:
+    """The scaling table as Markdown (one line per task x system x pods), for bench/RESULTS.md
+    and the study's report: time to target as median [min, max] over seeds, or ``not reached
+    (> bound s)``; throughput; speed-up and efficiency; the ratio to the reference system."""
+    if not len(sc):
+        return "(no runs)\n"
+    ref = str(sc["reference"][0])
+    metric = str(sc["metric"][0])
+    lines = [f"| task | system | pods | GPUs | CPUs | nodes | seeds | reached | time to {metric} target (s), median "
+             f"[min, max] | env steps to target (median) | env steps/s (median) | speed-up | efficiency | "
+             f"time / {ref} |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sc.rows():
+        med, lo, hi = r["time_to_target_median"], r["time_to_target_min"], r["time_to_target_max"]
+        if math.isnan(r["target"]):
+            ttt = "no target"
+        elif math.isfinite(med):
+            ttt = f"{med:.1f} [{lo:.1f}, {'not reached' if math.isinf(hi) else f'{hi:.1f}'}]"
+        else:
+            ttt = f"not reached (> {_num(r['time_to_target_bound'])})" + (
+                f"; {r['reached']} seed reached it at {lo:.1f}" if r["reached"] else "")
+        ratio = {"=": "", ">=": "≥ ", "<=": "≤ "}.get(r["time_ratio_bound"])
+        ratio = f"{ratio}{r['time_ratio']:.2f}x" if ratio is not None and r["time_ratio_bound"] else ""
+        steps = _num(r["env_steps_to_target_median"], "{:,.0f}")
+        lines.append(
+            f"| {r['task']} | {r['system']} | {r['pods']} | {_num(r['gpus'], '{:g}')} | {_num(r['cpus'], '{:g}')} | "
+            f"{r['nodes']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {ttt} | "
+            f"{'not reached' if steps == 'inf' else steps} | {_num(r['steps_per_s_median'], '{:,.0f}')} | "
+            f"{_num(r['speedup'], '{:.2f}')} | {_num(r['efficiency'], '{:.2f}')} | {ratio or 'n/a'} |")
+    return "\n".join(lines) + "\n"

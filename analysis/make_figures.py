@@ -1,14 +1,17 @@
 """Tables and figures of run directories in one command.
 
     python -m analysis.make_figures RUN_DIR [RUN_DIR ...] --out figures/ \\
-        [--label NAME=RUN_DIR ...] [--target -250 | --target TASK=RETURN ...] [--formats png pdf]
+        [--label NAME=RUN_DIR ...] [--target -250 | --target TASK=RETURN ...] [--formats png pdf] \\
+        [--metric return|cumulative_return] [--reference SYSTEM]
 
 A RUN_DIR may also be a folder of run directories (e.g. ``runs/bench-learning``). A labelled
 run directory (``--label``) need not be repeated as a RUN_DIR; its curves carry NAME (else the
 run's config name). Writes into ``--out``:
 
 - ``evals.csv`` (and ``evals.parquet`` if pyarrow is installed): one row per run x pod x evaluation;
-- ``runs.csv``: one row per run (throughput, best/final return, time to ``--target``);
+- ``runs.csv``: one row per run (resources, throughput, best/final return, time to ``--target``);
+- ``scaling.csv`` and ``scaling.md``: one row per system x task x pods (time to target over seeds,
+  throughput, speed-up, efficiency, ratio to ``--reference``, default the first system);
 - ``tournament.csv``: one row per run x pod x tournament round (when a run has a tournament);
 - ``learning_curves.{png,pdf}``, ``scaling.{png,pdf}``;
 - ``lineage_<run>.{png,pdf}`` per tournament run, ``hparams_<run>.{png,pdf}`` per run whose
@@ -25,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .aggregate import RunDirError, Targets, eval_table, load_runs, parse_targets, run_table, tournament_table
+from .aggregate import (METRICS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table,
+                        scaling_markdown, scaling_table, tournament_table)
 
 __all__ = ["make_figures", "main"]
 
@@ -36,21 +40,29 @@ def _slug(s: str) -> str:
 
 def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
                  labels: Mapping[str, str | Path] | Sequence[str] | None = None,
-                 target: Targets = None, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150) -> list[Path]:
+                 target: Targets = None, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150,
+                 metric: str = "return", reference: str | None = None) -> list[Path]:
     """Write the tables and figures of the given runs into ``out``; returns the written paths.
 
-    ``target``: a return for every task, or ``{task: return}``."""
+    ``target``: a value of ``metric`` for every task, or ``{task: value}``; ``metric``: ``return``
+    (evaluation return) or ``cumulative_return`` (stock trading: the evaluation episodes'
+    cumulative return on the training window, a fraction). ``reference``: the system the
+    scaling table's ``time_ratio`` divides by (default: the first)."""
     from . import plots  # matplotlib only when drawing
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(list(run_dirs), labels)
-    evals, table, tour = eval_table(runs), run_table(runs, target), tournament_table(runs)
+    evals, table, tour = eval_table(runs), run_table(runs, target, metric), tournament_table(runs)
+    sc = scaling_table(table, reference)
     written = [evals.to_csv(out / "evals.csv")]
     pq = evals.to_parquet(out / "evals.parquet")
     if pq is not None:
         written.append(pq)
     written.append(table.to_csv(out / "runs.csv"))
+    written.append(sc.to_csv(out / "scaling.csv"))
+    (out / "scaling.md").write_text(scaling_markdown(sc))
+    written.append(out / "scaling.md")
     if len(tour):
         written.append(tour.to_csv(out / "tournament.csv"))
 
@@ -60,8 +72,8 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
             fig.savefig(path, dpi=dpi)
             written.append(path)
 
-    save(plots.learning_curves(evals, target=target), "learning_curves")
-    save(plots.scaling(table, evals, target=target), "scaling")
+    save(plots.learning_curves(evals, target=target if metric == "return" else None), "learning_curves")
+    save(plots.scaling(table, evals, target=target, reference=reference), "scaling")
     for run in runs:
         if run.mode == "none" or not len(tour) or not (tour["run"] == run.run).any():
             continue
@@ -84,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", action="append", default=None, metavar="RETURN|TASK=RETURN",
                    help="target evaluation return for the time-to-target columns and panel: one number for "
                         "every task, or TASK=RETURN (repeatable), e.g. --target pendulum=-250 --target cartpole=475")
+    p.add_argument("--metric", default="return", choices=list(METRICS),
+                   help="what --target is a value of: the evaluation return, or (stock trading) the evaluation "
+                        "episodes' cumulative return on the training window, as a fraction (0.5 = +50%%)")
+    p.add_argument("--reference", default=None, metavar="SYSTEM",
+                   help="the system the scaling table's time ratio divides by (default: the first)")
     p.add_argument("--formats", nargs="+", default=["png", "pdf"], help="figure formats (default: png pdf)")
     p.add_argument("--dpi", type=int, default=150)
     a = p.parse_args(argv)
@@ -93,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")  # files only, no display needed
     try:
-        paths = make_figures(a.run_dirs, a.out, a.label, parse_targets(a.target), a.formats, a.dpi)
+        paths = make_figures(a.run_dirs, a.out, a.label, parse_targets(a.target), a.formats, a.dpi, a.metric,
+                             a.reference)
     except (RunDirError, ValueError) as e:
         print(f"make_figures: {e}", file=sys.stderr)
         return 2

@@ -6,8 +6,8 @@ state; it displays in a notebook and saves with ``fig.savefig``) and laid out wi
 
 - :func:`learning_curves`: evaluation return vs env steps and vs wall time; per system the mean
   over its pods/seeds and a 95% confidence band; one row per task;
-- :func:`scaling`: pool throughput vs number of pods with the ideal (linear) line, and the wall
-  time to a target return vs number of pods;
+- :func:`scaling`: per system (the ``--label`` names), time to a target vs resources (median and
+  band over seeds, ideal scaling), throughput vs resources, and scaling efficiency;
 - :func:`lineage`: which pod took which agent at each tournament round, the winner's ancestry;
 - :func:`hparam_trajectories`: hyperparameters of each pod over env steps (PBT).
 """
@@ -111,89 +111,129 @@ def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str]
     return fig
 
 
-def scaling(runs: Table, evals: Table | None = None, target: Targets = None,
-            width: float = 11.0, height: float = 4.4) -> Figure:
-    """Throughput vs pods (log2-log axes, with the ideal linear line from the fewest pods), and,
-    when ``target`` is given (one number, or ``{task: number}``), wall-clock seconds to the
-    task's target return vs pods.
+def scaling(runs: Table, evals: Table | None = None, target: Targets = None, reference: str | None = None,
+            width: float = 14.0, height: float = 4.8) -> Figure:
+    """The scaling figure, one series per system (the ``--label`` names; ``system (task)`` when
+    the runs hold several tasks), against resources (pods; RLlib's pods-equivalent: learners on
+    the same allocation; log2 axis):
 
-    ``runs`` is :func:`analysis.aggregate.run_table`; series are (task, envs per pod): scaling of
-    pods at a fixed per-pod workload. Each run is a point; the line joins the means per pod count.
+    - time to the target (when the run table has one, i.e. ``run_table(..., target=...)``):
+      median over seeds (a seed that did not reach it counts as never), the band spans the seeds
+      that reached it, each seed a dot (an open triangle at its training time when it did not
+      reach it), the dotted ideal ``T(p0) x p0 / p`` from the fewest pods that reached it;
+    - throughput (env steps/s of the whole pool): median, range band, the dotted ideal
+      (linear from the fewest pods);
+    - efficiency: speed-up / resource ratio against the same system's fewest pods, time to
+      target solid, throughput dashed; 1 is ideal.
+
+    ``runs`` is :func:`analysis.aggregate.run_table` (``evals`` and ``target`` are accepted for
+    the older call form; the target is the table's). The table behind it is
+    :func:`analysis.aggregate.scaling_table`. Each median line carries its series name as its
+    label (``ax.lines``), the ideal lines ``"<name> ideal"``.
     """
-    tasks = sorted({str(r["task"]) for r in runs.rows()})
-    goals = {task: target_for(target, task) for task in tasks}
-    panels = 2 if any(g is not None for g in goals.values()) else 1
-    fig = Figure(figsize=(width if panels == 2 else width * 0.55, height), layout="constrained")
-    axes = fig.subplots(1, panels, squeeze=False)[0]
-    series = []
-    for task, envs in sorted({(r["task"], int(r["num_envs"])) for r in runs.rows()}):
-        several = len({g for g in goals.values() if g is not None}) > 1  # else the panel title names it
-        goal = f", target {goals[task]:g}" if several and goals.get(task) is not None else ""
-        series.append((f"{task}, {envs} envs/pod{goal}", runs.where(task=task, num_envs=envs)))
-    ttt = None
-    if panels == 2 and evals is not None:
-        ttt = time_to_target(evals, target, "wall_s")
+    from .aggregate import scaling_table
+
+    sc = scaling_table(runs, reference) if len(runs) else scaling_table(runs)
+    has_target = len(sc) > 0 and bool(np.isfinite(np.asarray(sc["target"], dtype=float)).any())
+    panels = 3 if has_target else 2
+    fig = Figure(figsize=(width if panels == 3 else width * 0.7, height), layout="constrained")
+    axes = list(fig.subplots(1, panels, squeeze=False)[0])
+    ax_t = axes[0] if has_target else None
+    ax_s, ax_e = axes[-2], axes[-1]
+    tasks = sc.unique("task") if len(sc) else []
+    keys = [(task, system) for task in tasks for system in sc.where(task=task).unique("system")]
     all_pods: set[int] = set()
-    handles, labels = [], []
-    for i, (name, s) in enumerate(series):
+    handles: dict[str, Any] = {}
+    missed_any = False
+    for i, (task, system) in enumerate(keys):
+        name = system if len(tasks) == 1 else f"{system} ({task})"
         color = _color(i)
-        pods = np.asarray(s["pods"], dtype=int)
-        all_pods |= set(pods.tolist())
-        ks = sorted(set(pods.tolist()))
+        s = sc.where(task=task, system=system)
+        ks = [int(k) for k in s["pods"].tolist()]
+        all_pods |= set(ks)
+        r = runs.where(task=task, system=system)
+        rp = np.asarray(r["pods"], dtype=int)
         # throughput
-        ax = axes[0]
-        thr = np.asarray(s["steps_per_s"], dtype=float)
-        ax.scatter(pods, thr, color=color, alpha=0.45, s=18, lw=0)
-        means = np.array([np.nanmean(thr[pods == k]) for k in ks])
-        (h,) = ax.plot(ks, means, color=color, marker="o", lw=1.8)
-        handles.append(h)
-        labels.append(f"{name}: measured")
-        if len(ks) > 1 and np.isfinite(means[0]):
-            ideal = means[0] / ks[0] * np.asarray(ks)
-            (hi,) = ax.plot(ks, ideal, color=color, ls=":", lw=1.5)
-            handles.append(hi)
-            labels.append(f"{name}: ideal (linear from {ks[0]} pod{'s' * (ks[0] != 1)})")
+        med, lo, hi = (np.asarray(s[c], dtype=float) for c in ("steps_per_s_median", "steps_per_s_min",
+                                                               "steps_per_s_max"))
+        ax_s.scatter(rp, np.asarray(r["steps_per_s"], dtype=float), color=color, alpha=0.45, s=16, lw=0)
+        if len(ks) > 1:
+            ax_s.fill_between(ks, lo, hi, color=color, alpha=0.15, lw=0)
+        (h,) = ax_s.plot(ks, med, color=color, marker="o", lw=1.8, label=name)
+        handles.setdefault(f"{name}: median over seeds (band: their range)", h)
+        if len(ks) > 1 and np.isfinite(med[0]):
+            ax_s.plot(ks, med[0] / ks[0] * np.asarray(ks, dtype=float), color=color, ls=":", lw=1.5,
+                      label=f"{name} ideal")
+        # efficiency
+        ax_e.plot(ks, np.asarray(s["throughput_efficiency"], dtype=float), color=color, ls="--", marker="s", ms=4,
+                  lw=1.4, label=f"{name} throughput")
+        if has_target:
+            ax_e.plot(ks, np.asarray(s["efficiency"], dtype=float), color=color, marker="o", lw=1.8, label=name)
         # time to target
-        if panels == 2:
-            ax = axes[1]
-            runs_here = set(s["run"].tolist())
-            tt = ttt.take(np.array([r in runs_here for r in ttt["run"].tolist()], dtype=bool)) if ttt is not None and len(ttt) else None
-            if tt is None or not len(tt):
-                continue
-            tp = np.asarray(tt["pods"], dtype=int)
-            tv = np.asarray(tt["wall_s_to_target"], dtype=float)
-            ax.scatter(tp, tv, color=color, alpha=0.45, s=18, lw=0)
-            ok = [(k, np.nanmean(tv[tp == k])) for k in ks if np.isfinite(tv[tp == k]).any()]
-            if ok:
-                ax.plot([k for k, _ in ok], [v for _, v in ok], color=color, marker="o", lw=1.8)
-            missed = [int(k) for k in ks if not np.isfinite(tv[tp == k]).any()]
-            for k in missed:
-                ax.annotate("not\nreached", (k, 0.97), xycoords=("data", "axes fraction"), ha="center", va="top",
-                            fontsize=8, color=color)
+        if ax_t is None:
+            continue
+        tm = np.asarray(s["time_to_target_median"], dtype=float)
+        ok = np.isfinite(tm)
+        tt = np.asarray(r["wall_s_to_target"], dtype=float)
+        reached = np.isfinite(tt)
+        ax_t.scatter(rp[reached], tt[reached], color=color, alpha=0.5, s=16, lw=0)
+        if (~reached).any():
+            missed_any = True
+            ax_t.scatter(rp[~reached], np.asarray(r["wall_s"], dtype=float)[~reached], marker="^", s=30,
+                         facecolors="none", edgecolors=color, lw=1.2)
+        band_lo = [min(tt[(rp == k) & reached], default=np.nan) for k in ks]
+        band_hi = [max(tt[(rp == k) & reached], default=np.nan) for k in ks]
+        if len(ks) > 1:
+            ax_t.fill_between(ks, band_lo, band_hi, color=color, alpha=0.15, lw=0)
+        if ok.any():
+            ax_t.plot(np.asarray(ks)[ok], tm[ok], color=color, marker="o", lw=1.8, label=name)
+            k0, t0 = np.asarray(ks)[ok][0], tm[ok][0]
+            kk = np.asarray([k for k in ks if k >= k0], dtype=float)
+            if len(kk) > 1:
+                ax_t.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
+        for k, v in zip(ks, tm):
+            if not math.isfinite(v):
+                ax_t.annotate("median\nnot reached", (k, 0.03 + 0.1 * i), xycoords=("data", "axes fraction"),
+                              ha="center", va="bottom", fontsize=8, color=color)
     ticks = sorted(all_pods)
-    for j, ax in enumerate(axes):
+    for ax in axes:
         ax.set_xscale("log", base=2)
         if ticks:
             ax.set_xticks(ticks, [str(k) for k in ticks])
             ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
-        ax.set_xlabel("pods (one per MPI rank / GPU)")
+        ax.set_xlabel("pods (RLlib: learners on the same allocation)")
         ax.grid(alpha=0.3, which="both")
-    axes[0].set_yscale("log")
-    axes[0].yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # labels within a decade too
-    axes[0].yaxis.set_major_formatter(STEPS)
-    axes[0].yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
-    axes[0].set_ylabel("throughput (env steps/s, all pods)")
-    axes[0].set_title("throughput vs pods", fontsize=11)
-    if panels == 2:
-        named = [f"{g:g}" for g in goals.values() if g is not None]
-        what = f"return {named[0]}" if len(set(named)) == 1 else "the target return"
-        axes[1].set_ylabel(f"wall-clock time to {what} (s)")
-        axes[1].set_title(f"time to {what} (first pod to reach it)", fontsize=11)
-        axes[1].set_ylim(bottom=0)
-    if not len(runs):
+    ax_s.set_yscale("log")
+    ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_s.yaxis.set_major_formatter(STEPS)
+    ax_s.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    ax_s.set_ylabel("throughput (env steps/s, all pods)")
+    ax_s.set_title("throughput vs resources", fontsize=11)
+    ax_e.axhline(1.0, color="0.3", ls="-", lw=0.8)
+    ax_e.set_ylim(0, max(1.25, float(np.nanmax(np.concatenate([np.asarray(sc["efficiency"], dtype=float),
+                                                                np.asarray(sc["throughput_efficiency"], dtype=float),
+                                                                [1.0]]))) * 1.1) if len(sc) else 1.25)
+    ax_e.set_ylabel("efficiency (speed-up / resources)")
+    ax_e.set_title("scaling efficiency (1 = ideal)", fontsize=11)
+    if ax_t is not None:
+        goals = sorted({float(g) for g in sc["target"].tolist() if math.isfinite(float(g))})
+        metric = str(sc["metric"][0]) if "metric" in sc else "return"
+        what = ("cumulative return" if metric == "cumulative_return" else "return") + (
+            f" {goals[0]:g}" if len(goals) == 1 else " target")
+        ax_t.set_yscale("log")
+        ax_t.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+        ax_t.set_ylabel(f"training time to {what} (s)")
+        ax_t.set_title(f"time to {what} vs resources", fontsize=11)
+        if missed_any:
+            handles.setdefault("open triangle: a seed that did not reach it (its training time)",
+                               Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6))
+    handles.setdefault("dotted: ideal scaling from the fewest pods", Line2D([], [], color="0.4", ls=":", lw=1.5))
+    handles.setdefault("efficiency: solid time to target, dashed throughput" if has_target
+                       else "efficiency: throughput", Line2D([], [], color="0.4", ls="--", marker="s", ms=4))
+    if not len(sc):
         _empty(axes[0], "no runs")
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False, fontsize=9)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False,
+               fontsize=9)
     return fig
 
 
