@@ -26,9 +26,11 @@ import stat
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Comm", "get_comm", "launcher_env", "slurm_pmi2_netmod", "clean_stale_mpich_segments", "mpich_world_id"]
+__all__ = ["Comm", "get_comm", "launcher_env", "slurm_pmi2_netmod", "pypi_mpich", "clean_stale_mpich_segments",
+           "mpich_world_id"]
 
 # Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
 _LAUNCHER_VARS: tuple[tuple[str, str | None], ...] = (
@@ -66,8 +68,28 @@ def _int_or_none(s: str | None) -> int | None:
         return None
 
 
-def slurm_pmi2_netmod(environ: dict[str, str] | None = None) -> str | None:
-    """Under Slurm's pmi2 plugin, make MPICH use its OFI netmod (unless the user chose one).
+def pypi_mpich() -> str | None:
+    """The PyPI ``mpich`` wheel's ``libmpi`` when it is the MPI that mpi4py loads here (mpi4py 4
+    tries the environment's own ``lib/`` before the system's), else None (a site MPI, conda's,
+    or ``MPI4PY_LIBMPI`` naming another)."""
+    if os.environ.get("MPI4PY_LIBMPI"):
+        return None
+    try:
+        from importlib.metadata import PackageNotFoundError, distribution
+
+        dist = distribution("mpich")
+    except (ImportError, PackageNotFoundError):
+        return None
+    for f in dist.files or []:
+        if Path(str(f)).name == "libmpi.so.12":
+            path = Path(str(dist.locate_file(f))).resolve()
+            return str(path) if path.exists() else None
+    return None
+
+
+def slurm_pmi2_netmod(environ: dict[str, str] | None = None, wheel: bool | None = None) -> str | None:
+    """Under Slurm's pmi2 plugin, make the PyPI mpich wheel use its OFI netmod (unless the user
+    chose one), and say so.
 
     Slurm's ``mpi/pmi2`` server reads a PMI-1 request with one ``read()`` of at most 1024 bytes
     (measured on Slurm 22.05, Debian's; tests/slurm checks it). MPICH 5.0.2 (the PyPI ``mpich``
@@ -76,15 +98,23 @@ def slurm_pmi2_netmod(environ: dict[str, str] | None = None) -> str | None:
     a new request ("mpi/pmi2: invalid client request") and ``MPI_Init`` fails with "Destination
     is unreachable" or hangs. Whether a line overflows depends on how well the address bytes
     compress, so it failed some starts and not others. The OFI netmod's addresses are a few
-    dozen bytes: one short put, no overflow. Only MPICH reads the variable; an explicit
-    ``MPIR_CVAR_CH4_NETMOD`` (e.g. ``ucx`` on a site whose Slurm reads whole lines) is kept.
+    dozen bytes: one short put, no overflow. Only for the wheel (``wheel``, default: detected by
+    :func:`pypi_mpich`): a site's MPICH, MVAPICH or Cray MPICH under pmi2 keeps its own netmod, and
+    an explicit ``MPIR_CVAR_CH4_NETMOD`` (e.g. ``ucx`` on a site whose Slurm reads whole lines) is
+    kept. Rank 0 prints a line when it sets the variable.
 
     Returns the value set, or None when nothing was changed.
     """
     env = os.environ if environ is None else environ
     if env.get("SLURM_MPI_TYPE", "").lower() != "pmi2" or env.get("MPIR_CVAR_CH4_NETMOD"):
         return None
+    if not (pypi_mpich() is not None if wheel is None else wheel):
+        return None
     env["MPIR_CVAR_CH4_NETMOD"] = "ofi"
+    if env.get("SLURM_PROCID", "0") == "0":
+        print("podracer: MPIR_CVAR_CH4_NETMOD=ofi (the PyPI mpich wheel under srun --mpi=pmi2: its UCX addresses "
+              "overflow Slurm's 1024-byte PMI-1 reads; set MPIR_CVAR_CH4_NETMOD to choose another)",
+              file=sys.stderr, flush=True)
     return "ofi"
 
 

@@ -5,8 +5,15 @@ that imports submitit.
 file, the resource request, the partition as ``sinfo`` knows it), then starts the job's ranks:
 
 - ``slurm``: one submitit job (or job array) whose tasks are the pods of one MPI world
-  (``srun --mpi=pmi2|pmix``, one rank per GPU). Each task runs :class:`RankProgram`.
+  (``srun --mpi=pmix|pmi2``, one rank per GPU, bound: ``--gpus-per-task=1``; ``--cpus-per-task``
+  given to srun too). Each task runs :class:`RankProgram` from a code snapshot in the run
+  directory (``<run dir>/code/<id>``: the package and the job file as they were at submission),
+  so that a requeue days later runs the same code whatever happened to the checkout since.
 - ``local``: ``mpiexec -n <ranks> podracer train ...`` on this machine, no cluster needed.
+
+``--dry-run`` needs no Slurm: without ``sbatch``/``sinfo`` the request is checked as far as it
+can be here and the script is printed; ``sinfo`` checks (partition, nodes, CPUs, GPUs, time
+limit) and ``srun --mpi=list`` run where Slurm is installed.
 
 Preemption and time limits: Slurm warns the ranks with a signal (submitit's USR2); every rank
 finishes its update and checkpoints, then rank 0 requeues the job (``scontrol requeue``) and
@@ -16,6 +23,7 @@ submitter's ``--wait`` keeps waiting.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -39,6 +47,10 @@ class LaunchError(ValueError):
     """A request that cannot be right, or a job that failed; the message says which and why."""
 
 
+class SlurmUnreachable(LaunchError):
+    """Slurm's commands are here but do not answer (no slurm.conf, slurmctld down)."""
+
+
 @dataclass
 class Request:
     """What ``podracer submit`` was asked for (the resolved, validated form)."""
@@ -54,10 +66,26 @@ class Request:
     partition: str = ""
     account: str = ""
     time_min: int = 60
-    mpi: str = "pmi2"  # srun --mpi plugin matching the site's MPI (pmi2 for the mpich wheel, pmix for Open MPI)
+    # srun --mpi plugin matching the MPI of mpi4py: pmix for a site's Open MPI / HPC-X (the default,
+    # as slurm_templates/site.sh), pmi2 for the PyPI mpich wheel (and MPICH/MVAPICH builds)
+    mpi: str = "pmix"
     run_dir: str = ""
     shared_leaderboard: bool = True  # array tasks share one leaderboard (elastic join between tasks)
     signal_delay_s: int = 90
+    cpus_per_task: int = 0  # 0: Slurm's default (one CPU per task)
+    mem: str = ""  # per node, sbatch syntax: 64G, 0 (all of it)
+    exclusive: bool = False
+    qos: str = ""
+    constraint: str = ""
+    job_name: str = ""  # default podracer-<config name>
+    mail_type: str = ""
+    mail_user: str = ""
+    dependency: str = ""
+    sbatch: list[str] = field(default_factory=list)  # KEY=VALUE (or KEY) passed to sbatch as --KEY=VALUE
+    gpu_bind: str = "per-task"  # per-task: srun --gpus-per-task=1 (one bound GPU per pod); none: all visible
+    hdf5_locking: str = ""  # HDF5_USE_FILE_LOCKING for the ranks: "" = the environment's, else BEST_EFFORT
+    cache_dir: str = ""  # per-node compile caches; "" = /tmp/podracer-cache-$USER on each node
+    snapshot: bool = True  # run a frozen copy of the code (slurm executor)
 
     @property
     def ranks(self) -> int:
@@ -93,7 +121,8 @@ def _sinfo(fmt: str, partition: str = "") -> list[str]:
     cmd = ["sinfo", "-h", "-o", fmt] + (["-p", partition] if partition else [])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if out.returncode != 0:
-        raise LaunchError(f"sinfo failed ({out.stderr.strip()}); is Slurm reachable from here?")
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SlurmUnreachable(f"sinfo failed ({last}); is Slurm reachable from here?")
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -120,8 +149,49 @@ def slurm_minutes(text: str) -> int | None:
     return d * 1440 + h * 60 + m  # seconds dropped: a limit of 45:30 admits --time 45, not 46
 
 
-def validate(req: Request) -> Config:
-    """Check the request and the job file; raises LaunchError/ConfigError before anything is queued."""
+# sbatch options that have a submit option of their own, or that the launcher sets itself
+OWN_SBATCH = {
+    "nodes": "--nodes", "ntasks-per-node": "--tasks-per-node", "gpus-per-node": "--gpus-per-node",
+    "partition": "--partition", "account": "--account", "time": "--time", "array": "--array",
+    "cpus-per-task": "--cpus-per-task", "mem": "--mem", "exclusive": "--exclusive", "qos": "--qos",
+    "constraint": "--constraint", "job-name": "--job-name", "mail-type": "--mail-type", "mail-user": "--mail-user",
+    "dependency": "--dependency", "output": "", "error": "", "open-mode": "", "signal": "", "requeue": "",
+    "ntasks": "--nodes and --tasks-per-node", "gpus-per-task": "--gpus-per-node (one bound GPU per pod)",
+}
+MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
+HDF5_LOCKING = {"best-effort": "BEST_EFFORT", "true": "TRUE", "false": "FALSE"}
+
+
+def parse_sbatch(items: list[str]) -> dict[str, Any]:
+    """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag) items -> {key: value}; refuses keys
+    that have a submit option of their own or that the launcher must set."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-").lower()
+        if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
+            raise LaunchError(f"--sbatch {item!r}: expected a long sbatch option name, KEY=VALUE or KEY "
+                              "(e.g. --sbatch reservation=dgx --sbatch hint=nomultithread)")
+        if key in OWN_SBATCH:
+            use = OWN_SBATCH[key]
+            raise LaunchError(f"--sbatch {item!r}: " + (f"use podracer submit {use} instead" if use else
+                              f"--{key} is set by podracer submit itself (logs in the run dir, the signal "
+                              "that checkpoints, requeue)"))
+        out[key] = value if eq else True
+    return out
+
+
+def _slurm_here() -> bool:
+    return shutil.which("sbatch") is not None
+
+
+def validate(req: Request, dry_run: bool = False) -> Config:
+    """Check the request and the job file; raises LaunchError/ConfigError before anything is queued.
+
+    ``dry_run``: nothing will be submitted, so Slurm need not be installed: what needs ``sinfo``
+    or ``srun`` is checked only where they exist.
+    """
     if not Path(req.job_file).is_file():
         raise LaunchError(f"job file {req.job_file!r} not found (jobs live in jobs/*.yaml)")
     cfg = load_config(req.job_file, req.overrides)
@@ -142,27 +212,107 @@ def validate(req: Request) -> Config:
         raise LaunchError(f"--time must be >= 1 minute, got {req.time_min}")
     if req.mpi not in ("pmi2", "pmix", "none"):
         raise LaunchError(f"--mpi must be pmi2, pmix or none, got {req.mpi!r}")
+    if req.cpus_per_task < 0:
+        raise LaunchError(f"--cpus-per-task must be >= 1 (0 = Slurm's default), got {req.cpus_per_task}")
+    if req.mem and not re.fullmatch(r"[0-9]+[KMGT]?B?", req.mem.upper()):
+        raise LaunchError(f"--mem {req.mem!r}: expected a size per node such as 64G, 500M or 0 (all of the node's)")
+    bad = [t for t in req.mail_type.upper().split(",") if t and t not in MAIL_TYPES] if req.mail_type else []
+    if bad:
+        raise LaunchError(f"--mail-type {req.mail_type!r}: {', '.join(bad)} unknown; use {', '.join(sorted(MAIL_TYPES))}")
+    for opt, value in (("--qos", req.qos), ("--constraint", req.constraint), ("--job-name", req.job_name),
+                       ("--mail-user", req.mail_user), ("--dependency", req.dependency), ("--partition", req.partition),
+                       ("--account", req.account)):
+        if value and (re.search(r"\s", value) or "\n" in value):
+            raise LaunchError(f"{opt} {value!r}: no spaces")
+    parse_sbatch(req.sbatch)
+    if req.gpu_bind not in ("per-task", "none"):
+        raise LaunchError(f"--gpu-bind must be per-task or none, got {req.gpu_bind!r}")
+    if req.hdf5_locking and req.hdf5_locking.lower() not in HDF5_LOCKING:
+        raise LaunchError(f"--hdf5-locking must be best-effort, true or false, got {req.hdf5_locking!r}")
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
-        if shutil.which("sbatch") is None:
-            raise LaunchError("--executor slurm, but there is no sbatch here: run on a login node, or use --executor local")
-        parts = [p.rstrip("*") for p in _sinfo("%P")]
-        if req.partition and req.partition not in parts:
-            raise LaunchError(f"--partition {req.partition!r} does not exist; partitions here: {', '.join(parts)}")
-        part = req.partition or next((p.rstrip("*") for p in _sinfo("%P") if p.endswith("*")), "")
-        if part:
-            total = sum(int(x) for x in _sinfo("%D", part) if x.isdigit())
-            if total and req.nodes > total:
-                raise LaunchError(f"--nodes {req.nodes}: partition {part!r} has only {total} nodes")
-            limits = [m for m in (slurm_minutes(x) for x in _sinfo("%l", part)) if m is not None]
-            if limits and req.time_min > max(limits):
-                raise LaunchError(f"--time {req.time_min}: partition {part!r} allows at most {max(limits)} minutes "
-                                  "(sinfo -o %l); the job would never start")
+        if cfg.device.startswith("cuda") and not req.gpus_per_node:
+            raise LaunchError(f"the job file says device: {cfg.device}, but --gpus-per-node is 0: ask for one GPU per "
+                              f"pod (--gpus-per-node {req.tasks_per_node}) or --set device=auto")
+        if req.gpus_per_node > req.tasks_per_node:
+            print(f"note: {req.gpus_per_node} GPUs per node for {req.tasks_per_node} pod(s) per node: "
+                  f"{req.gpus_per_node - req.tasks_per_node} stay idle (one GPU per pod)", file=sys.stderr)
+        if req.mpi == "pmix" and comm_pypi_mpich():
+            message = ("--mpi pmix, but mpi4py here loads the PyPI mpich wheel, which speaks PMI-1/2 only: each rank "
+                       "would start alone. Use --mpi pmi2 with the wheel, or a site MPI (Open MPI/HPC-X) with pmix "
+                       "(docs/slurm-templates.md, 'MPI')")
+            if not dry_run:
+                raise LaunchError(message)
+            print(f"note: {message}", file=sys.stderr)
+        if not _slurm_here():
+            if not dry_run:
+                raise LaunchError("--executor slurm, but there is no sbatch here: run on a login node, or use "
+                                  "--executor local (--dry-run shows the script without Slurm)")
+            print("note: no Slurm here: the script is not checked against a cluster (partition, nodes, CPUs, GPUs, "
+                  "time limit, MPI plugins)", file=sys.stderr)
+        else:
+            try:
+                _check_against_slurm(req)
+            except SlurmUnreachable as e:
+                if not dry_run:
+                    raise
+                print(f"note: {e}: the script is not checked against the cluster", file=sys.stderr)
     else:
         if req.nodes > 1:
             raise LaunchError("--executor local runs on this machine: use --nodes 1 (and --tasks-per-node for the pods)")
     return cfg
+
+
+def comm_pypi_mpich() -> str | None:
+    from .comm import pypi_mpich
+
+    return pypi_mpich()
+
+
+def _gres_gpus(text: str) -> int:
+    """GPUs in a node's GRES as sinfo prints it (``gpu:8``, ``gpu:h100:8(S:0-1)``, ``(null)``)."""
+    return sum(int(m) for m in re.findall(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)", text))
+
+
+def _check_against_slurm(req: Request) -> None:
+    """What sinfo and srun can tell before anything is queued (a request that could never start)."""
+    parts = [p.rstrip("*") for p in _sinfo("%P")]
+    if req.partition and req.partition not in parts:
+        raise LaunchError(f"--partition {req.partition!r} does not exist; partitions here: {', '.join(parts)}")
+    part = req.partition or next((p.rstrip("*") for p in _sinfo("%P") if p.endswith("*")), "")
+    if part:
+        total = sum(int(x) for x in _sinfo("%D", part) if x.isdigit())
+        if total and req.nodes > total:
+            raise LaunchError(f"--nodes {req.nodes}: partition {part!r} has only {total} nodes")
+        limits = [m for m in (slurm_minutes(x) for x in _sinfo("%l", part)) if m is not None]
+        if limits and req.time_min > max(limits):
+            raise LaunchError(f"--time {req.time_min}: partition {part!r} allows at most {max(limits)} minutes "
+                              "(sinfo -o %l); the job would never start")
+        cpus = [int(re.sub(r"[^0-9]", "", x)) for x in _sinfo("%c", part) if re.sub(r"[^0-9]", "", x)]
+        want = req.tasks_per_node * max(1, req.cpus_per_task)
+        if cpus and want > max(cpus):
+            raise LaunchError(f"--tasks-per-node {req.tasks_per_node} x --cpus-per-task {max(1, req.cpus_per_task)} = "
+                              f"{want} CPUs per node: the nodes of partition {part!r} have at most {max(cpus)} "
+                              "(sinfo -o %c); the job would never start")
+        gpus = [_gres_gpus(x) for x in _sinfo("%G", part)]
+        if gpus and req.gpus_per_node > max(gpus):
+            raise LaunchError(f"--gpus-per-node {req.gpus_per_node}: the nodes of partition {part!r} have at most "
+                              f"{max(gpus)} GPUs (sinfo -o %G); the job would never start")
+        if gpus and max(gpus) and not req.gpus_per_node:
+            print(f"note: the nodes of partition {part!r} have {max(gpus)} GPUs each, but the job asks for none "
+                  f"(--gpus-per-node): its pods run on the CPU", file=sys.stderr)
+    if req.mpi != "none" and shutil.which("srun"):
+        try:
+            out = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=30)
+            text = out.stdout + out.stderr  # "MPI plugin types are...", one per line; "...available: pmix_v4"
+            plugins = ({ln.strip() for ln in text.splitlines() if re.fullmatch(r"[a-z0-9_]+", ln.strip())}
+                       | set(re.findall(r"\bpmix_v[0-9]+\b", text))) if out.returncode == 0 else set()
+        except (OSError, subprocess.TimeoutExpired):
+            plugins = set()
+        if plugins and not any(p == req.mpi or p.startswith(req.mpi + "_") for p in plugins):
+            raise LaunchError(f"--mpi {req.mpi}: this Slurm has no such MPI plugin (srun --mpi=list: "
+                              f"{', '.join(sorted(plugins))}); use the one that matches the MPI of mpi4py")
 
 
 def run_dir_for(req: Request, cfg: Config) -> Path:
@@ -182,6 +332,106 @@ def task_overrides(req: Request, cfg: Config, task: int | None) -> tuple[list[st
 
 
 # ------------------------------------------------------------------------------------------
+# Code snapshot: what a (requeued) job runs
+# ------------------------------------------------------------------------------------------
+@dataclass
+class Snapshot:
+    """The frozen code of a submission: ``<run dir>/code/<id>/`` holds ``podracer_hpc/`` (the
+    package that submitted, dirty or not), ``job.yaml`` (the job file) and ``SNAPSHOT.json``
+    (revision, dirty flag, where it came from). ``id`` is a digest of all of them, so a resubmission
+    of unchanged code reuses it. The ranks import the package from here (``PYTHONPATH``, with
+    ``PYTHONSAFEPATH=1`` so that a checkout in the working directory does not come first)."""
+
+    path: Path
+    id: str
+    revision: str
+    dirty: bool
+    source: Path
+    files: list[Path]
+    job_text: bytes
+
+    @property
+    def job_file(self) -> Path:
+        return self.path / "job.yaml"
+
+
+def _package_files(pkg: Path) -> list[Path]:
+    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix not in (".pyc", ".pyo") and not p.name.startswith(".nfs"))
+
+
+def plan_snapshot(base: Path, job_file: str) -> Snapshot:
+    """The snapshot this submission will run (computed; nothing is written)."""
+    from .device import code_revision
+
+    pkg = Path(__file__).resolve().parent
+    files = _package_files(pkg)
+    job_text = Path(job_file).read_bytes()
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
+    h.update(b"job.yaml\0" + job_text)
+    revision = code_revision({})
+    sid = h.hexdigest()[:12]
+    return Snapshot(base / "code" / sid, sid, revision, revision.endswith("-dirty"), pkg, files, job_text)
+
+
+def make_snapshot(snap: Snapshot) -> Snapshot:
+    """Write the snapshot (once: an existing one with this id is the same code) atomically."""
+    if (snap.path / "SNAPSHOT.json").is_file():
+        return snap
+    tmp = snap.path.parent / f".{snap.id}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for f in snap.files:
+        dest = tmp / "podracer_hpc" / f.relative_to(snap.source)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest)
+    (tmp / "job.yaml").write_bytes(snap.job_text)
+    meta = {"revision": snap.revision, "dirty": snap.dirty, "id": snap.id, "source": str(snap.source),
+            "files": len(snap.files), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (tmp / "SNAPSHOT.json").write_text(json.dumps(meta, indent=2) + "\n")
+    try:
+        os.rename(tmp, snap.path)
+    except OSError:  # another submission wrote the same snapshot first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (snap.path / "SNAPSHOT.json").is_file():
+            raise
+    return snap
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    """{0, 1, 2, 5} -> "0-2,5"."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def launch_line() -> str:
+    """What a Slurm task got, as the pod process sees it: code, CPUs, GPUs (one line, stderr)."""
+    from .device import code_revision
+
+    try:
+        cpus = _cpu_list(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = "?"
+    e = os.environ
+    pkg = Path(__file__).resolve().parent
+    return (f"podracer task {e.get('SLURM_PROCID', '?')} (local {e.get('SLURM_LOCALID', '?')}) on "
+            f"{e.get('SLURMD_NODENAME', os.uname().nodename)}: code {pkg} (revision {code_revision()}), "
+            f"SLURM_CPUS_PER_TASK={e.get('SLURM_CPUS_PER_TASK', '')}, CPUs {cpus}, "
+            f"CUDA_VISIBLE_DEVICES={e.get('CUDA_VISIBLE_DEVICES', '')}, "
+            f"HDF5_USE_FILE_LOCKING={e.get('HDF5_USE_FILE_LOCKING', '')}")
+
+
+# ------------------------------------------------------------------------------------------
 # What runs in each Slurm task
 # ------------------------------------------------------------------------------------------
 class RankProgram:
@@ -191,6 +441,7 @@ class RankProgram:
         self.job_file, self.overrides, self.run_dir = job_file, list(overrides), run_dir
 
     def __call__(self) -> dict[str, Any]:
+        print(launch_line(), file=sys.stderr, flush=True)
         from .run import train
 
         cfg = load_config(self.job_file, self.overrides)
@@ -227,33 +478,71 @@ class RankProgram:
 # ------------------------------------------------------------------------------------------
 # Executors
 # ------------------------------------------------------------------------------------------
-def _slurm_parameters(req: Request, cfg: Config, name: str) -> dict[str, Any]:
+def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
+    """The batch script's lines before srun: the environment every rank inherits."""
+    q = shlex.quote
+    lines = ["export PYTHONUNBUFFERED=1"]
+    if snap is not None:
+        lines += [f"export PYTHONPATH={q(str(snap.path))}${{PYTHONPATH:+:$PYTHONPATH}}",
+                  "export PYTHONSAFEPATH=1  # the snapshot, not a checkout in the working directory",
+                  f"export PODRACER_CODE={q(str(snap.path))}",
+                  f"export PODRACER_GIT_REVISION={q(snap.revision)}"]
+    if req.cpus_per_task:
+        # Slurm 22.05-23.02: srun does not inherit sbatch's --cpus-per-task (it is also on the srun line)
+        lines += [f"export SRUN_CPUS_PER_TASK={req.cpus_per_task}", f"export OMP_NUM_THREADS={req.cpus_per_task}"]
+    if req.gpus_per_node:
+        lines.append(f"export PODRACER_GPUS={req.gpus_per_node}")
+        if req.gpu_bind == "per-task":
+            lines.append("export PODRACER_GPU_BIND=per-task  # each pod checks it sees exactly one GPU")
+    lock = HDF5_LOCKING.get(req.hdf5_locking.lower(), "") if req.hdf5_locking else ""
+    lines.append(f"export HDF5_USE_FILE_LOCKING={lock}" if lock else
+                 "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}  # Lustre without flock")
+    lines.append(f"export PODRACER_CACHE_DIR={q(req.cache_dir)}" if req.cache_dir else
+                 "export PODRACER_CACHE_DIR=${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}")
+    if snap is not None:
+        lines.append(f"echo \"podracer: job $SLURM_JOB_ID runs code {snap.path} (revision {snap.revision})\"")
+    return lines
+
+
+def _slurm_parameters(req: Request, cfg: Config, name: str, snap: Snapshot | None = None) -> dict[str, Any]:
+    srun = ["--kill-on-bad-exit=1"] + ([] if req.mpi == "none" else [f"--mpi={req.mpi}"])
+    if req.cpus_per_task:
+        srun.append(f"--cpus-per-task={req.cpus_per_task}")
+    if req.gpus_per_node and req.gpu_bind == "per-task":
+        srun.append("--gpus-per-task=1")
+    extra: dict[str, Any] = {"requeue": True}
+    if sys.version_info < (3, 11):  # no PYTHONSAFEPATH: a checkout in the working directory would come first
+        extra["chdir"] = str(run_dir_for(req, cfg))
+    extra.update(parse_sbatch(req.sbatch))
     params: dict[str, Any] = {
-        "job_name": f"podracer-{name}",
+        "job_name": req.job_name or f"podracer-{name}",
         "nodes": req.nodes,
         "ntasks_per_node": req.tasks_per_node,
         "time": req.time_min,
         "signal_delay_s": min(req.signal_delay_s, max(10, req.time_min * 60 // 3)),
         # A rank that dies ends the step, instead of leaving the others waiting in a collective.
-        "srun_args": ["--kill-on-bad-exit=1"] + ([] if req.mpi == "none" else [f"--mpi={req.mpi}"]),
-        "additional_parameters": {"requeue": True},
-        "setup": ["export PYTHONUNBUFFERED=1"],
+        "srun_args": srun,
+        "additional_parameters": extra,
+        "setup": _rank_setup(req, snap),
+        "wckey": None,  # submitit's default is --wckey=submitit, which sites that enforce wckeys reject
     }
-    if req.gpus_per_node:
-        params["gpus_per_node"] = req.gpus_per_node
-    if req.partition:
-        params["partition"] = req.partition
-    if req.account:
-        params["account"] = req.account
-    if req.array_parallelism:
-        params["array_parallelism"] = req.array_parallelism
+    for key, value in (("gpus_per_node", req.gpus_per_node), ("partition", req.partition),
+                       ("account", req.account), ("array_parallelism", req.array_parallelism),
+                       ("cpus_per_task", req.cpus_per_task), ("mem", req.mem.upper() if req.mem else ""),
+                       ("exclusive", req.exclusive), ("qos", req.qos), ("constraint", req.constraint),
+                       ("mail_type", req.mail_type.upper()), ("mail_user", req.mail_user),
+                       ("dependency", req.dependency)):
+        if value:
+            params[key] = value
     return params
 
 
 def sbatch_text(req: Request, cfg: Config) -> str:
-    """The sbatch script submitit will submit for this request (shown by --dry-run)."""
+    """The sbatch script submitit will submit for this request (shown by --dry-run; the code
+    snapshot is named, not written)."""
     folder = run_dir_for(req, cfg) / "slurm" / "%j"
-    params = _slurm_parameters(req, cfg, cfg.name)
+    snap = plan_snapshot(run_dir_for(req, cfg), req.job_file) if req.snapshot else None
+    params = _slurm_parameters(req, cfg, cfg.name, snap)
     if req.array:
         params["map_count"] = len(req.array)
     python = shlex.quote(sys.executable)
@@ -272,11 +561,15 @@ class Launched:
     logs: list[Path] = field(default_factory=list)
     stale_summaries: list[tuple[int, int, int] | None] = field(default_factory=list)  # per run dir, at submission
     started: float = field(default_factory=time.monotonic)
+    snapshot: Snapshot | None = None
 
     def describe(self) -> str:
         if self.executor == "slurm":
             ids = ", ".join(str(j.job_id) for j in self.jobs)
-            return f"submitted Slurm job {ids}; logs {self.logs[0].parent}; run dir {self.run_dirs[0].parent if len(self.run_dirs) > 1 else self.run_dirs[0]}"
+            code = (f"; code snapshot {self.snapshot.path} (revision {self.snapshot.revision})" if self.snapshot
+                    else "")
+            return (f"submitted Slurm job {ids}; logs {self.logs[0].parent}; run dir "
+                    f"{self.run_dirs[0].parent if len(self.run_dirs) > 1 else self.run_dirs[0]}{code}")
         return (f"started {len(self.procs)} local mpiexec run(s) (pid {', '.join(str(p.pid) for p in self.procs)}: "
                 f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}")
 
@@ -284,13 +577,21 @@ class Launched:
 def submit_slurm(req: Request, cfg: Config) -> Launched:
     base = run_dir_for(req, cfg)
     folder = base / "slurm" / "%j"
+    snap = None
+    job_file = str(Path(req.job_file).resolve())
+    if req.snapshot:
+        try:
+            snap = make_snapshot(plan_snapshot(base, req.job_file))
+        except OSError as e:
+            raise LaunchError(f"cannot write the code snapshot in {base / 'code'}: {e}") from e
+        job_file = str(snap.job_file)
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=30)
-    ex.update_parameters(**_slurm_parameters(req, cfg, cfg.name))
+    ex.update_parameters(**_slurm_parameters(req, cfg, cfg.name, snap))
     tasks = req.array or [None]
     calls, dirs = [], []
     for t in tasks:
         sets, d = task_overrides(req, cfg, t)
-        calls.append(RankProgram(str(Path(req.job_file).resolve()), sets, str(d)))
+        calls.append(RankProgram(job_file, sets, str(d)))
         dirs.append(d)
     stale = [summary_signature(d) for d in dirs]
     try:
@@ -301,7 +602,8 @@ def submit_slurm(req: Request, cfg: Config) -> Launched:
             jobs = [ex.submit(calls[0])]
     except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as e:
         raise LaunchError(f"sbatch refused the job: {str(e).strip() or type(e).__name__}") from e
-    return Launched("slurm", dirs, jobs=jobs, logs=[Path(str(j.paths.stderr)) for j in jobs], stale_summaries=stale)
+    return Launched("slurm", dirs, jobs=jobs, logs=[Path(str(j.paths.stderr)) for j in jobs], stale_summaries=stale,
+                    snapshot=snap)
 
 
 def find_mpiexec() -> str:

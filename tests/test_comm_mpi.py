@@ -171,20 +171,30 @@ def test_world_of_one_bcast_root() -> None:
 
 
 @pytest.mark.parametrize(
-    "env, expected, netmod",
+    "env, wheel, expected, netmod",
     [
-        ({"SLURM_MPI_TYPE": "pmi2"}, "ofi", "ofi"),  # srun --mpi=pmi2: MPICH's short OFI addresses
-        ({"SLURM_MPI_TYPE": "pmi2", "MPIR_CVAR_CH4_NETMOD": "ucx"}, None, "ucx"),  # the user's choice stays
-        ({"SLURM_MPI_TYPE": "pmix"}, None, None),  # PMIx reads whole messages
-        ({"PMI_RANK": "0", "PMI_FD": "5"}, None, None),  # mpiexec (hydra) outside Slurm
+        ({"SLURM_MPI_TYPE": "pmi2"}, True, "ofi", "ofi"),  # srun --mpi=pmi2, the PyPI wheel: short OFI addresses
+        ({"SLURM_MPI_TYPE": "pmi2"}, False, None, None),  # a site's MPICH/MVAPICH under pmi2: its own netmod
+        ({"SLURM_MPI_TYPE": "pmi2", "MPIR_CVAR_CH4_NETMOD": "ucx"}, True, None, "ucx"),  # the user's choice stays
+        ({"SLURM_MPI_TYPE": "pmix"}, True, None, None),  # PMIx reads whole messages
+        ({"PMI_RANK": "0", "PMI_FD": "5"}, True, None, None),  # mpiexec (hydra) outside Slurm
     ],
 )
-def test_slurm_pmi2_netmod(env: dict, expected: str | None, netmod: str | None) -> None:
+def test_slurm_pmi2_netmod(env: dict, wheel: bool, expected: str | None, netmod: str | None, capsys) -> None:
     from podracer_hpc.comm import slurm_pmi2_netmod
 
     env = dict(env)
-    assert slurm_pmi2_netmod(env) == expected
+    assert slurm_pmi2_netmod(env, wheel=wheel) == expected
     assert env.get("MPIR_CVAR_CH4_NETMOD") == netmod
+    assert ("MPIR_CVAR_CH4_NETMOD=ofi" in capsys.readouterr().err) == (expected is not None)  # never silent
+
+
+def test_the_venvs_mpi_is_the_pypi_wheel() -> None:
+    """This repo's .venv runs the mpich wheel (pyproject's test extra), so pmi2 gets the OFI netmod."""
+    from podracer_hpc.comm import pypi_mpich
+
+    lib = pypi_mpich()
+    assert lib is None or lib.endswith("libmpi.so.12")
 
 
 # ------------------------------------------------------------------------------------------

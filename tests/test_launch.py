@@ -72,20 +72,120 @@ def test_array_tasks_get_own_dirs_seeds_and_a_shared_leaderboard(tmp_path):
     assert not any(s.startswith("tournament.leaderboard_dir") for s in sets)
 
 
-@pytest.mark.parametrize("name,kw", [
-    ("submit_2x2", dict(nodes=2, tasks_per_node=2, time_min=10)),
-    ("submit_dgx_array", dict(nodes=4, tasks_per_node=8, gpus_per_node=8, partition="batch", account="rl",
-                              time_min=240, mpi="pmix", array=[0, 1, 2], array_parallelism=2)),
-])
-def test_generated_sbatch_matches_golden(name, kw):
+def normalize_sbatch(text: str) -> str:
+    """The machine- and code-specific parts of a generated script: the interpreter, the snapshot
+    id (a digest of the code) and the git revision."""
+    text = text.replace(sys.executable, "PYTHON")
+    text = re.sub(r"/code/[0-9a-f]{12}", "/code/SNAPSHOT", text)
+    return re.sub(r"(PODRACER_GIT_REVISION=|revision )[^\s)]+", r"\1REV", text)
+
+
+GOLDEN_CASES = {
+    "submit_2x2": dict(nodes=2, tasks_per_node=2, time_min=10, mpi="pmi2"),
+    "submit_dgx_array": dict(nodes=4, tasks_per_node=8, gpus_per_node=8, partition="batch", account="rl",
+                             time_min=240, array=[0, 1, 2], array_parallelism=2),
+    # issue 14: every resource option, the pass-through, the HDF5 and cache settings, no snapshot
+    "submit_dgx_resources": dict(nodes=4, tasks_per_node=8, gpus_per_node=8, cpus_per_task=16, mem="0",
+                                 exclusive=True, qos="normal", constraint="h100", job_name="pbt-h100",
+                                 mail_type="end,fail", mail_user="me@example.org", dependency="afterok:4242",
+                                 sbatch=["reservation=dgx-maint", "hint=nomultithread", "--wckey=rl-team"],
+                                 partition="batch", account="rl", time_min=240, hdf5_locking="false",
+                                 cache_dir="/raid/podracer-cache"),
+    "submit_cpu_unbound": dict(nodes=1, tasks_per_node=2, cpus_per_task=4, gpus_per_node=2, gpu_bind="none",
+                               snapshot=False, mpi="pmi2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_generated_sbatch_matches_golden(name):
     """submitit's sbatch text for a request, with the machine-specific paths replaced."""
-    r = req(executor="slurm", run_dir="/scratch/runs/qs", **kw)
+    r = req(executor="slurm", run_dir="/scratch/runs/qs", **GOLDEN_CASES[name])
     cfg = load_config(r.job_file)
-    text = launch.sbatch_text(r, cfg).replace(sys.executable, "PYTHON")
+    text = normalize_sbatch(launch.sbatch_text(r, cfg))
     golden = GOLDEN / f"{name}.sbatch"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(text)
     assert text == golden.read_text(), f"regenerate with UPDATE_GOLDEN=1 if the change is intended:\n{text}"
+
+
+def test_no_wckey_unless_asked():
+    r = req(executor="slurm", run_dir="/scratch/runs/qs")
+    assert "wckey" not in launch.sbatch_text(r, load_config(r.job_file))
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"sbatch": ["cpus-per-task=4"]}, "use podracer submit --cpus-per-task instead"),
+    ({"sbatch": ["--output=/tmp/x"]}, "set by podracer submit itself"),
+    ({"sbatch": ["gpus-per-task=2"]}, "one bound GPU per pod"),
+    ({"sbatch": ["r=1"]}, "long sbatch option name"),
+    ({"mem": "lots"}, "--mem 'lots'"),
+    ({"mail_type": "END,SOMETIMES"}, "SOMETIMES unknown"),
+    ({"cpus_per_task": -1}, "--cpus-per-task must be"),
+    ({"qos": "two words"}, "no spaces"),
+    ({"gpu_bind": "closest"}, "--gpu-bind must be"),
+    ({"hdf5_locking": "maybe"}, "--hdf5-locking must be"),
+    ({"overrides": ["device=cuda"]}, "--gpus-per-node is 0"),
+])
+def test_bad_resource_requests_fail_before_anything_runs(kw, msg, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # nothing may get as far as Slurm
+    with pytest.raises(launch.LaunchError, match=re.escape(msg)):
+        launch.validate(req(executor="slurm", **kw), dry_run=True)
+
+
+def test_sbatch_pass_through():
+    assert launch.parse_sbatch(["reservation=dgx", "--hint=nomultithread", "requeue_not", "wckey=team"]) == {
+        "reservation": "dgx", "hint": "nomultithread", "requeue-not": True, "wckey": "team"}
+
+
+def test_dry_run_needs_no_slurm(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    r = req(executor="slurm", nodes=4, tasks_per_node=8, gpus_per_node=8, cpus_per_task=16, mpi="pmi2")
+    cfg = launch.validate(r, dry_run=True)
+    assert "no Slurm here" in capsys.readouterr().err
+    assert "--cpus-per-task=16 --gpus-per-task=1" in launch.sbatch_text(r, cfg)
+    with pytest.raises(launch.LaunchError, match="no sbatch here"):
+        launch.validate(r)
+
+
+def test_pmix_with_the_mpich_wheel_is_refused(monkeypatch):
+    monkeypatch.setattr(launch, "comm_pypi_mpich", lambda: "/venv/lib/libmpi.so.12")
+    monkeypatch.setattr(launch, "_slurm_here", lambda: True)
+    monkeypatch.setattr(launch, "_check_against_slurm", lambda r: None)
+    with pytest.raises(launch.LaunchError, match="--mpi pmi2 with the wheel"):
+        launch.validate(req(executor="slurm", mpi="pmix"))
+    launch.validate(req(executor="slurm", mpi="pmi2"))
+
+
+def test_sinfo_checks_cpus_gpus_and_mpi_plugins(monkeypatch):
+    answers = {"%P": ["debug*"], "%D": ["4"], "%l": ["infinite"], "%c": ["2"], "%G": ["gpu:2(S:0)"]}
+    monkeypatch.setattr(launch, "_sinfo", lambda fmt, part="": answers[fmt])
+    monkeypatch.setattr(launch.shutil, "which", lambda name: None)  # no srun: plugins not listed
+    with pytest.raises(launch.LaunchError, match="= 4 CPUs per node: .* at most 2"):
+        launch._check_against_slurm(req(executor="slurm", tasks_per_node=2, cpus_per_task=2))
+    with pytest.raises(launch.LaunchError, match="at most 2 GPUs"):
+        launch._check_against_slurm(req(executor="slurm", tasks_per_node=1, gpus_per_node=4))
+    launch._check_against_slurm(req(executor="slurm", tasks_per_node=2, gpus_per_node=2))
+    assert launch._gres_gpus("gpu:h100:8(S:0-1),nvme:1") == 8 and launch._gres_gpus("(null)") == 0
+
+
+def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: snap\n")
+    plan = launch.plan_snapshot(tmp_path / "run", str(job))
+    assert not plan.path.exists()  # planning writes nothing
+    snap = launch.make_snapshot(plan)
+    meta = json.loads((snap.path / "SNAPSHOT.json").read_text())
+    assert meta["revision"] == snap.revision and meta["dirty"] == snap.revision.endswith("-dirty")
+    assert (snap.path / "podracer_hpc" / "launch.py").read_bytes() == Path(launch.__file__).read_bytes()
+    assert not list(snap.path.rglob("__pycache__")) and snap.job_file.read_text() == "name: snap\n"
+    assert launch.plan_snapshot(tmp_path / "run", str(job)).id == snap.id  # same code, same snapshot
+    job.write_text("name: snap2\n")
+    assert launch.plan_snapshot(tmp_path / "run", str(job)).id != snap.id
+    # the snapshot runs as the package, with its revision, whatever the working directory holds
+    out = subprocess.run([sys.executable, "-c", "import podracer_hpc, podracer_hpc.device as d; "
+                          "print(podracer_hpc.__file__); print(d.code_revision())"], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1"})
+    assert out.stdout.split() == [str(snap.path / "podracer_hpc" / "__init__.py"), snap.revision], out.stderr
 
 
 def test_local_submit_runs_and_waits(tmp_path, capsys):
