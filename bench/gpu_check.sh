@@ -4,16 +4,18 @@
 # (correctness of one step against MuJoCo C, env steps/s, PPO on it) and the stock-trading env, on
 # cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md with the date and
 # the device. Usage on the GPU machine, from the repo root:
-#   bash bench/gpu_check.sh [all|core|warp]   # python3 from PATH (torch with CUDA installed)
+#   bash bench/gpu_check.sh [all|core|warp|study]   # python3 from PATH (torch with CUDA installed)
 # core: the pendulum/cartpole envs, PPO and the stock-trading env (about 5 minutes);
-# warp: MuJoCo Warp (needs warp-lang, mujoco-warp, mujoco, gymnasium; about 3.5 minutes).
+# warp: MuJoCo Warp (needs warp-lang, mujoco-warp, mujoco, gymnasium; about 3.5 minutes);
+# study: the scaling study on one GPU, jobs/studies/pendulum_scaling_gpu.yaml: 1, 2, 4, 8 pods sharing
+#   the GPU, 3 seeds, and RLlib with a GPU learner where .venv-rllib exists (about 5 minutes; not in all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 export PYTHONUNBUFFERED=1
 PART=${1:-all}
-case "$PART" in all|core|warp) ;; *) echo "usage: bash bench/gpu_check.sh [all|core|warp]" >&2; exit 2;; esac
+case "$PART" in all|core|warp|study) ;; *) echo "usage: bash bench/gpu_check.sh [all|core|warp|study]" >&2; exit 2;; esac
 run() { echo; echo "### $*"; timeout "${STEP_TIMEOUT:-60}" "$@" || echo "(step failed or timed out: rc=$?)"; }
 
 $PY - <<'PYEOF'
@@ -21,6 +23,21 @@ import torch, platform
 print("torch", torch.__version__, "cuda", torch.version.cuda, "device",
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NONE", "python", platform.python_version())
 PYEOF
+if [[ $PART == study ]]; then
+  # The scaling study (podracer study, local executor) on cuda:0; prints the table and a JSON line.
+  # Without .venv-rllib (ray[rllib], baselines/rllib/README.md) the RLlib system is left out.
+  $PY - <<'PYEOF'
+import os, sys, yaml
+d = yaml.safe_load(open("jobs/studies/pendulum_scaling_gpu.yaml"))
+if not os.path.exists(".venv-rllib/bin/python"):
+    d["systems"].pop("rllib")
+    print("no .venv-rllib here: the study runs podracer only", file=sys.stderr)
+d["out"] = os.path.abspath("runs/studies/pendulum_scaling_gpu")
+yaml.safe_dump(d, open("/tmp/pendulum_scaling_gpu.yaml", "w"), sort_keys=False)
+PYEOF
+  STEP_TIMEOUT=${STUDY_TIMEOUT:-420} run $PY -m podracer_hpc.cli study /tmp/pendulum_scaling_gpu.yaml --executor local
+  exit 0
+fi
 if [[ $PART != warp ]]; then
 run $PY -m podracer_hpc.cli bench env --task pendulum --device cuda --num-envs 4096 65536 1048576 4194304 --gym-envs 64 --seconds 2 --compile reduce-overhead
 run $PY -m podracer_hpc.cli bench env --task cartpole --device cuda --num-envs 65536 1048576 --gym-envs 0 --seconds 2

@@ -265,11 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("config", nargs="?", default=None)
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     c.set_defaults(func=_cmd_config)
+
+    from .study import add_study_parser
+
+    add_study_parser(sub)  # podracer study: a scaling study (podracer_hpc/study.py)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # catch warning signals before anything slow (argparse, torch, MPI)
+        from .signals import process_flag
+
+        process_flag()
     if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/trading/backtest.py)
         from .trading.backtest import main as backtest_main
 
