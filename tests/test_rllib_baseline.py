@@ -53,6 +53,31 @@ def test_job_files_parse():
         load_config(ROOT / "jobs/rllib/pendulum.yaml", ["bogus=1"])
 
 
+def test_a_resource_point_sets_learners_env_runners_and_the_learning_rate():
+    """resources.pods = P: P learners (a local one for P = 1), 2 env runners each stepping the pod's
+    envs, RLlib's sqrt(P) learning-rate rule; keys written in the job file win."""
+    sys.path.insert(0, str(ROOT))
+    from baselines.rllib.train import ConfigError, load_config
+
+    job = ROOT / "jobs/rllib/pendulum.yaml"
+    cfg = load_config(job, ["resources.pods=4", "resources.gpus_per_pod=1", "resources.envs_per_pod=128"])
+    r = cfg["rllib"]
+    assert r["learners"] == {"num_learners": 4, "num_gpus_per_learner": 1.0}
+    assert r["env_runners"]["num_env_runners"] == 8 and r["env_runners"]["num_envs_per_env_runner"] == 64
+    assert r["training"]["lr"] == pytest.approx(0.0002 * 2) and r["training"]["train_batch_size_per_learner"] == 1024
+    assert cfg["env"]["num_envs"] == 128 and cfg["env"]["num_envs_total"] == 512  # per learner, as a pod's
+    one = load_config(job, ["resources.pods=1"])["rllib"]
+    assert one["learners"]["num_learners"] == 0 and one["training"]["lr"] == 0.0002  # RLlib's local learner
+    own = load_config(job, ["resources.pods=2", "rllib.learners.num_learners=1", "resources.lr_scaling=none"])
+    assert own["rllib"]["learners"]["num_learners"] == 1 and own["rllib"]["training"]["lr"] == 0.0002
+    plain = load_config(job)  # no point: the job as written (one local learner)
+    assert plain["rllib"]["learners"] == {} and plain["rllib"]["env_runners"]["num_env_runners"] == 2
+    for bad in (["resources.pods=0"], ["resources.pods=2", "resources.envs_per_pod=5"],
+                ["resources.pods=2", "resources.lr_scaling=cubic"]):
+        with pytest.raises(ConfigError):
+            load_config(job, bad)
+
+
 @needs_ray
 @pytest.mark.slow
 @pytest.mark.parametrize("job,task", [("jobs/rllib/pendulum.yaml", "pendulum")])
@@ -60,17 +85,21 @@ def test_tiny_run_writes_schema(tmp_path, job, task):
     run_dir = tmp_path / "rllib"
     cmd = [PY, "-m", "baselines.rllib.train", job, "--run-dir", str(run_dir), "--quiet",
            "--set", "total_env_steps=2000", "--set", "eval.interval_env_steps=1000", "--set", "eval.episodes=4",
-           "--set", "rllib.env_runners.num_env_runners=1"]
+           "--set", "resources.pods=2", "--set", "resources.env_runners_per_pod=1", "--set", "resources.envs_per_pod=4",
+           "--set", "resources.cpus=2", "--set", "rllib.training.train_batch_size_per_learner=512"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["system"] == "rllib" and summary["task"] == task and summary["env_steps"] >= 2000
+    assert summary["pods"] == 2 and summary["resources"]["num_learners"] == 2  # two learners (DDP), really
 
     log = read_log(run_dir / "logs" / "rllib_pendulum_rank0.h5")
     a = log["attrs"]
     assert a["schema_version"] == SCHEMA_VERSION and a["system"] == "rllib"
     assert a["config"]["env"]["name"] == task and a["config"]["total_env_steps"] == 2000
-    assert a["rank"] == 0 and a["world_size"] == 1 and a["versions"]["ray"]
+    assert a["rank"] == 0 and a["world_size"] == 2 and a["pods"] == 2 and a["versions"]["ray"]
+    assert a["resources"] == {**a["resources"], "pods": 2, "gpus": 0.0, "cpus": 2, "nodes": 1, "num_learners": 2,
+                              "num_env_runners": 2, "envs_per_step": 8}
     assert set(log["train"]) == set(TRAIN_COLUMNS) and set(log["eval"]) == set(EVAL_COLUMNS)
     tr, ev = log["train"], log["eval"]
     assert len(tr["env_steps"]) >= 2 and np.all(np.diff(tr["env_steps"]) > 0)
@@ -86,4 +115,6 @@ def test_tiny_run_writes_schema(tmp_path, job, task):
     runs = aggregate.load_runs([], labels=[f"rllib={run_dir}"])
     evals = aggregate.eval_table(runs)
     assert set(evals.unique("system")) == {"rllib"} and set(evals.unique("task")) == {task}
-    assert len(evals) == len(ev["env_steps"])
+    assert len(evals) == len(ev["env_steps"]) and set(evals["pods"].tolist()) == {2}
+    row = next(aggregate.run_table(runs).rows())
+    assert (row["pods"], row["gpus"], row["cpus"], row["nodes"]) == (2, 0.0, 2.0, 1)  # the shared x axis

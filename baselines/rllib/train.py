@@ -43,8 +43,12 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "total_env_steps": 1_000_000,
     "eval": {"interval_env_steps": 100_000, "episodes": 20},
-    "rllib": {"env_runners": {}, "training": {}, "model": {}, "normalize_obs": False},
+    "rllib": {"env_runners": {}, "learners": {}, "training": {}, "model": {}, "normalize_obs": False},
     "ray": {"address": None, "num_cpus": None},
+    # A resource point of a scaling study (podracer_hpc/study.py), in pods-equivalent: see
+    # apply_resources. pods null: the rllib block is used as written (one learner).
+    "resources": {"pods": None, "gpus_per_pod": 0, "cpus": None, "nodes": 1, "env_runners_per_pod": 2,
+                  "envs_per_pod": None, "lr_scaling": "sqrt"},
 }
 
 
@@ -87,13 +91,83 @@ def load_config(path: str | Path, sets: list[str] = ()) -> dict[str, Any]:
     if int(cfg["total_env_steps"]) <= 0 or int(cfg["eval"]["episodes"]) <= 0:
         raise ConfigError("total_env_steps and eval.episodes must be positive")
     cfg["name"] = cfg["name"] or Path(path).stem
+    apply_resources(cfg)
     # What analysis.aggregate reads from a config: the task (env.name), envs per pod, pool mode.
     runners = cfg["rllib"]["env_runners"]
     n_envs = max(1, int(runners.get("num_env_runners", 2) or 0)) * int(runners.get("num_envs_per_env_runner", 1))
-    cfg["env"] = {"name": cfg["task"], "gym_id": TASKS[cfg["task"]], "num_envs": n_envs}
+    pods = int(cfg["resources"]["pods"] or 1)
+    cfg["env"] = {"name": cfg["task"], "gym_id": TASKS[cfg["task"]], "num_envs": max(1, n_envs // pods),
+                  "num_envs_total": n_envs}
     cfg["tournament"] = {"mode": "none"}
     cfg["system"] = "rllib"
     return cfg
+
+
+def apply_resources(cfg: dict[str, Any]) -> None:
+    """Set RLlib's scale from the resource point ``cfg["resources"]`` (in place), as a study does
+    for both systems from the same point (baselines/rllib/README.md, "Matched resources").
+
+    With ``resources.pods = P`` (P pods-equivalent: the P GPUs, or P CPU processes, that podracer
+    would run P pods on):
+
+    - learners: ``num_learners = P`` (``0`` for P = 1: RLlib's local learner in the driver, its
+      recommended single-learner set-up), ``num_gpus_per_learner = resources.gpus_per_pod``;
+    - env runners: ``P x resources.env_runners_per_pod``, each stepping
+      ``resources.envs_per_pod / env_runners_per_pod`` environments when ``envs_per_pod`` is set
+      (the same envs per step per pod as podracer's ``env.num_envs``);
+    - ``train_batch_size_per_learner`` unchanged (each learner's batch is fixed, as each pod's
+      rollout is), ``lr`` times ``sqrt(P)`` (``lr_scaling: sqrt``, the rule of RLlib's own tuned
+      Pendulum example, ``0.0002 * num_learners ** 0.5``) or unchanged (``none``).
+
+    Keys of ``rllib.learners`` or ``rllib.env_runners`` written in the job file win over these.
+    """
+    res = cfg["resources"]
+    pods = res.get("pods")
+    if pods is None:
+        return
+    pods, g = int(pods), float(res.get("gpus_per_pod") or 0)
+    per = int(res.get("env_runners_per_pod") or 1)
+    if pods < 1 or per < 1 or g < 0:
+        raise ConfigError(f"resources: pods and env_runners_per_pod must be >= 1 and gpus_per_pod >= 0, got {res}")
+    if res.get("lr_scaling", "sqrt") not in ("sqrt", "none"):
+        raise ConfigError(f"resources.lr_scaling: sqrt or none, got {res.get('lr_scaling')!r}")
+    if int(res.get("nodes") or 1) < 1:
+        raise ConfigError(f"resources.nodes must be >= 1, got {res.get('nodes')}")
+    r = cfg["rllib"]
+    learners = {"num_learners": 0 if pods == 1 else pods, "num_gpus_per_learner": g}
+    r["learners"] = {**learners, **(r.get("learners") or {})}
+    runners = {"num_env_runners": pods * per}
+    if res.get("envs_per_pod"):
+        envs = int(res["envs_per_pod"])
+        if envs % per:
+            raise ConfigError(f"resources.envs_per_pod {envs} is not a multiple of env_runners_per_pod {per}")
+        runners["num_envs_per_env_runner"] = envs // per
+    r["env_runners"] = {**(r.get("env_runners") or {}), **runners}
+    if res.get("lr_scaling", "sqrt") == "sqrt" and "lr" in r.get("training", {}) and pods > 1:
+        r["training"] = {**r["training"], "lr": float(r["training"]["lr"]) * pods ** 0.5}
+
+
+def resources_used(cfg: dict[str, Any], ray_nodes: int, ray_cpus: float) -> dict[str, Any]:
+    """What the run had, for the log's ``resources`` attribute and analysis's x axis: ``pods``
+    (pods-equivalent: learners, at least 1), ``gpus``, ``cpus`` (cores of the allocation:
+    ``resources.cpus``, else Slurm's, else this machine's), ``nodes`` (Ray nodes alive), and the
+    RLlib settings they became."""
+    res, r = cfg["resources"], cfg["rllib"]
+    learners = r.get("learners") or {}
+    pods = int(res.get("pods") or max(1, int(learners.get("num_learners", 0) or 0)))
+    gpus = float(learners.get("num_gpus_per_learner", 0) or 0) * max(1, int(learners.get("num_learners", 0) or 0))
+    cpus = res.get("cpus")
+    if cpus is None and os.environ.get("SLURM_CPUS_PER_TASK"):
+        cpus = int(os.environ["SLURM_CPUS_PER_TASK"]) * int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
+    runners = r.get("env_runners") or {}
+    return {
+        "pods": pods, "gpus": gpus, "cpus": int(cpus if cpus is not None else (os.cpu_count() or 1)),
+        "nodes": int(ray_nodes), "ray_cpus": float(ray_cpus),
+        "num_learners": int(learners.get("num_learners", 0) or 0),
+        "num_gpus_per_learner": float(learners.get("num_gpus_per_learner", 0) or 0),
+        "num_env_runners": int(runners.get("num_env_runners", 2)),
+        "envs_per_step": int(cfg["env"]["num_envs_total"]),
+    }
 
 
 def build_algo(cfg: dict[str, Any]):
@@ -107,6 +181,8 @@ def build_algo(cfg: dict[str, Any]):
         .training(**r["training"])
         .debugging(seed=int(cfg["seed"]))
     )
+    if r.get("learners"):
+        pc = pc.learners(**r["learners"])
     if r.get("model"):
         from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
@@ -231,14 +307,19 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
     if address:
         ray.init(address=address, log_to_driver=not quiet)
     else:
-        runners = cfg["rllib"]["env_runners"]
-        need = int(runners.get("num_env_runners", 2)) + 1
+        runners, learners = cfg["rllib"]["env_runners"], cfg["rllib"].get("learners") or {}
+        need = int(runners.get("num_env_runners", 2)) + int(learners.get("num_learners", 0) or 0) + 1
         ray.init(num_cpus=int(cfg["ray"].get("num_cpus") or max(os.cpu_count() or 1, need)),
                  include_dashboard=False, log_to_driver=not quiet)
     pc, algo = build_algo(cfg)
     evaluate = Evaluator(cfg, pc)
     startup_s = time.perf_counter() - t0
-    say(f"rllib {ray.__version__}: {TASKS[cfg['task']]}, start-up {startup_s:.1f} s")
+    resources = resources_used(cfg, sum(bool(n.get("Alive")) for n in ray.nodes()),
+                               ray.cluster_resources().get("CPU", 0.0))
+    say(f"rllib {ray.__version__}: {TASKS[cfg['task']]}, start-up {startup_s:.1f} s, {resources['pods']} pod(s)-equivalent: "
+        f"{resources['num_learners']} learner(s) x {resources['num_gpus_per_learner']:g} GPU, "
+        f"{resources['num_env_runners']} env runners, {resources['envs_per_step']} envs per step, "
+        f"{resources['nodes']} node(s), {resources['cpus']} CPUs")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     attrs = {
         "config": cfg,
@@ -250,12 +331,16 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
         "versions": {"ray": ray.__version__, "torch": torch.__version__, "python": platform.python_version()},
         "seed": int(cfg["seed"]),
         "rank": 0,
-        "world_size": 1,
+        # The pods-equivalent of the run (its learners): analysis puts it on the same x axis as
+        # podracer's MPI world size. "resources" says what that was made of.
+        "world_size": resources["pods"],
+        "pods": resources["pods"],
+        "resources": resources,
         "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_") and k in (
             "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_PROCID",
             "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")},
         "comm": "ray",
-        "ray_nodes": len(ray.nodes()),
+        "ray_nodes": resources["nodes"],
         "startup_s": startup_s,
         "created": time.time(),
     }
@@ -310,7 +395,8 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
         algo.stop()
         ray.shutdown()
     summary = {
-        "system": "rllib", "task": cfg["task"], "pods": 1, "env_steps": env_steps, "wall_s": round(wall_s, 3),
+        "system": "rllib", "task": cfg["task"], "pods": resources["pods"], "resources": resources,
+        "env_steps": env_steps, "wall_s": round(wall_s, 3),
         "steps_per_s": round(env_steps / max(wall_s, 1e-9), 1), "best_return": best,
         "final_return": last if math.isfinite(last) else None, "startup_s": round(startup_s, 3),
         "iterations": it,
