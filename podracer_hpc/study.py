@@ -143,9 +143,11 @@ class Point:
         return int(math.ceil(self.gpus / self.nodes)) if self.gpus else 0
 
     def resources(self, executor: str) -> dict[str, Any]:
-        """What this run gets (``resources.json``, read by analysis)."""
+        """What this run gets (``resources.json``, read by analysis). Locally: one node, this
+        machine (``cpus`` is still what the point asks for: the pods share the machine's cores)."""
         return {"system": self.system.name, "kind": self.system.kind, "pods": self.pods, "gpus": self.gpus,
-                "cpus": self.cpus, "nodes": self.nodes, "seed": self.seed, "executor": executor}
+                "cpus": self.cpus, "nodes": self.nodes if executor == "slurm" else 1, "seed": self.seed,
+                "executor": executor}
 
 
 @dataclass
@@ -386,19 +388,19 @@ def podracer_request(study: Study, pt: Point, executor: str) -> Any:
                           time_min=int(study.slurm["time_min"]), mpi=str(study.slurm["mpi"]), run_dir=str(pt.run_dir))
 
 
-def rllib_sets(study: Study, pt: Point) -> list[str]:
+def rllib_sets(study: Study, pt: Point, executor: str = "local") -> list[str]:
     """The ``--set`` list of an RLlib point: the system's own, then the seed and the resource point
     (``resources.*``, which ``baselines/rllib/train.py`` turns into learners and env runners)."""
     return [*pt.system.sets, f"seed={pt.seed}", f"resources.pods={pt.pods}",
             f"resources.gpus_per_pod={study.gpus_of(pt.system):g}", f"resources.cpus={pt.cpus}",
-            f"resources.nodes={pt.nodes}"]
+            f"resources.nodes={pt.resources(executor)['nodes']}"]
 
 
-def rllib_args(study: Study, pt: Point) -> list[str]:
+def rllib_args(study: Study, pt: Point, executor: str = "local") -> list[str]:
     """Arguments of ``baselines.rllib.train`` after the job file for an RLlib point."""
     s = pt.system
     args = ["--run-dir", str(pt.run_dir), "--quiet"]
-    for kv in rllib_sets(study, pt):
+    for kv in rllib_sets(study, pt, executor):
         args += ["--set", kv]
     if s.stop_at_target and study.metric == "return":
         args += ["--stop-at-return", f"{study.target:g}"]
@@ -438,7 +440,7 @@ def check(study: Study, executor: str) -> None:
             from baselines.rllib.train import ConfigError as RllibConfigError, load_config as rllib_config
 
             try:
-                cfg = rllib_config(s.job, rllib_sets(study, pt))
+                cfg = rllib_config(s.job, rllib_sets(study, pt, executor))
             except (RllibConfigError, OSError, yaml.YAMLError) as e:
                 raise StudyError(f"systems.{s.name} at {pt.pods} pods: {e}") from None
             if cfg["task"] != study.task:
@@ -521,7 +523,8 @@ def _run_rllib_local(study: Study, pt: Point, say: Progress) -> None:
     deadline, last = time.monotonic() + pt.system.timeout_s, ""
     try:
         while proc.poll() is None:
-            line = progress_line(pt.run_dir).replace(" pods |", " pods-eq |")
+            # one log for all learners: progress_line's pod count is 1, the point's is P
+            line = progress_line(pt.run_dir).replace(": 1 pods |", f": {pt.pods} pods-equivalent (learners) |")
             if line != last:
                 say(pt, line)
                 last = line
@@ -600,7 +603,7 @@ def submit_point_slurm(study: Study, pt: Point) -> tuple[str, Any]:
                 f"--cpus-per-task={cpus_per_node}", f"--gpus-per-node={pt.gpus_per_node}",
                 f"--time={int(study.slurm['time_min'])}", f"--output={pt.run_dir / 'slurm-%j.out'}",
                 *_slurm_common(study), str(ROOT / "slurm_templates" / "rllib.sbatch"), str(pt.system.job),
-                *[a for a in rllib_args(study, pt) if a not in ("--run-dir", str(pt.run_dir))]]
+                *[a for a in rllib_args(study, pt, "slurm") if a not in ("--run-dir", str(pt.run_dir))]]
         job_id = _sbatch(args, env={"PODRACER_RUN_DIR": str(pt.run_dir), "PODRACER_ROOT": str(ROOT),
                                     "RLLIB_VENV": str(rllib_python(pt.system).parent.parent)})
     (pt.run_dir / "job.json").write_text(json.dumps({"job_id": job_id, "kind": pt.system.kind,
@@ -785,7 +788,7 @@ def dry_run(study: Study, executor: str) -> int:
                   + " ".join(f"--set {shlex.quote(s)}" for s in req.overrides)
         else:
             cmd = shlex.join([str(rllib_python(pt.system)), "-m", "baselines.rllib.train", str(pt.system.job),
-                              *rllib_args(study, pt)])
+                              *rllib_args(study, pt, executor)])
             if executor == "slurm":
                 cmd = f"sbatch -N{pt.nodes} --cpus-per-task={max(1, pt.cpus // pt.nodes)} " \
                       f"--gpus-per-node={pt.gpus_per_node} slurm_templates/rllib.sbatch ... ({cmd})"

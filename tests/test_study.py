@@ -85,6 +85,22 @@ def test_pods_sharing_a_gpu_run_locally_only(tmp_path):
         check(st, "slurm")
 
 
+def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
+    from podracer_hpc.study import load_study, podracer_request, rllib_sets
+
+    st = load_study(tiny_study(tmp_path, resources={"pods_per_node": 2, "cpus_per_pod": 4}, points=[1, 4],
+                               systems={"rllib": {"job": "jobs/rllib/pendulum.yaml", "seeds": [7],
+                                                  "gpus_per_pod": 1}}))
+    pt = st.runs()[1]
+    assert (pt.pods, pt.seed, pt.nodes, pt.tasks_per_node, pt.cpus, pt.gpus, pt.gpus_per_node) == (4, 7, 2, 2, 16, 4, 2)
+    assert pt.resources("slurm")["nodes"] == 2 and pt.resources("local")["nodes"] == 1
+    assert rllib_sets(st, pt, "slurm")[-5:] == ["seed=7", "resources.pods=4", "resources.gpus_per_pod=1",
+                                                "resources.cpus=16", "resources.nodes=2"]
+    req = podracer_request(st, pt, "slurm")
+    assert (req.nodes, req.tasks_per_node, req.gpus_per_node, req.run_dir) == (2, 2, 2, str(pt.run_dir))
+    assert podracer_request(st, pt, "local").tasks_per_node == 4  # all pods here, one machine
+
+
 def test_a_missing_or_broken_study_file_is_refused(tmp_path, capsys):
     assert study(str(tmp_path / "none.yaml"), "--executor", "local") == 2
     assert "not found" in capsys.readouterr().err
