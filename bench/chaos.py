@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from podracer_hpc import safeio  # noqa: E402
 from podracer_hpc.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
+from podracer_hpc.rundir import RunDir  # noqa: E402
 
 SETS = ["total_env_steps=32768", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
         "eval.interval_env_steps=4096", "tournament.interval_env_steps=4096", "threads=1",
@@ -92,7 +93,7 @@ def hit(event: str, p: subprocess.Popen, run_dir: Path, rng: random.Random) -> b
     if p.poll() is not None or len(pids) < RANKS:
         return False
     if event == "kill-in-checkpoint":  # wait for a checkpoint being written, then kill its writer
-        ck = run_dir / "checkpoints"
+        ck = RunDir(run_dir).checkpoints_dir
         end = time.monotonic() + 20
         while time.monotonic() < end and p.poll() is None:
             tmp = [x for x in ck.glob(".rank*.tmp")] if ck.exists() else []
@@ -122,15 +123,15 @@ def check(run_dir: Path, ref: Path) -> tuple[int, int, bool]:
     """(duplicated or missing rows, missing rounds, bit-equal to the reference) over both ranks."""
     bad_rows, lost_rounds, equal = 0, 0, True
     for r in range(RANKS):
-        log = read_log(run_dir / "logs" / f"quickstart_rank{r}.h5")
-        ref_log = read_log(ref / "logs" / f"quickstart_rank{r}.h5")
+        log = read_log(RunDir(run_dir, "quickstart").log(r))
+        ref_log = read_log(RunDir(ref, "quickstart").log(r))
         u = list(log["train"]["update"])
         bad_rows += sum(1 for a, b in zip(u, range(1, len(u) + 1)) if a != b) + abs(len(u) - len(ref_log["train"]["update"]))
         rounds = [x for x in log["tournament"]["round"] if x >= 0]
         want = [x for x in ref_log["tournament"]["round"] if x >= 0]
         lost_rounds += len(set(want) - set(rounds)) + (len(rounds) - len(set(rounds)))
-        ta, ma, _ = safeio.load(run_dir / "checkpoints" / f"rank{r}.safetensors", "pod-state")
-        tb, mb, _ = safeio.load(ref / "checkpoints" / f"rank{r}.safetensors", "pod-state")
+        ta, ma, _ = safeio.load(RunDir(run_dir).checkpoint(r), "pod-state")
+        tb, mb, _ = safeio.load(RunDir(ref).checkpoint(r), "pod-state")
         equal &= ma["updates"] == mb["updates"] and set(ta) == set(tb) and all(
             ta[k].shape == tb[k].shape and bool((ta[k] == tb[k]).all()) for k in ta)
     return bad_rows, lost_rounds, equal

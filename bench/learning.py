@@ -26,6 +26,7 @@ from pathlib import Path
 from podracer_hpc.config import load_config
 from podracer_hpc.h5log import read_log
 from podracer_hpc.run import train
+from podracer_hpc.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 # task: (job, target evaluation return, env-step budget, kind, default seeds)
@@ -68,7 +69,7 @@ def main() -> int:
                                            "log.progress_interval_s=60", *extra])
             print(f"running {task} seed {seed} ({cfg.total_env_steps:,} steps) -> {run_dir}", file=sys.stderr, flush=True)
             res = train(cfg, run_dir, quiet=True)
-            log = read_log(run_dir / "logs" / f"{cfg.name}_rank0.h5")
+            log = read_log(RunDir(run_dir, cfg.name).log(0))
             steps, wall = first_reaching(log, target)
             rows.append({
                 "task": task, "seed": seed, "target": target, "budget": budget, "kind": kind,

@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from podracer_hpc.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
 from podracer_hpc.records import read_records  # noqa: E402
+from podracer_hpc.rundir import RunDir  # noqa: E402
 
 COMMON = ["agent.learning_rate=3e-6", "tournament.interval_env_steps=25000", "eval.interval_env_steps=100000",
           "threads=1", "log.progress_interval_s=0"]
@@ -53,7 +54,7 @@ def run(system: str, seed: int, out: Path) -> dict:
         raise SystemExit(f"{system} seed {seed} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     finals, lrs, copies = [], [], 0
     for k in range(PODS):
-        log = read_log(d / "logs" / f"quickstart_rank{k}.h5")
+        log = read_log(RunDir(d, "quickstart").log(k))
         finals.append(float(log["eval"]["return_mean"][-1]))
         recs = read_records(log["tournament"])
         copies += sum(x.action in ("copy_pod", "load_entry") for x in recs)

@@ -55,6 +55,7 @@ def mpi_env() -> dict[str, str]:
 
 def tournament_share(ranks: int, work: Path, sets: list[str]) -> dict:
     from podracer_hpc.h5log import read_log
+    from podracer_hpc.rundir import RunDir
 
     run = work / "quickstart"
     podracer = BIN / "podracer"
@@ -68,7 +69,7 @@ def tournament_share(ranks: int, work: Path, sets: list[str]) -> dict:
         sys.exit(f"tournament_overhead: {' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
     per_rank, rounds = [], []
     for k in range(ranks):
-        log = read_log(run / "logs" / f"quickstart_rank{k}.h5")
+        log = read_log(RunDir(run, "quickstart").log(k))
         t = log["tournament"]
         keep = np.asarray(t["round"]) >= 0 if len(t.get("round", [])) else np.zeros(0, bool)
         t = {k: np.asarray(v)[keep] for k, v in t.items()}  # rounds only (a join is logged as round -1)

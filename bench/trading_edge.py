@@ -122,12 +122,13 @@ def train(out: Path, train_csv: Path, ranks: int, overrides: list[str], timeout:
 
 def best_entry(run_dir: Path) -> tuple[Path, dict]:
     from podracer_hpc.leaderboard import Leaderboard
+    from podracer_hpc.rundir import RunDir
 
-    entries = Leaderboard(run_dir / "leaderboard").list()
+    entries = Leaderboard(RunDir(run_dir).leaderboard()).list()
     if not entries:
         raise SystemExit(f"trading_edge: {run_dir}/leaderboard holds no entry")
     e = entries[0]
-    return Leaderboard(run_dir / "leaderboard").tensors_path(e.id), {
+    return Leaderboard(RunDir(run_dir).leaderboard()).tensors_path(e.id), {
         "id": e.id, "score": e.score, "env_steps": e.env_steps, "pod": e.pod, "round": e.round}
 
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.rundir import RunDir  # noqa: E402
 from podracer_hpc.status import find_rank_logs  # noqa: E402
 
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rllib: {' '.join(cmd)}", file=sys.stderr, flush=True)
             rc, proc_s = run(cmd, args.rllib_wall_s + 180, out / f"rllib-{stamp}.log")
             results["rllib"] = {"rc": rc, "process_s": proc_s, "run_dir": str(d), **crossing(d, args.target)}
-            sj = d / "summary.json"
+            sj = RunDir(d).summary
             if sj.exists():
                 s = json.loads(sj.read_text())
                 results["rllib"]["startup_s"] = s.get("startup_s")

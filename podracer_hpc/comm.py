@@ -341,6 +341,11 @@ class Comm:
         self._sent = [self._notices.isend(self.rank, dest=r, tag=self.STOP_TAG)
                       for r in range(self.size) if r != self.rank]
 
+    @property
+    def announced(self) -> bool:
+        """Whether this rank has announced a stop."""
+        return bool(self._sent)
+
     def stop_announced(self) -> bool:
         """Whether another rank has announced a stop (non-blocking: a local probe, no collective)."""
         if self._notices is None:

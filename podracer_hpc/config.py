@@ -139,6 +139,7 @@ class LogConfig:
 # The tournament section (its rules are podracer_hpc/tournament.py, which reads this)
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "none")
+SYNC_MODES = ("collective", "async")
 
 
 class HParamRange(NamedTuple):
@@ -176,6 +177,8 @@ class TournamentConfig:
     """Tournament settings (section ``tournament`` of the run config)."""
 
     mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
+    sync: str = F("collective", "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
+                                "async: a pod decides alone from the leaderboard and never waits for another")
     interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds")
     warmup_env_steps: int = F(0, "env steps each pod trains before its first round (0: the first at interval_env_steps)")
     top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
@@ -192,6 +195,8 @@ class TournamentConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"tournament.mode must be one of {MODES}, got {self.mode!r}")
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"tournament.sync must be one of {SYNC_MODES}, got {self.sync!r}")
         if self.interval_env_steps <= 0:
             raise ValueError(f"tournament.interval_env_steps must be > 0, got {self.interval_env_steps}")
         if self.warmup_env_steps < 0:

@@ -70,6 +70,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "old_hparams": h5py.string_dtype("utf-8"),  # JSON
     "new_hparams": h5py.string_dtype("utf-8"),  # JSON
     "tournament_s": np.float64,  # seconds in the round's collectives, publish, load and prune
+    "fs_ops": np.int64,  # leaderboard filesystem operations of this pod in the round
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 

@@ -49,6 +49,7 @@ __all__ = [
     "InvalidEntryId",
     "Leaderboard",
     "LeaderboardWarning",
+    "fs_ops",
     "make_entry_id",
     "validate_entry_id",
 ]
@@ -62,6 +63,21 @@ FILE_MODE = 0o640
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,199}$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _OURS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-[0-9a-f]{12}$")  # ids that make_entry_id generates
+
+
+# Filesystem operations on the leaderboard directory by this process, by kind (open, write,
+# scandir, stat, link, rename, unlink, fsync): a shared filesystem's metadata server pays for
+# each, so the pool's rounds are measured in them (bench/pool_scale.py, the round log).
+FS_OPS: dict[str, int] = {}
+
+
+def _op(kind: str, n: int = 1) -> None:
+    FS_OPS[kind] = FS_OPS.get(kind, 0) + n
+
+
+def fs_ops() -> int:
+    """Total leaderboard filesystem operations of this process so far."""
+    return sum(FS_OPS.values())
 
 
 class InvalidEntryId(ValueError):
@@ -196,6 +212,7 @@ class Leaderboard:
         # ``stale_after_s`` may have had its tensors removed as an orphan: put them back, so that
         # an id this method returns always names a whole entry.
         # (Both files gone means a pruner ranked the entry out, which is allowed.)
+        _op("stat")
         if not self.tensors_path(entry_id).exists() and self.sidecar_path(entry_id).exists():
             try:
                 _write_new(self.tensors_path(entry_id), blob)
@@ -208,6 +225,7 @@ class Leaderboard:
 
         Half an entry (its tensors pruned as an orphan) is removed, so the caller writes it anew.
         """
+        _op("open")
         try:
             raw = json.loads(self.sidecar_path(entry_id).read_bytes())
         except (OSError, ValueError):
@@ -215,6 +233,7 @@ class Leaderboard:
         if raw.get("content_sha256") != digest:
             raise FileExistsError(f"{self.sidecar_path(entry_id)} already exists with other content; "
                                   "leaderboard entries are immutable")
+        _op("stat")
         if self.tensors_path(entry_id).exists():
             return True
         _unlink(self.sidecar_path(entry_id))
@@ -229,6 +248,7 @@ class Leaderboard:
         with a :class:`LeaderboardWarning`; entries that vanish while listing are skipped silently.
         """
         out: list[EntryInfo] = []
+        _op("scandir")
         try:
             names = [e.name for e in os.scandir(self.entries_dir)]
         except FileNotFoundError:
@@ -268,6 +288,7 @@ class Leaderboard:
     def _read_sidecar(self, entry_id: str) -> EntryInfo:
         """Parse and check a sidecar (its score is NaN if the file's is not a finite number)."""
         path = self.sidecar_path(entry_id)
+        _op("open")
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -324,6 +345,7 @@ class Leaderboard:
         info = self._read_sidecar(entry_id)
         expected = info.sha256
         path = self.tensors_path(entry_id)
+        _op("open")
         try:
             blob = path.read_bytes()
         except FileNotFoundError:
@@ -371,6 +393,7 @@ class Leaderboard:
         tensors become an orphan that ``prune`` deletes once stale.
         """
         validate_entry_id(entry_id)
+        _op("rename")
         try:
             os.replace(self.sidecar_path(entry_id), self.entries_dir / f".{entry_id}.json.corrupt")
             _warn(f"leaderboard entry {entry_id} is corrupt: quarantined as .{entry_id}.json.corrupt")
@@ -425,6 +448,7 @@ class Leaderboard:
             _unlink(self.tensors_path(e.id))
             removed.append(e.id)
         now = time.time()
+        _op("scandir")
         try:
             names = [(x.name, x) for x in os.scandir(self.entries_dir)]
         except FileNotFoundError:
@@ -435,6 +459,7 @@ class Leaderboard:
             is_orphan = stem is not None and _OURS_RE.fullmatch(stem) is not None
             if not (is_tmp or is_orphan):
                 continue
+            _op("stat")
             try:
                 if now - de.stat(follow_symlinks=False).st_mtime < stale_after_s:
                     continue
@@ -453,6 +478,7 @@ class Leaderboard:
         move them to a hidden name, look for the sidecar again, and put them back if it came."""
         src = self.entries_dir / f"{stem}.safetensors"
         hidden = self.entries_dir / f".{stem}.safetensors.{uuid.uuid4().hex[:8]}.orphan"
+        _op("rename", 2)
         try:
             os.rename(src, hidden)
         except FileNotFoundError:
@@ -481,6 +507,7 @@ def _make_private_dir(d: Path) -> None:
 
 def _write_new(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     """Atomically create ``path`` with ``data``; never replaces an existing file."""
+    _op("write", 6)  # mkstemp, fsync, chmod, link, unlink of the temporary, fsync of the directory
     try:
         safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False)
     except FileExistsError:
@@ -488,6 +515,7 @@ def _write_new(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
 
 
 def _unlink(path: Path) -> None:
+    _op("unlink")
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -88,6 +88,7 @@ class RoundRecord:
     old_hparams: dict[str, float] = field(default_factory=dict)
     new_hparams: dict[str, float] = field(default_factory=dict)
     tournament_s: float = math.nan  # seconds spent in the round's collectives and file I/O
+    fs_ops: int = -1  # leaderboard filesystem operations of this pod in the round (-1: not counted)
 
     def to_row(self) -> dict[str, Any]:
         """The HDF5 columns (h5log.TOURNAMENT_COLUMNS)."""
@@ -95,7 +96,7 @@ class RoundRecord:
                 "action": self.action, "source": self.source.legacy(), "source_kind": self.source.kind,
                 "source_id": self.source.id, "source_rejected": int(self.source.rejected),
                 "old_hparams": json.dumps(self.old_hparams), "new_hparams": json.dumps(self.new_hparams),
-                "tournament_s": self.tournament_s}
+                "tournament_s": self.tournament_s, "fs_ops": self.fs_ops}
 
 
 def _hparams(s: Any) -> dict[str, float]:
@@ -124,5 +125,6 @@ def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
             action=str(columns["action"][i]), source=src,
             old_hparams=_hparams(columns["old_hparams"][i]), new_hparams=_hparams(columns["new_hparams"][i]),
             tournament_s=float(columns["tournament_s"][i]) if "tournament_s" in columns else math.nan,
+            fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
         ))
     return out

@@ -1,23 +1,30 @@
-"""The rank program: one pod per rank, training, evaluation, logs, checkpoints, signals.
+"""The rank program: one pod per rank, a short loop of named steps.
 
-Run directory layout (``--run-dir``, default ``runs/<name>``):
+    start (resume or fresh, join) -> repeat: update -> evaluate? -> round? -> checkpoint? -> stop?
+    -> finish (the ranks' last meeting, the summary)
 
-- ``config.yaml``: the resolved config (written by rank 0),
-- ``logs/<name>_rank<r>.h5``: the rank's HDF5 log (h5log.py),
-- ``checkpoints/rank<r>.safetensors`` (and ``.prev``): the pod state, written atomically,
-- ``summary.json``: the final summary (rank 0), also printed as the last line of stdout.
+The pieces it stands on: :mod:`pod` (one device's env and learner), :mod:`pool` (the rank's side
+of the tournament), :mod:`resume` (which checkpoint every rank resumes from), :mod:`rundir` (the
+run directory, the job's identity, exit codes), :mod:`h5log` (the rank's log), :mod:`comm` (MPI).
 
-A run directory that holds checkpoints is resumed: every rank continues from its own
-checkpoint, rows logged after it are dropped from the log, and the run goes on as if it had
-never stopped. SIGUSR1/SIGUSR2/SIGTERM (Slurm's warning before a time limit or preemption)
-make every rank finish its update, checkpoint and exit with ``EXIT_REQUEUE``.
+**No collective on the per-update path.** Pods train between rounds without waiting for each
+other. Ranks meet only at a round (``tournament.sync: collective``) and at the end; with
+``async`` rounds only at the end. Everything else is decided by each rank alone:
+
+- a time-based checkpoint is each rank's own (ranks resume from different updates of the same
+  round: their training between rounds is independent, so that is consistent and exact);
+- a stop (Slurm's warning signal, which srun delivers to every task, a user's ``kill -USR2`` of
+  one rank, ``--stop-after-updates``) makes the rank that wants it send a stop notice to every
+  other rank (non-blocking point-to-point, polled without blocking after every update),
+  checkpoint, and go to the next meeting saying ``stop``. A rank that gets a notice does the
+  same. A meeting where anyone says ``stop`` ends the run for everyone (exit 75), so no rank is
+  ever left waiting in a round for one that left: every rank reaches the same next meeting,
+  early when stopping.
 
 Any kill, at any moment, leaves a run directory that the same command resumes: a fresh pod
-checkpoints before its first update; the log is flushed before every checkpoint (so it holds
-every update the checkpoint holds) and cut back to the checkpoint on resume; a log left open
-by a killed writer is rebuilt (h5log.py); the ranks agree on one update to resume from
-(resume.py); a tournament round redone after a kill decides on the same leaderboard listing
-(kept in ``rounds/<i>.json``) and publishes the same entries (content ids).
+checkpoints before its first update; the log is flushed before every checkpoint and cut back to
+the checkpoint on resume; a log left open by a killed writer is rebuilt; a collective round
+redone after a kill decides on the same listing and publishes the same entries (pool.py).
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import math
 import os
 import platform
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -41,142 +47,16 @@ from . import __version__, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
-from .leaderboard import EntryCorrupt, EntryGone, Leaderboard
 from .pod import Pod, resolve_device, set_cpu_threads
-from .rundir import EXIT_REQUEUE, RunDir, job_id
-from .records import RoundRecord, Source
+from .pool import Meeting, Pool
+from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
-from .tournament import PodReport, decide, describe_space, effective_space, round_env_steps
+from .tournament import describe_space, effective_space, round_env_steps
+
+__all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
 # Keys that may differ between a run and its resumption; anything else must match.
 RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
-
-
-class Tournament:
-    """One rank's side of the training pool's tournament (see tournament.py for the protocol).
-
-    Every rank calls :meth:`round` at the same env-step count; collectives go through
-    ``comm``, files through the leaderboard; the decision rules are the pure ``decide``.
-    """
-
-    def __init__(self, cfg: Config, comm: Comm, pod: Pod, rundir: RunDir, job: str,
-                 say: Any, log: H5Writer | None = None):
-        self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
-        self.tcfg = cfg.tournament
-        self.rundir = rundir
-        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
-        self.job = job
-        self.space = tuple(effective_space(self.tcfg))
-        self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
-
-    def listing(self, index: int) -> list[tuple]:
-        """Rank 0's view of the leaderboard for round ``index``, the same on a redo.
-
-        A round redone after a kill (its checkpoint predates it) must decide on what the first
-        attempt saw, not on the entries that attempt published: the listing is kept in the run
-        directory the first time and read back after.
-        """
-        path = self.rundir.round_listing(index)
-        try:
-            return [tuple(e) for e in json.loads(path.read_text())]
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError, TypeError) as e:
-            self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
-        entries = self.board.candidates(with_steps=True)
-        safeio.atomic_write_bytes(path, json.dumps(entries).encode())
-        return entries
-
-    def publish(self, fitness: float, index: int, hp: dict[str, float]) -> str | None:
-        """This pod's agent as a leaderboard entry (None if it could not be written: logged, not fatal)."""
-        tensors, meta = self.pod.agent_tensors()
-        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp)
-        try:
-            return self.board.publish(tensors, float(fitness), meta, content_id=True)
-        except OSError as e:
-            self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
-            return None
-
-    def join(self) -> str | None:
-        """Elastic join: a fresh pod starts from a leaderboard entry when there is one."""
-        entries = self.comm.bcast(self.board.candidates(self.tcfg.top_k) if self.comm.rank == 0 else None)
-        if not entries:
-            return None
-        # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
-        k = self.comm.rank % len(entries)
-        eid = None
-        for cand, _score in entries[k:] + entries[:k]:
-            try:
-                _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
-                self.pod.load_agent(tensors, meta, source=f"leaderboard entry {cand}")
-                eid = cand
-                break
-            except EntryGone:
-                continue
-            except (EntryCorrupt, safeio.StateFileError) as e:
-                self.say(f"skipping leaderboard entry {cand}: {e}")
-        if eid is None:
-            self.say("no leaderboard entry could be loaded; starting from scratch")
-            return None
-        score = dict(entries).get(eid, float("nan"))
-        self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
-        if self.log is not None:  # round -1: how this pod started
-            hp = self.pod.hparams(self.space) if self.space else self.pod.hparams()
-            self.log.append("tournament", RoundRecord(-1, self.pod.env_steps, 0.0, score, "join", Source("entry", eid),
-                                                      hp, hp, 0.0).to_row(), flush=True)
-        return eid
-
-    def round(self, index: int, fitness: float, wall_s: float) -> dict[str, Any]:
-        pod, comm = self.pod, self.comm
-        t0 = time.perf_counter()
-        hp = pod.hparams(self.space) if self.space else pod.hparams()
-        reports = comm.allgather(PodReport(comm.rank, float(fitness), pod.env_steps, hp, self.last_copy_round))
-        # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
-        entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
-        decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
-        d = decisions[comm.rank]
-        mine = self.publish(fitness, index, hp) if d.publish else None
-        entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
-        action, source = d.action, Source()
-        if d.action == "copy_pod" and entry_of_rank[d.source_rank] is None:
-            action, source = "keep", Source("pod", str(d.source_rank), rejected=True)  # its publish failed
-        elif d.action in ("load_entry", "copy_pod"):
-            eid = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank]
-            source = Source("entry", eid)  # (copy_pod: the entry that pod published this round)
-            try:
-                _, tensors, meta = self.board.load_best_available([eid], device=pod.device, skip_corrupt=False)
-                pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}", load_hparams=False)
-                self.last_copy_round = index
-            except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
-                self.say(f"round {index}: kept own agent, source rejected: {e}")
-                action = "keep"
-                source = Source(source.kind, source.id, rejected=True)
-        elif d.action == "reset":
-            self.say(f"round {index}: fitness {fitness} and no finite source anywhere: re-initializing the agent")
-            pod.reset_agent()
-            source = Source("fresh")
-        if d.new_hparams is not None and action == d.action:  # not when the source was rejected
-            pod.set_hparams(d.new_hparams)
-        new_hp = pod.hparams(self.space) if self.space else pod.hparams()
-        comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
-        if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
-            needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
-                      for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
-            self.board.prune(self.tcfg.top_k, keep=needed)
-        record = RoundRecord(index, pod.env_steps, wall_s, float(fitness), action, source, hp, new_hp,
-                             time.perf_counter() - t0)
-        if self.log is not None:
-            self.log.append("tournament", record.to_row(), flush=True)
-        return {"record": record, "action": action, "source": source, "decision": d, "decisions": decisions}
-
-    def table(self, n: int = 8) -> str:
-        rows = self.board.list()[:n]
-        lines = [f"leaderboard {self.board.root} ({len(self.board.list())} entries, top {self.tcfg.top_k} kept)",
-                 f"{'#':>3} {'score':>10} {'env steps':>11} {'pod':>4} {'round':>5}  entry"]
-        for i, e in enumerate(rows):
-            lines.append(f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
-                         f"{e.round if e.round is not None else '-':>5}  {e.id}")
-        return "\n".join(lines)
 
 
 class TrainingError(RuntimeError):
@@ -191,30 +71,379 @@ class RunResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def git_revision() -> str:
-    here = Path(__file__).resolve().parent
+def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
+          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None) -> RunResult:
+    """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
+
+    ``stop``: the warning-signal flag (the console script installs the process's own before
+    anything else); by default a new one is installed here.
+    """
+    rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet)
     try:
-        out = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        rev = out.stdout.strip()
-        if rev:
-            dirty = subprocess.run(
-                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True, text=True, timeout=5,
-            ).stdout.strip()
-            return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
+        rank.start()
+        while not rank.stopping() and not rank.trained():
+            rank.update()
+            if rank.round_due():
+                rank.round()
+            elif rank.eval_due():
+                rank.evaluate()
+            if rank.checkpoint_due():
+                rank.checkpoint()
+            rank.progress()
+        return rank.finish()
+    finally:
+        rank.close()
 
 
-def slurm_ids() -> dict[str, str]:
-    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID",
-            "SLURM_PROCID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
-    return {k: os.environ[k] for k in keys if k in os.environ}
+class RankRun:
+    """The state of one rank's run and the steps of its loop (each a method, called by :func:`train`)."""
+
+    def __init__(self, cfg: Config, run_dir: str | os.PathLike | None, comm: Comm, stop: StopFlag,
+                 stop_after_updates: int, quiet: bool):
+        self.cfg, self.comm, self.stop, self.quiet = cfg, comm, stop, quiet
+        self.stop_after_updates = stop_after_updates
+        self.rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
+        self.ckpt = self.rundir.checkpoint(comm.rank)
+        self.pod: Pod | None = None
+        self.pool: Pool | None = None
+        self.log: H5Writer | None = None
+        self.state: dict[str, Any] = {}  # the checkpoint's meta when resumed
+        self.stopped_by = ""  # why this rank stops early ("" while it trains)
+        self.poisoned = False  # NaN loss: frozen until a round replaces the agent
+        self.updates_here = 0
+        self.last_train = math.nan
+        self.ckpt_epochs: tuple[int | None, int | None] = (None, None)  # rounds of the checkpoint and its .prev
+        self.round_index = 0
+        self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
+        self.pending_fitness: float | None = None  # a round's evaluation whose meeting ended the run
+        self.inject_nan, self.slow = _nan_injection(comm.rank), _slow_injection(comm.rank)
+
+    def say(self, msg: str, progress: bool = False) -> None:
+        """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
+        if not (self.quiet and progress):
+            print(f"[{self.cfg.name} r{self.comm.rank}] {msg}", file=sys.stderr, flush=True)
+
+    @property
+    def independent(self) -> bool:
+        """The pods never meet before the end (no tournament, or asynchronous rounds)."""
+        t = self.cfg.tournament
+        return t.mode == "none" or t.sync == "async"
+
+    # --- start ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Device, pod, the checkpoint every rank resumes from (or a fresh start), log, pool."""
+        cfg, comm = self.cfg, self.comm
+        device = resolve_device(cfg.device, comm.local_rank)
+        if device.type == "cpu":
+            set_cpu_threads(cfg.threads, comm.local_size)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        if comm.launcher_size and comm.launcher_size > 1 and comm.size == 1:
+            raise TrainingError(
+                f"the launcher started {comm.launcher_size} processes but they do not form one MPI world "
+                f"({comm.note}). Refusing to run {comm.launcher_size} copies of rank 0 into one run directory: "
+                "match srun's --mpi plugin to the MPI of mpi4py (pmi2 for the mpich wheel, pmix for Open MPI)."
+            )
+        try:
+            self.pod = Pod(cfg, rank=comm.rank, device=device)
+        except MemoryError as e:
+            raise TrainingError(f"rank {comm.rank}: {e}") from None
+        choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
+                              self.rundir.checkpoint_ranks() if comm.rank == 0 else [], independent=self.independent)
+        fresh = choice.fresh or choice.use[comm.rank] == "fresh"
+        if fresh:
+            self.prepare_fresh()
+        else:
+            self.resume()
+        self.open_log(device)
+        if cfg.tournament.mode != "none":
+            self.pool = Pool(cfg, comm, self.pod, self.rundir, job_id(), self.say, self.log)
+            self.pool.last_copy_round = int(self.state.get("last_copy_round", -1))
+            if not self.state:
+                self.pool.join()
+            if comm.rank == 0 and cfg.tournament.mode == "pbt":
+                t = cfg.tournament
+                what = "tournament.hparam_space" if t.hparam_space else "the default space (tournament.hparam_space is empty)"
+                self.say(f"PBT explores {describe_space(effective_space(t))}: {what}; a pod that copied another is "
+                         f"not replaced again for {t.ready_rounds} rounds")
+        self.round_index = int(self.state.get("round", 0))
+        pending = self.state.get("pending_round")
+        if isinstance(pending, list) and len(pending) == 2 and pending[0] == self.round_index:
+            self.pending_fitness = float(pending[1]) if pending[1] is not None else math.nan
+        self.next_round = round_env_steps(cfg.tournament, self.round_index)
+        self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
+        self.best = float(self.state.get("best_return", -math.inf))
+        self.last_eval = float(self.state.get("last_eval_return", math.nan))
+        self.next_eval = int(self.state.get("next_eval", self.eval_every))
+        self.wall_before = float(self.state.get("wall_s", 0.0))
+        self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
+        self.last_ckpt = self.last_progress = time.monotonic()
+        if not self.state:
+            self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
+
+    def resume(self) -> None:
+        _, meta0, _ = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
+        diffs = _diff_config(meta0.get("config", {}), to_dict(self.cfg), to_dict(Config()))
+        if diffs:
+            raise ConfigError(
+                f"{self.rundir.root} holds a run with another config; it cannot be resumed with this one:\n  "
+                + "\n  ".join(diffs) + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
+            )
+        self.state = self.pod.load(self.ckpt)
+        epoch = int(self.state.get("round", 0))
+        prev = resume.describe(resume.prev_of(self.ckpt))
+        self.ckpt_epochs = (epoch, prev.epoch if prev.usable else None)
+        self.say(f"resuming from {self.ckpt} at {_fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
+        if not self.state.get("env_exact", True):
+            self.say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
+                     "its environments start new episodes")
+
+    def prepare_fresh(self) -> None:
+        if self.comm.rank == 0:
+            self.rundir.root.mkdir(parents=True, exist_ok=True)
+            safeio.atomic_write_bytes(self.rundir.config, yaml.safe_dump(to_dict(self.cfg), sort_keys=False).encode(),
+                                      mode=0o644)
+
+    def open_log(self, device: torch.device) -> None:
+        """Open (or continue) the rank's log, cut back to the checkpoint (to nothing when fresh)."""
+        comm, pod = self.comm, self.pod
+        attrs = {
+            "config": to_dict(self.cfg), "git_revision": git_revision(), "host": socket.gethostname(),
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "device_type": device.type,
+            "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
+            "seed": pod.seed, "rank": comm.rank, "world_size": comm.size, "slurm": slurm_ids(),
+            "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
+        }
+        self.log = H5Writer(self.rundir.log(comm.rank), attrs, say=self.say)
+        dropped = self.log.truncate_after(pod.env_steps if self.state else -1)
+        if dropped:
+            self.say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
+
+    # --- the loop's steps -----------------------------------------------------------------
+    def wall(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t_start
+
+    def trained(self) -> bool:
+        return self.pod.env_steps >= self.cfg.total_env_steps
+
+    def update(self) -> None:
+        """One rollout and PPO update (a frozen NaN pod only advances its clock), and its log row."""
+        pod, t0 = self.pod, time.perf_counter()
+        if self.poisoned:
+            pod.env_steps += pod.batch_size
+            pod.updates += 1
+            vals = {"loss": math.nan, "episodes": 0.0, "return_sum": 0.0, "return_sqsum": 0.0}
+        else:
+            m = pod.train_iteration()
+            if self.inject_nan and pod.updates == self.inject_nan:
+                m["loss"] = torch.tensor(math.nan)
+                with torch.no_grad():
+                    for prm in pod.agent.net.parameters():
+                        prm.fill_(math.nan)
+            vals = {k: float(v) for k, v in zip(m, torch.stack([v.double().cpu() for v in m.values()]).tolist())}
+        dt = time.perf_counter() - t0
+        if self.slow > 1:  # fault testing: a straggler (PODRACER_INJECT_SLOW)
+            time.sleep((self.slow - 1) * dt)
+            dt *= self.slow
+        if not math.isfinite(vals["loss"]) and not self.poisoned:
+            self.freeze(vals["loss"])
+        self.updates_here += 1
+        self.log_update(vals, dt)
+
+    def freeze(self, loss: float) -> None:
+        pod = self.pod
+        if self.pool is None:
+            raise TrainingError(
+                f"rank {self.comm.rank}: loss is {loss} at update {pod.updates} ({pod.env_steps} env steps). "
+                f"Nothing after the last checkpoint ({self.ckpt}) was saved. Lower agent.learning_rate, "
+                "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
+            )
+        self.poisoned = True
+        self.say(f"loss is {loss} at update {pod.updates}: this pod is frozen until round "
+                 f"{self.round_index} replaces it from the leaderboard")
+
+    def log_update(self, vals: dict[str, float], dt: float) -> None:
+        pod = self.pod
+        n_ep = int(vals["episodes"])
+        mean = vals["return_sum"] / n_ep if n_ep else math.nan
+        if n_ep:
+            self.last_train = mean
+        std = math.sqrt(max(0.0, vals["return_sqsum"] / n_ep - mean * mean)) if n_ep else math.nan
+        row = {"update": pod.updates, "env_steps": pod.env_steps, "wall_s": self.wall(),
+               "steps_per_s": pod.batch_size / dt, "loss": vals["loss"]}
+        if not self.poisoned:
+            row.update(return_mean=mean, return_std=std, episodes=n_ep,
+                       **{k: vals[k] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
+                                               "clipfrac", "explained_variance", "learning_rate")})
+        self.log.append("train", row)
+
+    def eval_due(self) -> bool:
+        return self.pod.env_steps >= self.next_eval or self.trained()
+
+    def evaluate(self) -> float:
+        """Deterministic episodes from fixed starts; one log row; NaN for a frozen pod."""
+        pod = self.pod
+        r = pod.evaluate().cpu().numpy()
+        if self.poisoned:
+            r = r * math.nan
+        self.last_eval = float(r.mean())
+        self.best = max(self.best, self.last_eval)
+        self.log.append("eval", {
+            "update": pod.updates, "env_steps": pod.env_steps, "wall_s": self.wall(),
+            "return_mean": self.last_eval, "return_std": float(r.std()), "return_min": float(r.min()),
+            "return_max": float(r.max()), "episodes": len(r),
+        }, flush=True)
+        while self.next_eval <= pod.env_steps:
+            self.next_eval += self.eval_every
+        return self.last_eval
+
+    def round_due(self) -> bool:
+        return self.pool is not None and self.pod.env_steps >= self.next_round
+
+    def round(self) -> None:
+        """Tournament round: evaluate, then decide with the others (collective) or alone (async)."""
+        if self.pending_fitness is not None:  # evaluated before a stop: the same value, not a second row
+            fitness, self.pending_fitness = self.pending_fitness, None
+        else:
+            fitness = self.evaluate()
+        if self.pool.collective:
+            met_at = time.perf_counter()
+            everyone = self.meet("round", self.pool.report(fitness))
+            if self.met is not None:  # someone stopped: no round; the run ends here for everyone
+                self.pending_fitness = fitness
+                return
+            record = self.pool.collective_round(self.round_index, fitness, self.wall(), [m.report for m in everyone],
+                                                met_at=met_at)
+        else:
+            record = self.pool.async_round(self.round_index, fitness, self.wall())
+        if self.poisoned and record.action != "keep":
+            self.poisoned = False
+            self.say(f"round {self.round_index}: restored from {record.source.id or 'a fresh agent'} after NaN; "
+                     "training goes on")
+        self.round_index += 1
+        self.next_round = round_env_steps(self.cfg.tournament, self.round_index)
+        self.checkpoint()
+
+    def checkpoint_due(self) -> bool:
+        interval = self.cfg.log.checkpoint_interval_s
+        return bool(interval) and time.monotonic() - self.last_ckpt >= interval
+
+    def checkpoint(self) -> None:
+        """Save the pod (its log flushed first, so the log holds every row the checkpoint holds)."""
+        self.log.flush()
+        epoch = self.round_index
+        ckpt_epoch, prev_epoch = self.ckpt_epochs
+        if self.ckpt.exists() and resume.rotate_prev(ckpt_epoch, prev_epoch, epoch, self.independent):
+            tmp = self.ckpt.with_suffix(".prev.tmp")  # keep the last one as .prev; the path is always whole
+            tmp.unlink(missing_ok=True)
+            os.link(self.ckpt, tmp)
+            os.replace(tmp, resume.prev_of(self.ckpt))
+            prev_epoch = ckpt_epoch
+        extra = {"best_return": self.best, "last_eval_return": self.last_eval, "next_eval": self.next_eval,
+                 "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size,
+                 "last_copy_round": self.pool.last_copy_round if self.pool is not None else -1,
+                 "pending_round": [self.round_index, self.pending_fitness] if self.pending_fitness is not None else None,
+                 "collectives": dict(self.comm.calls)}  # this process's collective calls so far (tests count them)
+        self.pod.save(self.ckpt, extra)
+        self.ckpt_epochs = (epoch, prev_epoch)
+        self.last_ckpt = time.monotonic()
+
+    def progress(self) -> None:
+        now, interval = time.monotonic(), self.cfg.log.progress_interval_s
+        if not interval or now - self.last_progress < interval:
+            return
+        self.last_progress = now
+        total, pod = self.cfg.total_env_steps, self.pod
+        sps = (pod.env_steps - self.steps_at_start) / max(1e-9, time.perf_counter() - self.t_start)
+        eta = (total - pod.env_steps) / max(sps, 1e-9)
+        self.say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
+                 f"{sps / 1e3:.0f}k steps/s | train {self.last_train:.1f} | eval {self.last_eval:.1f} "
+                 f"(best {self.best:.1f}) | ETA {eta:.0f}s", progress=True)
+
+    def stopping(self) -> bool:
+        """Whether this rank stops now: its own signal or --stop-after-updates (then it tells the
+        others), another rank's notice, or a meeting where someone stopped."""
+        if self.stopped_by or self.met is not None:
+            return True
+        if self.stop.signal is not None:
+            self.stopped_by = f"signal {self.stop.name}"
+        elif self.stop_after_updates and self.updates_here >= self.stop_after_updates:
+            self.stopped_by = f"--stop-after-updates {self.stop_after_updates}"
+        elif self.comm.stop_announced():
+            self.stopped_by = "another rank's stop"
+            return True
+        else:
+            return False
+        self.comm.announce_stop()
+        return True
+
+    # --- the end --------------------------------------------------------------------------
+    def meet(self, kind: str, report: Any = None) -> list[Meeting]:
+        """Meet every rank: a collective, only at rounds and at the end. Each rank brings its part
+        of the summary; unless everyone came for a round, this meeting is the last one (anyone's
+        ``stop`` stops everyone) and :attr:`met` keeps it."""
+        part = {"env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
+                "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start}
+        everyone = self.comm.allgather(Meeting(kind, report, self.comm.announced, part))
+        kinds = {m.kind for m in everyone}
+        if kinds == {"round", "done"}:
+            raise TrainingError(f"ranks reached different points of the schedule ({sorted(kinds)}); "
+                                "every pod of a collective pool needs the same env.num_envs and agent.rollout_steps")
+        if kinds != {"round"}:
+            self.met = everyone
+            if "stop" in kinds and not self.stopped_by:
+                self.stopped_by = "another rank's stop"
+        return everyone
+
+    def finish(self) -> RunResult:
+        """Checkpoint, the ranks' last meeting (everyone's summary part), rank 0 writes summary.json."""
+        if self.stopped_by or self.updates_here or not self.ckpt.exists():
+            self.checkpoint()
+        if self.met is None:
+            self.meet("stop" if self.stopped_by else "done")
+        self.comm.settle_notices([m.announced for m in self.met])
+        complete = all(m.kind == "done" for m in self.met)
+        if not complete:
+            self.say(f"stopped by {self.stopped_by or 'another rank'} at {_fmt_steps(self.pod.env_steps)} env steps; "
+                     "checkpoint saved, run again to resume")
+        return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete))
+
+    def summarize(self, parts: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
+        finals = [p["final"] for p in parts if math.isfinite(p["final"])]
+        bests = [p["best"] for p in parts if math.isfinite(p["best"])]
+        run_wall = max(p["run_wall"] for p in parts)
+        summary: dict[str, Any] = {
+            "task": self.cfg.env.name,
+            "pods": self.comm.size,
+            "env_steps": sum(p["env_steps"] for p in parts),
+            "wall_s": round(max(p["wall_s"] for p in parts), 3),
+            "steps_per_s": round(sum(p["run_steps"] for p in parts) / max(run_wall, 1e-9), 1),
+            "best_return": max(bests) if bests else None,
+            "final_return": max(finals) if finals else None,
+        }
+        if not complete:
+            summary["complete"] = False
+        if self.pool is not None:
+            summary["best_pod"] = max(range(len(parts)), key=lambda r: parts[r]["best"] if math.isfinite(parts[r]["best"])
+                                      else -math.inf)
+            summary["rounds"] = self.round_index
+            if complete and self.comm.rank == 0:  # every rank checkpointed: the last round's sources may go
+                self.pool.board.prune(self.cfg.tournament.top_k)
+        if self.comm.rank == 0:
+            safeio.atomic_write_bytes(self.rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
+            if self.pool is not None and not self.quiet:
+                print(self.pool.table(), file=sys.stderr, flush=True)
+        return summary
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
 
 
+# ------------------------------------------------------------------------------------------
+# helpers
+# ------------------------------------------------------------------------------------------
 def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
     """Keys whose values differ between a checkpoint's config and this run's. A key the checkpoint
     does not have (added to podracer-hpc since) is no difference if this run has its default."""
@@ -241,253 +470,15 @@ def _nan_injection(rank: int) -> int:
     return u if r == rank else 0
 
 
+def _slow_injection(rank: int) -> float:
+    """Fault testing: ``PODRACER_INJECT_SLOW=RANK:FACTOR[,RANK:FACTOR...]`` makes those ranks'
+    updates take FACTOR times as long (a straggler: a throttled GPU, a busy node)."""
+    for item in filter(None, os.environ.get("PODRACER_INJECT_SLOW", "").split(",")):
+        r, f = item.split(":")
+        if int(r) == rank:
+            return float(f)
+    return 1.0
+
+
 def _fmt_steps(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
-
-
-def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
-          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None) -> RunResult:
-    """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
-
-    ``stop``: the warning-signal flag (the console script installs the process's own before
-    anything else); by default a new one is installed here.
-    """
-    comm = comm or get_comm()
-    rank, size = comm.rank, comm.size
-    rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
-    run_dir = rundir.root
-    ckpt_path = rundir.checkpoint(rank)
-    stop = stop or StopFlag().install()
-
-    def say(msg: str, progress: bool = False) -> None:
-        """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
-        if not (quiet and progress):
-            print(f"[{cfg.name} r{rank}] {msg}", file=sys.stderr, flush=True)
-
-    device = resolve_device(cfg.device, comm.local_rank)
-    if device.type == "cpu":
-        set_cpu_threads(cfg.threads, comm.local_size)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
-
-    if comm.launcher_size and comm.launcher_size > 1 and size == 1:
-        raise TrainingError(
-            f"the launcher started {comm.launcher_size} processes but they do not form one MPI world "
-            f"({comm.note}). Refusing to run {comm.launcher_size} copies of rank 0 into one run directory: "
-            "match srun's --mpi plugin to the MPI of mpi4py (pmi2 for the mpich wheel, pmix for Open MPI)."
-        )
-    try:
-        pod = Pod(cfg, rank=rank, device=device)
-    except MemoryError as e:
-        raise TrainingError(f"rank {rank}: {e}") from None
-    state_meta: dict[str, Any] = {}
-    choice = resume.agree(comm.allgather, rank, size, ckpt_path, say,
-                          rundir.checkpoint_ranks() if rank == 0 else [])
-    if not choice.fresh:
-        _, meta0, _ = safeio.load(ckpt_path, "pod-state")  # verifies before anything is touched
-        diffs = _diff_config(meta0.get("config", {}), to_dict(cfg), to_dict(Config()))
-        if diffs:
-            raise ConfigError(
-                f"{run_dir} holds a run with another config; it cannot be resumed with this one:\n  "
-                + "\n  ".join(diffs)
-                + f"\nUse a new --run-dir, or the original settings (see {rundir.config})."
-            )
-        state_meta = pod.load(ckpt_path)
-        say(f"resuming from {ckpt_path} at {_fmt_steps(pod.env_steps)} env steps, update {pod.updates}")
-        if not state_meta.get("env_exact", True):
-            say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
-                "its environments start new episodes")
-    elif rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        safeio.atomic_write_bytes(rundir.config, yaml.safe_dump(to_dict(cfg), sort_keys=False).encode(), mode=0o644)
-
-    attrs = {
-        "config": to_dict(cfg),
-        "git_revision": git_revision(),
-        "host": socket.gethostname(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "device_type": device.type,
-        "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
-        "seed": pod.seed,
-        "rank": rank,
-        "world_size": size,
-        "slurm": slurm_ids(),
-        "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
-        "created": time.time(),
-    }
-    log = H5Writer(rundir.log(rank), attrs, say=say)
-    # Rows after the checkpoint are work that is redone; a fresh start keeps none (a run killed
-    # before its first checkpoint must not log updates 1, 2, ... twice).
-    dropped = log.truncate_after(pod.env_steps if state_meta else -1)
-    if dropped:
-        say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
-
-    tour = None
-    if cfg.tournament.mode != "none":
-        tour = Tournament(cfg, comm, pod, rundir, job_id(), say, log)
-        if not state_meta:
-            tour.join()
-        tour.last_copy_round = int(state_meta.get("last_copy_round", -1))
-        if rank == 0 and cfg.tournament.mode == "pbt":
-            what = "tournament.hparam_space" if cfg.tournament.hparam_space else "the default space (tournament.hparam_space is empty)"
-            say(f"PBT explores {describe_space(effective_space(cfg.tournament))}: {what}; a pod that copied "
-                f"another is not replaced again for {cfg.tournament.ready_rounds} rounds")
-    round_index = int(state_meta.get("round", 0))
-    next_round = round_env_steps(cfg.tournament, round_index)
-    poisoned = False  # a pod whose loss went NaN waits, frozen, for the next round to replace it
-    inject_nan = _nan_injection(rank)
-
-    total = cfg.total_env_steps
-    eval_every = cfg.eval.interval_env_steps or total
-    best = float(state_meta.get("best_return", -math.inf))
-    last_eval = float(state_meta.get("last_eval_return", math.nan))
-    next_eval = int(state_meta.get("next_eval", eval_every))
-    wall_before = float(state_meta.get("wall_s", 0.0))
-    t_start = time.perf_counter()
-    steps_at_start = pod.env_steps
-    last_ckpt = last_progress = time.monotonic()
-    updates_here = 0
-    last_train = math.nan
-
-    def wall() -> float:
-        return wall_before + time.perf_counter() - t_start
-
-    def checkpoint() -> None:
-        log.flush()  # the log holds every row up to the checkpoint before the checkpoint exists
-        extra = {"best_return": best, "last_eval_return": last_eval, "next_eval": next_eval, "wall_s": wall(),
-                 "round": round_index, "world_size": size,
-                 "last_copy_round": tour.last_copy_round if tour is not None else -1}
-        if ckpt_path.exists():  # keep the last one as .prev; the path always holds a whole checkpoint
-            tmp = ckpt_path.with_suffix(".prev.tmp")
-            tmp.unlink(missing_ok=True)
-            os.link(ckpt_path, tmp)
-            os.replace(tmp, ckpt_path.with_suffix(".prev"))
-        pod.save(ckpt_path, extra)
-
-    def evaluate() -> float:
-        nonlocal best, last_eval, next_eval
-        r = pod.evaluate().cpu().numpy()
-        if poisoned:
-            r = r * math.nan
-        last_eval = float(r.mean())
-        best = max(best, last_eval)
-        log.append("eval", {
-            "update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
-            "return_mean": last_eval, "return_std": float(r.std()), "return_min": float(r.min()),
-            "return_max": float(r.max()), "episodes": len(r),
-        }, flush=True)
-        while next_eval <= pod.env_steps:
-            next_eval += eval_every
-        return last_eval
-
-    try:
-        if not state_meta:
-            checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
-        while pod.env_steps < total:
-            t0 = time.perf_counter()
-            if poisoned:  # keep the pool in lockstep without training on NaN weights
-                pod.env_steps += pod.batch_size
-                pod.updates += 1
-                vals = {"loss": math.nan, "episodes": 0.0, "return_sum": 0.0, "return_sqsum": 0.0}
-            else:
-                m = pod.train_iteration()
-                if inject_nan and pod.updates == inject_nan:
-                    m["loss"] = torch.tensor(math.nan)
-                    with torch.no_grad():
-                        for prm in pod.agent.net.parameters():
-                            prm.fill_(math.nan)
-                vals = {k: float(v) for k, v in zip(m, torch.stack([v.double().cpu() for v in m.values()]).tolist())}
-            dt = time.perf_counter() - t0
-            if not math.isfinite(vals["loss"]) and not poisoned:
-                if tour is None:
-                    raise TrainingError(
-                        f"rank {rank}: loss is {vals['loss']} at update {pod.updates} ({pod.env_steps} env steps). "
-                        f"Nothing after the last checkpoint ({ckpt_path}) was saved. Lower agent.learning_rate, "
-                        "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
-                    )
-                poisoned = True
-                say(f"loss is {vals['loss']} at update {pod.updates}: this pod is frozen until round "
-                    f"{round_index} replaces it from the leaderboard")
-            n_ep = int(vals["episodes"])
-            mean = vals["return_sum"] / n_ep if n_ep else math.nan
-            if n_ep:
-                last_train = mean
-            std = math.sqrt(max(0.0, vals["return_sqsum"] / n_ep - mean * mean)) if n_ep else math.nan
-            row = {"update": pod.updates, "env_steps": pod.env_steps, "wall_s": wall(),
-                   "steps_per_s": pod.batch_size / dt, "loss": vals["loss"]}
-            if not poisoned:
-                row.update(return_mean=mean, return_std=std, episodes=n_ep,
-                           **{k: vals[k] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                                   "clipfrac", "explained_variance", "learning_rate")})
-            log.append("train", row)
-            if tour is not None and pod.env_steps >= next_round:
-                fitness = evaluate()
-                out = tour.round(round_index, fitness, wall())
-                if poisoned and out["action"] != "keep":
-                    poisoned = False
-                    say(f"round {round_index}: restored from {out['source'].id or 'a fresh agent'} after NaN; "
-                        "training goes on")
-                round_index += 1
-                next_round = round_env_steps(cfg.tournament, round_index)
-                checkpoint()
-                last_ckpt = time.monotonic()
-            elif pod.env_steps >= next_eval or pod.env_steps >= total:
-                evaluate()
-            updates_here += 1
-            now = time.monotonic()
-            if cfg.log.progress_interval_s and now - last_progress >= cfg.log.progress_interval_s:
-                last_progress = now
-                sps = (pod.env_steps - steps_at_start) / max(1e-9, time.perf_counter() - t_start)
-                eta = (total - pod.env_steps) / max(sps, 1e-9)
-                say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
-                    f"{sps / 1e3:.0f}k steps/s | train {last_train:.1f} | eval {last_eval:.1f} (best {best:.1f}) | "
-                    f"ETA {eta:.0f}s", progress=True)
-            ckpt_due = bool(cfg.log.checkpoint_interval_s and now - last_ckpt >= cfg.log.checkpoint_interval_s)
-            want_stop = stop.signal is not None or bool(stop_after_updates and updates_here >= stop_after_updates)
-            if size > 1:  # decided together: every rank checkpoints and stops after the same update
-                votes = comm.allgather((ckpt_due, want_stop))
-                ckpt_due, want_stop = any(v[0] for v in votes), any(v[1] for v in votes)
-            if ckpt_due and not want_stop:
-                checkpoint()
-                last_ckpt = now
-            if want_stop:
-                break
-        if updates_here or not ckpt_path.exists():
-            checkpoint()
-    finally:
-        log.close()
-
-    complete = pod.env_steps >= total
-    if not complete:
-        why = f"signal {stop.name}" if stop.signal else f"--stop-after-updates {stop_after_updates}"
-        say(f"stopped by {why} at {_fmt_steps(pod.env_steps)} env steps; checkpoint saved, run again to resume")
-    mine = {
-        "env_steps": pod.env_steps, "best": best, "final": last_eval, "wall_s": wall(),
-        "run_steps": pod.env_steps - steps_at_start, "run_wall": time.perf_counter() - t_start,
-    }
-    everyone = comm.allgather(mine)
-    finals = [p["final"] for p in everyone if math.isfinite(p["final"])]
-    wall_s = max(p["wall_s"] for p in everyone)
-    env_steps = sum(p["env_steps"] for p in everyone)
-    run_wall = max(p["run_wall"] for p in everyone)
-    summary = {
-        "task": cfg.env.name,
-        "pods": size,
-        "env_steps": env_steps,
-        "wall_s": round(wall_s, 3),
-        "steps_per_s": round(sum(p["run_steps"] for p in everyone) / max(run_wall, 1e-9), 1),
-        "best_return": max(p["best"] for p in everyone),
-        "final_return": max(finals) if finals else None,
-    }
-    if not complete:
-        summary["complete"] = False
-    if tour is not None:
-        summary["best_pod"] = max(range(size), key=lambda r: everyone[r]["best"])
-        summary["rounds"] = round_index
-    if tour is not None and complete and rank == 0:
-        tour.board.prune(cfg.tournament.top_k)  # every rank has checkpointed: the last round's sources may go
-    if rank == 0:
-        safeio.atomic_write_bytes(rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
-        if tour is not None and not quiet:
-            print(tour.table(), file=sys.stderr, flush=True)
-    return RunResult(complete=complete, summary=summary)

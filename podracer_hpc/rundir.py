@@ -16,9 +16,13 @@ Nothing here imports torch, h5py or MPI.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 from pathlib import Path
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "RunDir", "job_id"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "RunDir", "git_revision", "job_id", "slurm_ids"]
+
+_LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # config, checkpoint, log or run directory is wrong; the message says what to do
@@ -34,12 +38,36 @@ def job_id(environ: dict[str, str] | None = None) -> str:
     return job
 
 
+def slurm_ids(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The Slurm ids of this process (job, array task, step, rank, node, restart count)."""
+    env = os.environ if environ is None else environ
+    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID",
+            "SLURM_PROCID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
+    return {k: env[k] for k in keys if k in env}
+
+
+def git_revision() -> str:
+    """Short revision of the podracer-hpc checkout this code runs from (``-dirty`` if modified)."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        rev = out.stdout.strip()
+        if rev:
+            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown"
+
+
 class RunDir:
     """Paths of one run directory (nothing is created by constructing it)."""
 
-    def __init__(self, root: str | os.PathLike, name: str):
+    def __init__(self, root: str | os.PathLike, name: str = ""):
         self.root = Path(root)
-        self.name = name
+        self.name = name  # the run's name (log file names); "" to only read a run directory
 
     @property
     def config(self) -> Path:
@@ -56,11 +84,27 @@ class RunDir:
     def log(self, rank: int) -> Path:
         return self.logs_dir / f"{self.name}_rank{rank}.h5"
 
-    def rank_logs(self) -> list[Path]:
-        """The rank logs present, in rank order."""
-        found = [(p, p.stem.rsplit("_rank", 1)) for p in self.logs_dir.glob("*_rank*.h5")]
-        return [p for p, parts in sorted(found, key=lambda x: (x[1][0], int(x[1][1]) if x[1][1].isdigit() else -1))
-                if len(parts) == 2 and parts[1].isdigit()]
+    def rank_logs(self) -> dict[int, Path]:
+        """``{rank: log}`` of the logs present; where a rank has several (a run resumed under
+        another name), the newest."""
+        out: dict[int, Path] = {}
+        if not self.logs_dir.is_dir():
+            return out
+        for p in self.logs_dir.iterdir():
+            m = _LOG_RE.match(p.name)
+            if not m:
+                continue
+            r = int(m["rank"])
+            try:
+                if r not in out or p.stat().st_mtime > out[r].stat().st_mtime:
+                    out[r] = p
+            except FileNotFoundError:
+                continue
+        return dict(sorted(out.items()))
+
+    def looks_like_run(self) -> bool:
+        """Whether this is (or is becoming) a run directory: a config.yaml or rank logs."""
+        return self.config.exists() or bool(self.rank_logs())
 
     @property
     def checkpoints_dir(self) -> Path:

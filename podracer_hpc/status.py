@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 import warnings
@@ -30,10 +29,10 @@ import numpy as np
 
 from .h5log import LogError, read_log
 from .records import Source, read_records
+from .rundir import RunDir
 
 __all__ = ["StatusError", "PodStatus", "find_rank_logs", "pod_statuses", "render", "status", "main"]
 
-LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
 TOP_ENTRIES = 8  # leaderboard rows shown
 RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
 READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
@@ -73,22 +72,8 @@ class PodStatus:
 
 
 def find_rank_logs(run_dir: Path) -> dict[int, Path]:
-    """``{rank: log path}``; where a rank has several logs (a resume under another name), the newest."""
-    out: dict[int, Path] = {}
-    logs = run_dir / "logs"
-    if not logs.is_dir():
-        return out
-    for p in logs.iterdir():
-        m = LOG_RE.match(p.name)
-        if not m:
-            continue
-        r = int(m["rank"])
-        try:
-            if r not in out or p.stat().st_mtime > out[r].stat().st_mtime:
-                out[r] = p
-        except FileNotFoundError:
-            continue
-    return dict(sorted(out.items()))
+    """``{rank: log path}`` (the run directory's layout is rundir.py's)."""
+    return RunDir(run_dir).rank_logs()
 
 
 def _check_run_dir(run_dir: Path) -> None:
@@ -99,7 +84,7 @@ def _check_run_dir(run_dir: Path) -> None:
                           pending=True)
     if not run_dir.is_dir():
         raise StatusError(f"{run_dir} is a file, not a run directory ({what})")
-    if not (run_dir / "config.yaml").exists() and not find_rank_logs(run_dir):
+    if not RunDir(run_dir).looks_like_run():
         if _only_empty_run_folders(run_dir):
             raise StatusError(f"{run_dir} holds no config.yaml and no logs yet: not a run directory, or one "
                               "whose job is just starting", pending=True)
@@ -218,7 +203,7 @@ def _load_config(run_dir: Path, pods: list[PodStatus]) -> dict[str, Any]:
     try:
         import yaml
 
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        cfg = yaml.safe_load(RunDir(run_dir).config.read_text())
         if isinstance(cfg, dict):
             return cfg
     except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too
@@ -234,7 +219,7 @@ def _load_config(run_dir: Path, pods: list[PodStatus]) -> dict[str, Any]:
 
 def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str]:
     tcfg = cfg.get("tournament") or {}
-    root = Path(tcfg.get("leaderboard_dir") or run_dir / "leaderboard")
+    root = RunDir(run_dir).leaderboard(tcfg.get("leaderboard_dir") or "")
     if not (root / "entries").is_dir():
         if tcfg.get("mode", "none") == "none":
             return []
@@ -264,7 +249,7 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     summary: dict[str, Any] | None = None
-    summary_path = run_dir / "summary.json"
+    summary_path = RunDir(run_dir).summary
     if summary_path.exists():
         try:
             summary = json.loads(summary_path.read_text())
@@ -337,7 +322,7 @@ def status(run_dir: str | Path, watch: float = 0, out: TextIO | None = None) -> 
     waiting = False
     try:
         while True:
-            ended = (run_dir / "summary.json").exists()  # looked at before reading the logs they summarize
+            ended = RunDir(run_dir).summary.exists()  # looked at before reading the logs they summarize
             try:
                 text = render(run_dir)
             except StatusError as e:

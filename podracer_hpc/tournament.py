@@ -258,6 +258,7 @@ def elegantrl_select(
     hparams: Sequence[Mapping[str, float]] | None = None,
     env_steps: Sequence[int | None] | None = None,
     steps_tolerance: float | None = None,
+    rng_ranks: Sequence[int] | None = None,
 ) -> list[Decision]:
     """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
 
@@ -324,7 +325,7 @@ def elegantrl_select(
                 out.append(Decision(action="reset", reason="fitness is NaN and no finite source exists", **base))
             continue
         probs = softmax_zscore([c[0] for c in mine], temperature)
-        i = int(make_rng(seed, round, r, _STREAM_ELEGANTRL).choice(len(mine), p=probs))
+        i = int(make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_ELEGANTRL).choice(len(mine), p=probs))
         score, _, kind, ref, _ = mine[i]
         what = f"pod {ref}" if kind == "pod" else f"entry {ref}"
         if _finite(fit[r]) and not score > fit[r]:
@@ -359,6 +360,7 @@ def pbt_select(
     entries: Iterable[tuple[str, float]] = (),
     top_k: int | None = None,
     ready_rounds: int = 0,
+    rng_ranks: Sequence[int] | None = None,
 ) -> list[Decision]:
     """PBT truncation selection (exploit) plus perturbation (explore); one decision per rank.
 
@@ -401,7 +403,7 @@ def pbt_select(
             decisions[r] = Decision(action="keep", reason=f"bottom quantile, not ready (copied at round "
                                                           f"{me.last_copy_round})", **base)
             continue
-        rng = make_rng(seed, round, r, _STREAM_PBT)
+        rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
         eligible = [s for s in sources if reports[s].env_steps >= min_steps]
         if _finite(fit[r]):
@@ -474,12 +476,17 @@ def decide(
     round: int,
     seed: int,
     cfg: TournamentConfig,
+    rng_ranks: Sequence[int] | None = None,
 ) -> list[Decision]:
     """All pods' decisions for one round (index = rank), by ``cfg.mode``.
 
     ``entries`` are ``(entry_id, score)`` or ``(entry_id, score, env_steps)`` items of the
     leaderboard before this round's publications (``Leaderboard.candidates(with_steps=True)``);
     pass the same list on every rank (list on rank 0, then broadcast).
+
+    ``rng_ranks``: the MPI rank of each report's pod, when the reports are not ranks 0..n-1 of
+    one world (an asynchronous pod deciding alone: it is index 0 of its own table, and its
+    random draws must still be its own).
     """
     reports = _check_reports(reports)
     entries = [(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None) for e in entries]
@@ -494,6 +501,7 @@ def decide(
             hparams=[p.hparams for p in reports],
             env_steps=[p.env_steps for p in reports],
             steps_tolerance=cfg.steps_tolerance,
+            rng_ranks=rng_ranks,
         )
     if cfg.mode == "pbt":
         return pbt_select(
@@ -508,6 +516,7 @@ def decide(
             entries=[(e, sc) for e, sc, _ in entries],
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
+            rng_ranks=rng_ranks,
         )
     if cfg.mode == "none":
         return [

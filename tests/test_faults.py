@@ -61,6 +61,17 @@ def rank_pids(run_dir: Path) -> list[int]:
     return out
 
 
+def catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return False
+
+
 def train_rows(run_dir: Path, rank: int = 0, name: str = "pendulum") -> int:
     try:
         return len(read_log(run_dir / "logs" / f"{name}_rank{rank}.h5")["train"]["update"])
@@ -141,7 +152,10 @@ def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         def mid_run() -> bool:
-            t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"] if train_rows(d, 1, "quickstart") else {}
+            try:  # (a read can race the writer's flush: try again)
+                t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"]
+            except Exception:  # noqa: BLE001
+                return p.poll() is not None
             return len(t.get("round", [])) >= 2 or p.poll() is not None
         wait_for(mid_run, 150, "two rounds")
         assert p.poll() is None, "the run ended before it could be killed"
@@ -223,7 +237,9 @@ def test_signals_from_start_to_exit_end_with_75_or_0(tmp_path):
     d = tmp_path / "r"
     p = subprocess.Popen(train_cmd(d, "total_env_steps=8192"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    # As soon as the process catches USR2 (the console script's first act; torch is not loaded yet):
+    # nothing can catch a signal before the interpreter runs its first line.
+    wait_for(lambda: catches(p.pid, signal.SIGUSR2) or p.poll() is not None, 60, "the USR2 handler")
     p.send_signal(signal.SIGUSR2)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 75, err

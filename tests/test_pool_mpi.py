@@ -103,19 +103,25 @@ def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
     assert res["pbt"] > res["none"] + 100, res
 
 
-def test_ranks_resume_from_the_same_update_after_a_torn_checkpoint(tmp_path):
-    """A hard kill caught the ranks' checkpoints at different updates: the one ahead uses its .prev."""
+def test_ranks_resume_in_the_same_round_after_a_torn_post_round_checkpoint(tmp_path):
+    """A hard kill after a round, between the ranks' post-round checkpoints: the rank that had
+    written its own goes back to its .prev (the last state of the round the other still holds)."""
     run = tmp_path / "run"
     sets = ("total_env_steps=40960", "tournament.interval_env_steps=20480", "eval.interval_env_steps=20480")
-    r = run_mpi(2, *train_args(run, *sets), "--stop-after-updates", "2")
+    r = run_mpi(2, *train_args(run, *sets), "--stop-after-updates", "6")  # 4,096 steps an update: past round 0
     assert r.returncode == 75, r.stderr
-    behind = (run / "checkpoints" / "rank0.safetensors").read_bytes()
-    r = run_mpi(2, *train_args(run, *sets), "--stop-after-updates", "1")
-    assert r.returncode == 75, r.stderr
-    (run / "checkpoints" / "rank0.safetensors").write_bytes(behind)  # rank 0 at update 2, rank 1 at 3
+    ck = run / "checkpoints"
+    from podracer_hpc import safeio
+
+    meta = lambda p: safeio.load(p, "pod-state")[1]  # noqa: E731
+    assert [meta(ck / "rank1.safetensors")[k] for k in ("round", "updates")] == [1, 6]
+    assert meta(ck / "rank1.prev")["round"] == 0  # .prev keeps the last state of round 0
+    (ck / "rank0.prev").replace(ck / "rank0.safetensors")  # rank 0 "was killed" before its post-round checkpoint
     r = run_mpi(2, *train_args(run, *sets))
     assert r.returncode == 0, r.stderr
-    assert "rank 1: checkpoint at update 3, ahead of other ranks; resuming from its .prev (update 2)" in r.stderr
+    assert "rank 1: checkpoint in round 1, past the round the other ranks reached; resuming from its .prev" in r.stderr
+    assert (ck / "rank1.safetensors.ahead").exists()
     for k in range(2):
-        steps = read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["env_steps"]
-        assert len(steps) == len(set(steps)) and list(steps) == sorted(steps)
+        log = read_log(run / "logs" / f"quickstart_rank{k}.h5")
+        assert list(log["train"]["update"]) == list(range(1, 11))
+        assert [x for x in log["tournament"]["round"]] == [0, 1]

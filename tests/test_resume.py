@@ -1,12 +1,12 @@
-"""Which checkpoint every rank resumes from (resume.choose): the same update for all, or a clear error."""
+"""Which checkpoint every rank resumes from (resume.choose): the same round for all, or a clear error."""
 
 import pytest
 
-from podracer_hpc.resume import FileState, RankFiles, ResumeError, choose
+from podracer_hpc.resume import FileState, RankFiles, ResumeError, choose, rotate_prev
 
 
-def at(u, ws=None):
-    return FileState(exists=True, updates=u, world_size=ws)
+def at(u, epoch=0, ws=None):
+    return FileState(exists=True, updates=u, world_size=ws, epoch=epoch)
 
 
 MISSING = FileState()
@@ -22,23 +22,23 @@ def test_no_files_anywhere_is_a_fresh_start():
     assert c.fresh and not c.notes
 
 
-def test_all_at_the_same_update():
-    c = choose([rf(at(8), at(4)), rf(at(8), at(4))], 2)
-    assert not c.fresh and c.updates == 8 and c.use_prev == (False, False)
+def test_pods_resume_from_their_own_latest_state_within_one_round():
+    """Pods checkpoint on their own clocks between rounds: different updates are consistent."""
+    c = choose([rf(at(12, 3), at(8, 2)), rf(at(9, 3), at(7, 2))], 2)
+    assert not c.fresh and c.use == ("ckpt", "ckpt") and c.updates == (12, 9) and c.epoch == 3
 
 
-def test_a_kill_between_ranks_checkpoints_brings_the_ahead_ranks_back():
-    c = choose([rf(at(12), at(8)), rf(at(8), at(4)), rf(at(12), at(8))], 3)
-    assert c.updates == 8 and c.use_prev == (True, False, True)
-    assert any("ahead of other ranks" in n for n in c.notes)
+def test_a_kill_between_the_ranks_post_round_checkpoints_brings_the_ahead_ranks_back():
+    c = choose([rf(at(12, 4), at(10, 3)), rf(at(10, 3), at(6, 2)), rf(at(12, 4), at(10, 3))], 3)
+    assert c.epoch == 3 and c.use == ("prev", "ckpt", "prev") and c.updates == (10, 10, 10)
+    assert any("past the round the other ranks reached" in n for n in c.notes)
 
 
 def test_a_torn_first_checkpoint_starts_over():
     """The chaos run's 'ranks [1] have no checkpoint while others do': no rank ever had a .prev."""
     c = choose([rf(at(0)), rf()], 2)
     assert c.fresh and "starting over" in c.notes[0]
-    c = choose([rf(at(3)), rf(at(3)), rf()], 3)
-    assert c.fresh
+    assert choose([rf(at(3)), rf(at(3)), rf()], 3).fresh
 
 
 def test_a_lost_rank_with_history_is_an_error_not_a_silent_restart():
@@ -47,16 +47,23 @@ def test_a_lost_rank_with_history_is_an_error_not_a_silent_restart():
 
 
 def test_a_corrupt_checkpoint_falls_back_to_prev_naming_the_checksum_error():
-    c = choose([rf(CORRUPT, at(4)), rf(at(8), at(4))], 2)
-    assert c.updates == 4 and c.use_prev == (True, True)
+    c = choose([rf(CORRUPT, at(4, 1)), rf(at(8, 2), at(4, 1))], 2)
+    assert c.epoch == 1 and c.use == ("prev", "prev") and c.updates == (4, 4)
     assert "checksum mismatch" in c.notes[0] and "rank 0" in c.notes[0]
+    c = choose([rf(CORRUPT, at(4, 2)), rf(at(8, 2), at(4, 1))], 2)
+    assert c.use == ("prev", "ckpt") and c.updates == (4, 8)  # the same round: each its latest
 
 
 def test_corrupt_beyond_repair_names_the_checksum_error():
-    with pytest.raises(ResumeError, match="(?s)cannot be brought to one update.*checksum mismatch"):
+    with pytest.raises(ResumeError, match="(?s)cannot be brought to one round.*checksum mismatch"):
         choose([rf(CORRUPT, CORRUPT), rf(at(8), at(4))], 2)
     with pytest.raises(ResumeError, match="checksum mismatch"):
         choose([rf(CORRUPT)], 1)
+
+
+def test_a_rank_two_rounds_ahead_cannot_be_brought_back():
+    with pytest.raises(ResumeError, match="cannot be brought to one round"):
+        choose([rf(at(20, 5), at(16, 4)), rf(at(8, 3), at(4, 2))], 2)
 
 
 def test_another_world_size_is_refused():
@@ -66,8 +73,21 @@ def test_another_world_size_is_refused():
         choose([rf(at(8)), rf(at(8))], 2, other_ranks=[2])  # no world size recorded (old files), rank2 files
 
 
-@pytest.mark.parametrize("size", [1, 2, 5])
-def test_one_rank_world_and_bigger_worlds_agree_at_the_latest_common_update(size):
-    files = [rf(at(10 + (r % 2) * 5), at(10)) for r in range(size)]
-    c = choose(files, size)
-    assert c.updates == 10 and c.use_prev == tuple(r % 2 == 1 for r in range(size))
+def test_independent_pods_resume_each_from_its_own_latest_and_a_new_one_starts_fresh():
+    c = choose([rf(at(20, 5), at(16, 4)), rf(at(8, 3), at(4, 2)), rf()], 3, independent=True)
+    assert c.use == ("ckpt", "ckpt", "fresh") and c.updates == (20, 8, 0)
+    c = choose([rf(CORRUPT, at(16, 4)), rf(at(8, 3))], 2, independent=True)
+    assert c.use == ("prev", "ckpt")
+
+
+@pytest.mark.parametrize("ckpt,prev,new,independent,rotate", [
+    (None, None, 0, False, False),  # nothing to keep
+    (0, None, 0, False, True),      # first epoch: rolling
+    (0, 0, 0, False, True),
+    (0, 0, 1, False, True),         # the post-round checkpoint: prev = the last state of round 0
+    (1, 0, 1, False, False),        # later in epoch 1: keep round 0's last state
+    (1, 0, 1, True, True),          # independent pods: always rolling
+    (1, 1, 1, False, True),
+])
+def test_prev_keeps_the_last_state_of_the_previous_round(ckpt, prev, new, independent, rotate):
+    assert rotate_prev(ckpt, prev, new, independent) == rotate

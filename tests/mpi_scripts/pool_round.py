@@ -10,7 +10,7 @@ import torch
 from podracer_hpc.comm import get_comm
 from podracer_hpc.config import load_config
 from podracer_hpc.pod import Pod
-from podracer_hpc.run import Tournament
+from podracer_hpc.pool import Pool
 from podracer_hpc.rundir import RunDir
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -36,8 +36,9 @@ def net_sha(p: Pod) -> str:
 
 before = net_sha(pod)
 fitness = [-1000.0, -10.0, -500.0, -20.0, float("nan"), -300.0][comm.rank % 6]
-tour = Tournament(cfg, comm, pod, RunDir(out, cfg.name), "test", say=lambda m: None)
-res = tour.round(0, fitness, 0.0)
+tour = Pool(cfg, comm, pod, RunDir(out, cfg.name), "test", say=lambda m: None)
+rec = tour.collective_round(0, fitness, 0.0, comm.allgather(tour.report(fitness)))
+res = {"action": rec.action, "source": rec.source, "decisions": tour.last_decisions}
 decisions = [d.to_dict() for d in res["decisions"]]
 after = net_sha(pod)
 loaded_sha = None

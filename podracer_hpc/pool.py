@@ -1,0 +1,251 @@
+"""The rank's side of the training pool: elastic join, tournament rounds, NaN restore.
+
+Two ways to hold a round (``tournament.sync``), both with the pure rules of tournament.py:
+
+- ``collective``: every pod reaches round i at the same env steps and the ranks meet (the rank
+  program gathers the pods' reports, :class:`Meeting`); every rank computes the same decisions
+  from the same table and the same leaderboard listing (rank 0 lists it, keeps it in the run
+  directory for an exact redo, and broadcasts it); winners publish, the others load, rank 0
+  prunes. Reproducible: a seed fixes a CPU run, and a resumed run ends bit-equal.
+- ``async``: a pod that reaches its round decides alone, from the leaderboard as it is at that
+  moment: it publishes (ElegantRL rule: if it would enter the top K; PBT: always, so that the
+  others see the population), draws from the listing with its own random stream, loads, prunes.
+  It never waits for another pod: a slow or dead pod blocks nobody (ElegantRL-Podracer's
+  design). Decisions depend on timing, so runs are not reproducible across starts.
+
+A pod whose loss turned NaN reports NaN fitness; every rule replaces it (it never publishes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from . import safeio
+from .comm import Comm
+from .config import Config
+from .h5log import H5Writer
+from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops
+from .pod import Pod
+from .records import RoundRecord, Source
+from .rundir import RunDir
+from .tournament import Decision, PodReport, decide, effective_space
+
+__all__ = ["Meeting", "Pool"]
+
+
+@dataclass(frozen=True)
+class Meeting:
+    """What a rank brings to a meeting of all ranks (collective rounds and the end of the run).
+
+    ``kind``: ``round`` (reached round ``report`` is for), ``stop`` (checkpointed, leaving:
+    everyone leaves), ``done`` (trained its budget). ``summary``: its part of the run summary.
+    """
+
+    kind: str
+    report: PodReport | None = None
+    announced: bool = False  # this rank sent stop notices (comm.announce_stop)
+    summary: dict[str, Any] = field(default_factory=dict)  # this rank's part of the run summary
+
+
+class Pool:
+    """One rank's side of the tournament; the leaderboard is files, decisions are tournament.py."""
+
+    def __init__(self, cfg: Config, comm: Comm, pod: Pod, rundir: RunDir, job: str,
+                 say: Callable[[str], None], log: H5Writer | None = None):
+        self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
+        self.tcfg = cfg.tournament
+        self.rundir = rundir
+        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
+        self.job = job
+        self.space = tuple(effective_space(self.tcfg))
+        self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
+        self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
+
+    @property
+    def collective(self) -> bool:
+        return self.tcfg.sync == "collective"
+
+    # --- helpers --------------------------------------------------------------------------
+    def hparams(self) -> dict[str, float]:
+        return self.pod.hparams(self.space) if self.space else self.pod.hparams()
+
+    def report(self, fitness: float) -> PodReport:
+        return PodReport(self.comm.rank, float(fitness), self.pod.env_steps, self.hparams(), self.last_copy_round)
+
+    def listing(self, index: int) -> list[tuple]:
+        """Rank 0's view of the leaderboard for collective round ``index``, the same on a redo.
+
+        A round redone after a kill (its checkpoint predates it) must decide on what the first
+        attempt saw, not on the entries that attempt published: the listing is kept in the run
+        directory the first time and read back after.
+        """
+        path = self.rundir.round_listing(index)
+        try:
+            return [tuple(e) for e in json.loads(path.read_text())]
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError) as e:
+            self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
+        entries = self.board.candidates(with_steps=True)
+        safeio.atomic_write_bytes(path, json.dumps(entries).encode())
+        return entries
+
+    def publish(self, fitness: float, index: int, hp: dict[str, float]) -> str | None:
+        """This pod's agent as a leaderboard entry (None if it could not be written: logged, not fatal)."""
+        tensors, meta = self.pod.agent_tensors()
+        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp)
+        try:
+            return self.board.publish(tensors, float(fitness), meta, content_id=True)
+        except OSError as e:
+            self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
+            return None
+
+    def take(self, eid: str, index: int) -> Source:
+        """Load entry ``eid`` into the pod, keeping its own hyperparameters; a source that is gone
+        or fails its checks is rejected (the pod keeps its agent) and said."""
+        try:
+            _, tensors, meta = self.board.load_best_available([eid], device=self.pod.device, skip_corrupt=False)
+            self.pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}", load_hparams=False)
+            self.last_copy_round = index
+            return Source("entry", eid)
+        except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
+            self.say(f"round {index}: kept own agent, source rejected: {e}")
+            return Source("entry", eid, rejected=True)
+
+    def apply(self, d: Decision, index: int, source_entry: str | None) -> tuple[str, Source]:
+        """Carry out one decision: load its source (or reset), then its hyperparameters."""
+        action, source = d.action, Source()
+        if d.action in ("load_entry", "copy_pod"):
+            if source_entry is None:  # the source pod's publish failed
+                action, source = "keep", Source("pod", str(d.source_rank), rejected=True)
+            else:
+                source = self.take(source_entry, index)
+                action = "keep" if source.rejected else d.action
+        elif d.action == "reset":
+            self.say(f"round {index}: fitness {d.fitness} and no finite source anywhere: re-initializing the agent")
+            self.pod.reset_agent()
+            source = Source("fresh")
+        if d.new_hparams is not None and action == d.action:  # not when the source was rejected
+            self.pod.set_hparams(d.new_hparams)
+        return action, source
+
+    def record(self, index: int, fitness: float, wall_s: float, action: str, source: Source,
+               hp: dict[str, float], t0: float, ops0: int) -> RoundRecord:
+        rec = RoundRecord(index, self.pod.env_steps, wall_s, float(fitness), action, source, hp, self.hparams(),
+                          time.perf_counter() - t0, fs_ops() - ops0)
+        if self.log is not None:
+            self.log.append("tournament", rec.to_row(), flush=True)
+        return rec
+
+    # --- elastic join ---------------------------------------------------------------------
+    def join(self) -> str | None:
+        """Elastic join: a fresh pod starts from a leaderboard entry when there is one."""
+        if self.collective:
+            entries = self.comm.bcast(self.board.candidates(self.tcfg.top_k) if self.comm.rank == 0 else None)
+        else:
+            entries = self.board.candidates(self.tcfg.top_k)
+        if not entries:
+            return None
+        # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
+        k = self.comm.rank % len(entries)
+        eid = None
+        for cand, _score in entries[k:] + entries[:k]:
+            try:
+                _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
+                self.pod.load_agent(tensors, meta, source=f"leaderboard entry {cand}")
+                eid = cand
+                break
+            except EntryGone:
+                continue
+            except (EntryCorrupt, safeio.StateFileError) as e:
+                self.say(f"skipping leaderboard entry {cand}: {e}")
+        if eid is None:
+            self.say("no leaderboard entry could be loaded; starting from scratch")
+            return None
+        score = dict(entries).get(eid, float("nan"))
+        self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
+        if self.log is not None:  # round -1: how this pod started
+            hp = self.hparams()
+            self.log.append("tournament", RoundRecord(-1, self.pod.env_steps, 0.0, score, "join", Source("entry", eid),
+                                                      hp, hp, 0.0, 0).to_row(), flush=True)
+        return eid
+
+    # --- a collective round ---------------------------------------------------------------
+    def collective_round(self, index: int, fitness: float, wall_s: float, reports: list[PodReport],
+                         met_at: float | None = None) -> RoundRecord:
+        """Round ``index`` with every pod's report (gathered at the meeting that began at
+        ``met_at``, a perf_counter time, counted in the round's time): same decisions on every rank."""
+        comm, t0, ops0 = self.comm, time.perf_counter() if met_at is None else met_at, fs_ops()
+        hp = self.hparams()
+        # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
+        entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
+        decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
+        self.last_decisions = decisions
+        d = decisions[comm.rank]
+        mine = self.publish(fitness, index, hp) if d.publish else None
+        entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
+        src = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank] if d.action == "copy_pod" else None
+        action, source = self.apply(d, index, src)
+        comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
+        if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
+            needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
+                      for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
+            self.board.prune(self.tcfg.top_k, keep=needed)
+        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)
+
+    # --- an asynchronous round ------------------------------------------------------------
+    def async_round(self, index: int, fitness: float, wall_s: float) -> RoundRecord:
+        """Round ``index`` of this pod alone, against the leaderboard as it is now."""
+        t0, ops0 = time.perf_counter(), fs_ops()
+        hp, me = self.hparams(), self.report(fitness)
+        infos = self.board.list()
+        if self.tcfg.mode == "pbt":
+            d, src = self._async_pbt(me, infos, index)
+        else:
+            entries = [(e.id, e.score, e.env_steps) for e in infos]
+            d = decide([PodReport(0, me.fitness, me.env_steps, me.hparams, me.last_copy_round)], entries, index,
+                       self.cfg.seed, self.tcfg, rng_ranks=[self.comm.rank])[0]
+            src = d.source_entry
+        mine = self.publish(fitness, index, hp) if d.publish else None
+        action, source = self.apply(d, index, src)
+        keep = {src} | {mine} | self._latest_per_pod(infos) if self.tcfg.mode == "pbt" else {src, mine}
+        try:
+            self.board.prune(self.tcfg.top_k, keep=keep - {None})
+        except OSError as e:
+            self.say(f"round {index}: could not prune the leaderboard ({e})")
+        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)
+
+    def _latest_per_pod(self, infos: list[EntryInfo]) -> set[str]:
+        latest: dict[tuple, EntryInfo] = {}
+        for e in infos:
+            key = (e.job, e.pod)
+            if key not in latest or (e.round or 0) > (latest[key].round or 0):
+                latest[key] = e
+        return {e.id for e in latest.values()}
+
+    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], index: int) -> tuple[Decision, str | None]:
+        """PBT against the population the leaderboard shows: each other pod's latest entry."""
+        others = [e for e in infos if not (e.job == self.job and e.pod == self.comm.rank)]
+        latest = self._latest_per_pod(others)
+        pop = [e for e in others if e.id in latest]
+        reports = [PodReport(0, me.fitness, me.env_steps, me.hparams, me.last_copy_round)]
+        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams)) for i, e in enumerate(pop)]
+        d = decide(reports, [(e.id, e.score, e.env_steps) for e in infos], index, self.cfg.seed, self.tcfg,
+                   rng_ranks=[self.comm.rank] + [10_000 + i for i in range(len(pop))])[0]
+        # everyone publishes (the population must be visible); a copy is of another pod's entry
+        d = replace(d, publish=True)
+        src = pop[d.source_rank - 1].id if d.action == "copy_pod" else d.source_entry
+        return d, src
+
+    # --- what rank 0 prints at the end ----------------------------------------------------
+    def table(self, n: int = 8) -> str:
+        rows = self.board.list()[:n]
+        lines = [f"leaderboard {self.board.root} ({len(self.board.list())} entries, top {self.tcfg.top_k} kept)",
+                 f"{'#':>3} {'score':>10} {'env steps':>11} {'pod':>4} {'round':>5}  entry"]
+        for i, e in enumerate(rows):
+            lines.append(f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
+                         f"{e.round if e.round is not None else '-':>5}  {e.id}")
+        return "\n".join(lines)
