@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from podracer_hpc.h5log import read_log
+from podracer_hpc import rundir
 from podracer_hpc.records import read_records
 from podracer_hpc.status import find_rank_logs
 
@@ -277,15 +278,12 @@ class Run:
 
 
 def job_id(slurm: Mapping[str, Any]) -> str:
-    """Job id as the rank program names it: array job id (+ ``_task``), else job id, else ``local``."""
-    job = str(slurm.get("SLURM_ARRAY_JOB_ID", slurm.get("SLURM_JOB_ID", "local")))
-    if "SLURM_ARRAY_TASK_ID" in slurm:
-        job += f"_{slurm['SLURM_ARRAY_TASK_ID']}"
-    return job
+    """Job id as the rank program names it (rundir.job_id, from the Slurm ids a log recorded)."""
+    return rundir.job_id({k: str(v) for k, v in slurm.items()})
 
 
 def is_run_dir(p: Path) -> bool:
-    return p.is_dir() and ((p / "config.yaml").exists() or bool(find_rank_logs(p)))
+    return p.is_dir() and rundir.RunDir(p).looks_like_run()
 
 
 def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
