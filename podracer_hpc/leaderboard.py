@@ -428,20 +428,23 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ prune
 
-    def prune(self, top_k: int, stale_after_s: float = 900.0, keep: Iterable[str] = ()) -> list[str]:
+    def prune(self, top_k: int, stale_after_s: float = 900.0, keep: Iterable[str] = (),
+              listing: list[EntryInfo] | None = None) -> list[str]:
         """Keep the ``top_k`` best entries (and those in ``keep``); delete the others (sidecar
         first, then tensors).
 
         Idempotent and safe with concurrent pruners, publishers and readers. Also deletes hidden
         temporary files and orphan tensor files (no sidecar) older than ``stale_after_s``
-        seconds (left by writers that died). Foreign files are left alone. Returns the ids of
-        the entries it deleted.
+        seconds (left by writers that died). Foreign files are left alone. ``listing``: a
+        :meth:`list` the caller just made (saves reading every sidecar again; entries published
+        since are kept until a later prune). Returns the ids of the entries it deleted.
         """
         if top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {top_k}")
         keep = set(keep)
         removed = []
-        for e in self.list()[top_k:]:
+        ranked = sorted(listing, key=lambda e: (-e.score, e.id)) if listing is not None else self.list()
+        for e in ranked[top_k:]:
             if e.id in keep:
                 continue
             _unlink(self.sidecar_path(e.id))

@@ -212,8 +212,8 @@ class Pool:
         mine = self.publish(fitness, index, hp) if d.publish else None
         action, source = self.apply(d, index, src)
         keep = {src} | {mine} | self._latest_per_pod(infos) if self.tcfg.mode == "pbt" else {src, mine}
-        try:
-            self.board.prune(self.tcfg.top_k, keep=keep - {None})
+        try:  # on the listing read above: entries published since stay until a later prune
+            self.board.prune(self.tcfg.top_k, keep=keep - {None}, listing=infos)
         except OSError as e:
             self.say(f"round {index}: could not prune the leaderboard ({e})")
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)

@@ -453,3 +453,13 @@ def test_prune_keeps_entries_a_round_still_needs(lb: Leaderboard):
     ids = [lb.publish(state(s), s, meta(pod=int(s))) for s in (1.0, 2.0, 3.0, 4.0)]
     assert sorted(lb.prune(top_k=2, keep=[ids[0]])) == sorted([ids[1]])
     assert {e.id for e in lb.list()} == {ids[0], ids[2], ids[3]}
+
+
+def test_prune_on_a_listing_the_caller_made_keeps_what_it_did_not_see(lb: Leaderboard):
+    ids = [lb.publish(state(s), s, meta(pod=int(s))) for s in (1.0, 2.0, 3.0)]
+    seen = lb.list()
+    newer = lb.publish(state(0.5), 0.5, meta(pod=9))  # published after the caller listed
+    before = dict(lb_mod.FS_OPS)
+    assert lb.prune(top_k=1, listing=seen) == [ids[1], ids[0]]
+    assert lb_mod.FS_OPS.get("open", 0) == before.get("open", 0)  # no sidecar was read again
+    assert {e.id for e in lb.list()} == {ids[2], newer}
