@@ -278,6 +278,24 @@ def test_real_daily_prices_from_a_wheel_load_through_the_same_path():
     assert sub.tickers == ["MSFT", "JNJ"] and sub.num_days == 252
 
 
+def test_real_data_job(tmp_path, monkeypatch):
+    """jobs/trading_real.yaml: its data resolves inside skfolio's wheel, its cache goes to the user's
+    cache dir (never into the installed package), and its env trades 2008-2017."""
+    pytest.importorskip("skfolio", reason="the real-data extra: pip install 'podracer-hpc[real-data]'")
+    from podracer_hpc.config import load_config
+    from podracer_hpc.trading.data import resolve_data_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(cache_mod.CACHE_ENV, raising=False)
+    t = load_config("jobs/trading_real.yaml").env.trading
+    assert t.data == SP500 and resolve_data_path(t.data).is_file()
+    assert cache_path(t.data).parent == tmp_path / "podracer-hpc" / "markets"
+    env = StockTradingEnv(4, data=t.data, start=t.start, end=t.end, max_shares=t.max_shares)
+    ds = env.market.data.date_strings()
+    assert (ds[env.lo], ds[env.hi]) == ("2008-01-02", "2017-12-29") and env.num_stocks == 20
+    assert env.market.data.meta["cache"].startswith(str(tmp_path))
+
+
 def test_missing_package_is_a_clear_error():
     with pytest.raises(DataError, match="not installed here"):
         load_market("pkg:no_such_package_xyz/data.csv")

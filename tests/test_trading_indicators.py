@@ -173,3 +173,46 @@ def test_indicators_do_not_look_ahead(t):
     for k in base:
         assert torch.equal(base[k][: t + 1], alt[k][: t + 1]), k
         assert not torch.equal(base[k][t + 1:], alt[k][t + 1:]), k  # the change is seen later
+
+
+# --------------------------------------------------------------------------------------
+# At scale: turbulence by rank-2 updates, the observation's market block in row blocks
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("T,S,w,segment", [
+    (700, 5, 40, 64),   # many segments; stock 0 flat for 100 bars: singular windows, computed by the definition
+    (700, 5, 40, 0),    # the default segmentation
+    (400, 8, 10, 32),   # few returns per stock: ill-conditioned windows
+    (300, 3, 3, 16),    # as many stocks as returns: always singular, the definition bar by bar
+])
+def test_turbulence_in_segments_matches_the_definition(T, S, w, segment):
+    rng = np.random.default_rng(T + S)
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (T, S)), 0))
+    close[200:300, 0] = close[199, 0]
+    c = torch.tensor(close)
+    got = ind.turbulence(c, w, segment=segment)
+    want = torch.tensor(ref_turbulence(close, w))
+    close_enough(got, want, rel=1e-8)
+    assert (got[: w + 1] == 0).all()
+
+
+def test_ema_from_a_state_continues_the_recursion():
+    _, _, c = random_bars(T=200)
+    whole = ind.ema(c, 2 / 13)
+    first = ind.ema(c[:77], 2 / 13)
+    rest = ind.ema(c[77:], 2 / 13, init=first[-1])
+    close_enough(torch.cat([first, rest]), whole, rel=1e-13)
+
+
+@pytest.mark.parametrize("block", [7, 64, 4096])
+def test_market_features_in_blocks_equal_the_whole_array_indicators(block):
+    h, l, c = random_bars(T=500, S=4)
+    f = ind.compute_indicators(h, l, c)
+    want = torch.cat([torch.log(c), f["macd"] / c, f["rsi"] / 100, f["cci"] / 100, f["dx"] / 100,
+                      f["boll_ub"] / c - 1, f["boll_lb"] / c - 1, f["sma30"] / c - 1, f["sma60"] / c - 1,
+                      torch.log1p(ind.turbulence(c, 50) / 4)[:, None]], 1)
+    obs, turb = ind.market_features(h, l, c, 50, block=block)
+    assert obs.shape == (500, 9 * 4 + 1) and obs.dtype == torch.float64
+    close_enough(obs, want, rel=1e-11)
+    assert torch.equal(turb, ind.turbulence(c, 50))
+    obs32, _ = ind.market_features(h, l, c, 50, dtype=torch.float32, block=block)
+    assert obs32.dtype == torch.float32 and torch.equal(obs32, obs.float())

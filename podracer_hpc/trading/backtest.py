@@ -350,6 +350,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    torch.set_num_threads(1)  # one account, one bar at a time: more threads only wait on each other (ms per op under load)
     from ..safeio import StateFileError
 
     try:

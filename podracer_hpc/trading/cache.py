@@ -16,8 +16,9 @@ node share the pages):
 **Where**: ``<cache dir>/<data file name>.market-<options hash>.h5``. The cache dir is the
 ``cache_dir`` argument, else ``$PODRACER_MARKET_CACHE``, else the data file's own directory (on a
 cluster, the shared filesystem the data already lives on); when that directory cannot be written,
-``~/.cache/podracer-hpc/markets``. One file per set of options that change the preparation
-(tickers, turbulence window, observation dtype, HDF5 group, the data file's absolute path).
+or the file is inside an installed package (``pkg:``), ``~/.cache/podracer-hpc/markets``. One file
+per set of options that change the preparation (tickers, turbulence window, observation dtype,
+HDF5 group, the data file's absolute path).
 
 **Fresh or stale**: a cache is used when its options and code version match and the data file has
 the recorded size and modification time; if only the time changed (copied, touched), the contents
@@ -51,7 +52,7 @@ import numpy as np
 import torch
 
 from . import indicators as ind
-from .data import FIELDS, DataError, MarketData, align, read_rows, resolve_data_path
+from .data import FIELDS, PKG_PREFIX, DataError, MarketData, align, read_rows, resolve_data_path
 
 CACHE_ENV = "PODRACER_MARKET_CACHE"
 FORMAT = 1  # the file layout; bump when the datasets or attributes change
@@ -96,11 +97,11 @@ def _obs_dtype_name(dtype: torch.dtype) -> str:
     return "float64" if dtype == torch.float64 else "float32"
 
 
-def _cache_dir(src: Path, cache_dir: str | os.PathLike | None) -> Path:
+def _cache_dir(src: Path, cache_dir: str | os.PathLike | None, in_package: bool = False) -> Path:
     d = cache_dir or os.environ.get(CACHE_ENV, "")
     if d:
         return Path(d).expanduser()
-    if os.access(src.parent, os.W_OK):
+    if os.access(src.parent, os.W_OK) and not in_package:  # never write into an installed package
         return src.parent
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "podracer-hpc" / "markets"
 
@@ -111,7 +112,7 @@ def cache_path(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_w
     src = resolve_data_path(data)
     opts = _options(src, stocks, turbulence_window, dtype, key)
     h = hashlib.sha256(json.dumps(opts, sort_keys=True).encode()).hexdigest()[:12]
-    return _cache_dir(src, cache_dir) / f"{src.name}.market-{h}.h5"
+    return _cache_dir(src, cache_dir, os.fspath(data).startswith(PKG_PREFIX)) / f"{src.name}.market-{h}.h5"
 
 
 def file_identity(path: Path, with_hash: bool = True) -> dict[str, Any]:
@@ -264,7 +265,7 @@ def open_market(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_
         raise DataError(f"{src}: no such market data file")
     stocks = list(stocks or ())
     opts = _options(src, stocks, turbulence_window, dtype, key)
-    path = cache_path(src, stocks, turbulence_window, dtype, cache_dir, key)
+    path = cache_path(data, stocks, turbulence_window, dtype, cache_dir, key)
     if not force:
         m, _ = _read(path, src, opts, t0)
         if m is not None:
@@ -314,7 +315,7 @@ def cache_status(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence
     src = resolve_data_path(data)
     if not src.is_file():
         raise DataError(f"{src}: no such market data file")
-    path = cache_path(src, stocks, turbulence_window, dtype, cache_dir, key)
+    path = cache_path(data, stocks, turbulence_window, dtype, cache_dir, key)
     m, why = _read(path, src, _options(src, list(stocks), turbulence_window, dtype, key), time.perf_counter())
     return path, "fresh" if m is not None else why
 

@@ -189,7 +189,7 @@ def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Seque
                str(cache_dir or ""))
 
         def from_cache() -> Market:
-            pm = open_market(p, stocks, turbulence_window, dtype, cache_dir)
+            pm = open_market(data, stocks, turbulence_window, dtype, cache_dir)  # data: pkg: paths keep their name
             return Market(pm.data, pm.data.close.to(dev, torch.float64), pm.market_obs.to(dev, dtype),
                           pm.turbulence.to(dev), pm.fingerprint)
 

@@ -67,7 +67,12 @@ def _linear_scan(u: torch.Tensor, q: float, B: int) -> torch.Tensor:
     nb = -(-T // B)
     if nb * B != T:
         u = torch.cat([u, u.new_zeros(nb * B - T, K)])
-    y = torch.matmul(_lower_powers(q, B, u.dtype, u.device), u.reshape(nb, B, K))  # [nb, B, K]: each block from 0
+    ub = u.reshape(nb, B, K)
+    if q ** (B - 1) > 1e-100:  # y_i = q^i sum_{j <= i} q^-j u_j: a cumulative sum, no overflow for these q and B
+        j = torch.arange(B, dtype=u.dtype, device=u.device)[None, :, None]
+        y = torch.cumsum(ub * q ** -j, 1).mul_(q ** j)  # [nb, B, K]: each block from 0
+    else:
+        y = torch.matmul(_lower_powers(q, B, u.dtype, u.device), ub)
     carry = _linear_scan(y[:, -1, :].contiguous(), q ** B, B)  # [nb, K]: the true value at each block's end
     p = q ** torch.arange(1, B + 1, dtype=u.dtype, device=u.device)
     y[1:].addcmul_(p[None, :, None], carry[:-1, None, :])
