@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from .aggregate import Table, Targets, mean_curve, target_for, time_to_target
+from .aggregate import Table, Targets, mean_curve, target_for
 
 __all__ = ["learning_curves", "scaling", "lineage", "hparam_trajectories", "fmt_steps", "text_overlaps"]
 

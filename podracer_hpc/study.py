@@ -746,11 +746,13 @@ def run_study(study: Study, executor: str, wait: bool = False, poll_s: float = 3
                 if not is_done(pt):
                     failed.append(pt.label)
                     say(pt, f"FAILED: job {job_id} ended {state or 'gone'} without a finished run in {pt.run_dir}")
-        dep = [f"--dependency=afterany:{':'.join(jobs)}"] if jobs else []
+        # afterany on every job Slurm still knows (one that ended long ago is gone: nothing to wait for)
+        known = [j for j in jobs if (lambda st: st is None or bool(st.state))(launch.slurm_job_state(j))]
+        dep = [f"--dependency=afterany:{':'.join(known)}"] if known else []
         final = _sbatch([f"--job-name=study-{study.name}", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
                          "--time=20", f"--output={study.out / 'report-%j.out'}", f"--chdir={ROOT}", *dep,
                          *_slurm_common(study), "--wrap", shlex.join(report_command(study))])
-        say(None, f"report job {final}" + (f" runs after {', '.join(jobs)} (afterany)" if jobs else "")
+        say(None, f"report job {final}" + (f" runs after {', '.join(known)} (afterany)" if known else "")
                   + f"; it writes {study.out / 'results'}")
         if not wait:
             print(json.dumps({"study": study.name, "executor": "slurm", "jobs": jobs, "report_job": final,
