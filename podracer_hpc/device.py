@@ -59,15 +59,29 @@ def _visible(environ: Mapping[str, str]) -> list[str] | None:
     return [x.strip() for x in v.split(",") if x.strip() and x.strip() != "-1"] if v.strip() else []
 
 
+def _count(v: str) -> int | None:
+    n = v.strip().rsplit(":", 1)[-1]  # "h100:8" form
+    return int(n) if n.isdigit() else None
+
+
 def gpus_requested(environ: Mapping[str, str] | None = None) -> str:
-    """Why this process should have a GPU (a Slurm job step with GPUs; the launcher's
-    ``PODRACER_GPUS``), or "" when nothing asked for one."""
+    """Why this process should have a GPU, or "" when nothing asked for one.
+
+    What the job asked for decides: the launchers' ``PODRACER_GPUS`` (GPUs per node), else
+    Slurm's ``SLURM_GPUS_PER_NODE``/``_PER_TASK``/``SLURM_GPUS`` (``--gpus-per-node=0`` is a no);
+    only when none of these is set, GPUs the job holds anyway (``--gres=gpu:N``: ``SLURM_GPUS_ON_NODE``,
+    ``SLURM_STEP_GPUS``, ``SLURM_JOB_GPUS``). An ``--exclusive`` job that asked for no GPU holds the
+    node's GPUs too: that is not a request.
+    """
     env = os.environ if environ is None else environ
-    for k in ("PODRACER_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPUS"):
-        v = env.get(k, "").strip()
-        n = v.rsplit(":", 1)[-1]  # "gpu:a100:8" form
-        if n.isdigit() and int(n) > 0:
-            return f"{k}={v}"
+    if _count(env.get("PODRACER_GPUS", "")) is not None:
+        return f"PODRACER_GPUS={env['PODRACER_GPUS']}" if _count(env["PODRACER_GPUS"]) else ""
+    asked = [(k, env[k]) for k in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS")
+             if _count(env.get(k, "")) is not None]
+    if asked:
+        return next((f"{k}={v}" for k, v in asked if _count(v)), "")
+    if _count(env.get("SLURM_GPUS_ON_NODE", "")):
+        return f"SLURM_GPUS_ON_NODE={env['SLURM_GPUS_ON_NODE']}"
     for k in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
         if env.get(k, "").strip():
             return f"{k}={env[k]}"

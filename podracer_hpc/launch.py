@@ -337,7 +337,8 @@ def task_overrides(req: Request, cfg: Config, task: int | None) -> tuple[list[st
 @dataclass
 class Snapshot:
     """The frozen code of a submission: ``<run dir>/code/<id>/`` holds ``podracer_hpc/`` (the
-    package that submitted, dirty or not), ``job.yaml`` (the job file) and ``SNAPSHOT.json``
+    package that submitted, dirty or not), the job file (its own name: the run's default name is
+    the file's stem) and ``SNAPSHOT.json``
     (revision, dirty flag, where it came from). ``id`` is a digest of all of them, so a resubmission
     of unchanged code reuses it. The ranks import the package from here (``PYTHONPATH``, with
     ``PYTHONSAFEPATH=1`` so that a checkout in the working directory does not come first)."""
@@ -349,10 +350,11 @@ class Snapshot:
     source: Path
     files: list[Path]
     job_text: bytes
+    job_name: str
 
     @property
     def job_file(self) -> Path:
-        return self.path / "job.yaml"
+        return self.path / self.job_name
 
 
 def _package_files(pkg: Path) -> list[Path]:
@@ -370,10 +372,11 @@ def plan_snapshot(base: Path, job_file: str) -> Snapshot:
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(pkg)).encode() + b"\0" + f.read_bytes() + b"\0")
-    h.update(b"job.yaml\0" + job_text)
+    job_name = Path(job_file).name
+    h.update(job_name.encode() + b"\0" + job_text)
     revision = code_revision({})
     sid = h.hexdigest()[:12]
-    return Snapshot(base / "code" / sid, sid, revision, revision.endswith("-dirty"), pkg, files, job_text)
+    return Snapshot(base / "code" / sid, sid, revision, revision.endswith("-dirty"), pkg, files, job_text, job_name)
 
 
 def make_snapshot(snap: Snapshot) -> Snapshot:
@@ -386,7 +389,7 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         dest = tmp / "podracer_hpc" / f.relative_to(snap.source)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest)
-    (tmp / "job.yaml").write_bytes(snap.job_text)
+    (tmp / snap.job_name).write_bytes(snap.job_text)
     meta = {"revision": snap.revision, "dirty": snap.dirty, "id": snap.id, "source": str(snap.source),
             "files": len(snap.files), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "SNAPSHOT.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -490,8 +493,9 @@ def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
     if req.cpus_per_task:
         # Slurm 22.05-23.02: srun does not inherit sbatch's --cpus-per-task (it is also on the srun line)
         lines += [f"export SRUN_CPUS_PER_TASK={req.cpus_per_task}", f"export OMP_NUM_THREADS={req.cpus_per_task}"]
+    lines.append(f"export PODRACER_GPUS={req.gpus_per_node}  # per node; pods fail without a GPU they asked for"
+                 if req.gpus_per_node else "export PODRACER_GPUS=0  # no GPU asked for (even if --exclusive holds some)")
     if req.gpus_per_node:
-        lines.append(f"export PODRACER_GPUS={req.gpus_per_node}")
         if req.gpu_bind == "per-task":
             lines.append("export PODRACER_GPU_BIND=per-task  # each pod checks it sees exactly one GPU")
     lock = HDF5_LOCKING.get(req.hdf5_locking.lower(), "") if req.hdf5_locking else ""

@@ -306,7 +306,12 @@ SlurmdPidFile=$RUN/slurmd-%n.pid
 SlurmctldLogFile=$LOGD/slurmctld.log
 SlurmdLogFile=$LOGD/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+# task/affinity binds each task to the CPUs it was given (--cpus-per-task), as on a real cluster;
+# the 4 logical nodes all map their CPUs 0-1 onto the host's CPUs 0-1
+TaskPlugin=task/affinity
+# 2 stand-in GPUs per node (gres.conf; device files under DIR/dev): Slurm allocates and binds them
+# (--gpus-per-node, --gpus-per-task: CUDA_VISIBLE_DEVICES of each task) without any GPU here
+GresTypes=gpu
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -325,8 +330,13 @@ MailProg=/bin/true
 EOF
     for i in "${!NODES[@]}"; do
         n=${NODES[$i]}
-        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[$i]} CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN" >>"$CONF"
+        echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[$i]} CPUs=2 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=4000 Gres=gpu:2 State=UNKNOWN" >>"$CONF"
     done
+    # slurmd wants character devices: links to /dev/null and /dev/zero (never opened by anything)
+    mkdir -p "$DIR/dev"
+    ln -sfn /dev/null "$DIR/dev/nvidia0"
+    ln -sfn /dev/zero "$DIR/dev/nvidia1"
+    echo "NodeName=$(IFS=,; echo "${NODES[*]}") Name=gpu File=$DIR/dev/nvidia[0-1]" >"$DIR/gres.conf"
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
     echo "ACCOUNTING=$ACCOUNTING" >"$DIR/mode.env"
     if ! ((ACCOUNTING)); then

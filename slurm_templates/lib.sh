@@ -6,7 +6,19 @@
 #   podracer_activate             module load / conda activate / venv (host-side templates)
 #   podracer_file WHAT PATH       prints the absolute path of an input file, or exits 2
 #   podracer_launch [OPT...] -- CMD...  runs `srun [OPT...] CMD...` with the signal relay, then ends
-#                                 the script: 0 complete, requeue on 75, else the failure code
+#                                 the script: 0 complete, requeue on 75, else the failure code.
+#                                 srun gets --cpus-per-task (Slurm 22.05-23.02 srun does not inherit
+#                                 it from sbatch) and, when the job has GPUs, --gpus-per-task=1 (one
+#                                 bound GPU per pod; PODRACER_GPU_BIND=none: every GPU visible);
+#                                 more pods than GPUs on a node is refused (exit 2).
+#   podracer_rundir JOBFILE       creates $PODRACER_RUN_DIR, moves the job's output into it
+#                                 ($PODRACER_RUN_DIR/slurm-<job id>.out; the #SBATCH --output file
+#                                 keeps the first lines and Slurm's own messages), and makes or
+#                                 reuses the code snapshot: $PODRACER_RUN_DIR/code/<id>/ holds
+#                                 podracer_hpc/ and the job file, from $PODRACER_CODE_FROM (the copy
+#                                 submit.sh made at submission) else $PODRACER_ROOT, made at the job's
+#                                 first start and reused by its requeues; the ranks import it
+#                                 (PYTHONPATH) and train with its job file ($PODRACER_JOB_FILE)
 #
 # Exit codes of the rank program (podracer train): 0 complete; 75 (EX_TEMPFAIL) stopped by a
 # signal with every rank checkpointed, run again to resume; 2 bad input.
@@ -32,7 +44,11 @@ _PODRACER_SIGNAL=""
 _PODRACER_TERM=0
 _PODRACER_SRUN_PID=""
 
-podracer_say() { printf '[podracer-slurm] %s\n' "$*"; }
+_PODRACER_SAID=""  # what was said before the output moved into the run directory
+podracer_say() {
+    printf '[podracer-slurm] %s\n' "$*"
+    _PODRACER_SAID+="[podracer-slurm] $*"$'\n'
+}
 podracer_die() {
     printf '[podracer-slurm] error: %s\n' "$*" >&2
     exit "$PODRACER_EX_USAGE"
@@ -159,17 +175,124 @@ _podracer_requeue() {
     exit "$PODRACER_EX_REQUEUE"
 }
 
+# GPUs per node of the job, from Slurm's variables (0 when none)
+_podracer_gpus_per_node() {
+    local g=${SLURM_GPUS_PER_NODE:-}
+    g=${g##*:} # "h100:8" form
+    if [[ $g =~ ^[0-9]+$ ]]; then
+        echo "$g"
+    elif [[ -n ${SLURM_JOB_GPUS:-} ]]; then
+        local ids
+        IFS=, read -ra ids <<<"$SLURM_JOB_GPUS"
+        echo "${#ids[@]}"
+    else
+        echo 0
+    fi
+}
+
+# podracer_snapshot JOBFILE: make (first start) or reuse (requeue) the job's code snapshot in the
+# run directory; sets PODRACER_CODE, PODRACER_JOB_FILE and the ranks' PYTHONPATH
+podracer_snapshot() {
+    local job=$1 src=${PODRACER_CODE_FROM:-$PODRACER_ROOT} id rev dirty marker
+    marker=$PODRACER_RUN_DIR/code/job-${SLURM_JOB_ID}
+    if [[ ${PODRACER_SNAPSHOT:-1} == 0 ]]; then
+        podracer_say "code: the live checkout $PODRACER_ROOT (PODRACER_SNAPSHOT=0: a requeue runs whatever is there then)"
+        PODRACER_JOB_FILE=$job
+        return 0
+    fi
+    [[ -d $src/podracer_hpc ]] || podracer_die "no podracer_hpc/ in $src to snapshot (PODRACER_CODE_FROM or PODRACER_ROOT)"
+    if [[ -f $marker ]] && ! podracer_dry; then
+        id=$(<"$marker")
+    else
+        id=$(cd "$src" && {
+            find podracer_hpc -type f ! -path '*/__pycache__/*' ! -name '*.py[co]' -print0 | LC_ALL=C sort -z |
+                xargs -0 sha256sum
+            basename "$job"
+            sha256sum <"$job"
+        } | sha256sum | cut -c1-12)
+    fi
+    PODRACER_CODE=$PODRACER_RUN_DIR/code/$id
+    if [[ -f $src/SNAPSHOT.json ]]; then # a copy submit.sh made: its revision
+        rev=$(sed -n 's/.*"revision": *"\([^"]*\)".*/\1/p' "$src/SNAPSHOT.json")
+    elif rev=$(git -C "$src" rev-parse --short HEAD 2>/dev/null); then
+        dirty=$(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null)
+        [[ -n $dirty ]] && rev+=-dirty
+    else
+        rev=unknown
+    fi
+    if [[ -f $PODRACER_CODE/SNAPSHOT.json ]]; then
+        rev=$(sed -n 's/.*"revision": *"\([^"]*\)".*/\1/p' "$PODRACER_CODE/SNAPSHOT.json")
+        podracer_say "code: snapshot $PODRACER_CODE (revision $rev), made at the first start; reused"
+    elif podracer_dry; then
+        podracer_say "code: snapshot of $src/podracer_hpc and the job file -> $PODRACER_CODE (revision $rev)"
+    else
+        local tmp=$PODRACER_RUN_DIR/code/.$id.tmp$$
+        rm -rf "$tmp" && mkdir -p "$tmp" &&
+            (cd "$src" && find podracer_hpc -type f ! -path '*/__pycache__/*' ! -name '*.py[co]' -print0 |
+                xargs -0 cp --parents -p -t "$tmp") &&
+            cp -p "$job" "$tmp/" &&
+            printf '{\n  "revision": "%s",\n  "dirty": %s,\n  "id": "%s",\n  "source": "%s",\n  "created": "%s"\n}\n' \
+                "$rev" "$([[ $rev == *-dirty ]] && echo true || echo false)" "$id" "$src" "$(date -Iseconds)" \
+                >"$tmp/SNAPSHOT.json" ||
+            podracer_die "cannot write the code snapshot $tmp"
+        mv -T "$tmp" "$PODRACER_CODE" 2>/dev/null || rm -rf "$tmp" # another job made the same one first
+        podracer_say "code: snapshot $PODRACER_CODE (revision $rev) of $src"
+    fi
+    podracer_dry || echo "$id" >"$marker"
+    PODRACER_JOB_FILE=$PODRACER_CODE/$(basename "$job") # its own name: the run's name defaults to its stem
+    export PODRACER_CODE PODRACER_GIT_REVISION=$rev PYTHONSAFEPATH=1
+    export PYTHONPATH=$PODRACER_CODE${PYTHONPATH:+:$PYTHONPATH}
+}
+
+# podracer_rundir JOBFILE   (needs PODRACER_RUN_DIR): creates the run directory, moves the job's
+# output into it, and makes or reuses the code snapshot (PODRACER_JOB_FILE: its job file)
+podracer_rundir() {
+    if ! podracer_dry; then
+        mkdir -p "$PODRACER_RUN_DIR/code" || podracer_die "cannot create $PODRACER_RUN_DIR"
+        local log=$PODRACER_RUN_DIR/slurm-${SLURM_JOB_ID}.out
+        podracer_say "output continues in $log"
+        exec >>"$log" 2>&1 || podracer_die "cannot write $log"
+        printf '%s' "$_PODRACER_SAID"
+    fi
+    podracer_snapshot "$1"
+}
+
 # podracer_launch [SRUN_OPTIONS...] -- CMD...   (needs PODRACER_RUN_DIR)
 podracer_launch() {
     local opts=()
     while [[ $# -gt 0 && $1 != -- ]]; do opts+=("$1"); shift; done
     [[ ${1:-} == -- ]] || podracer_die "podracer_launch: no -- before the command"
     shift
-    local srun=(srun --mpi="$PODRACER_MPI" --wait="$PODRACER_SRUN_WAIT" "${opts[@]}" "$@")
+    local cmd=("$@")
+
+    # resources of each task: CPUs (srun does not inherit sbatch's -c on Slurm 22.05-23.02) and GPUs
+    local res=() gpus per_node o
+    if [[ ${SLURM_CPUS_PER_TASK:-} =~ ^[0-9]+$ ]]; then
+        export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+        res+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+    fi
+    gpus=$(_podracer_gpus_per_node)
+    per_node=${SLURM_NTASKS_PER_NODE:-$(((${SLURM_NTASKS:-1} + ${SLURM_JOB_NUM_NODES:-1} - 1) / ${SLURM_JOB_NUM_NODES:-1}))}
+    per_node=${per_node%%(*}
+    for o in "${opts[@]}"; do [[ $o == --ntasks-per-node=* ]] && per_node=${o#*=}; done
+    export PODRACER_GPUS=$gpus # what the job asked for, per node: a pod without a GPU it asked for fails
+    if ((gpus > 0)); then
+        ((per_node <= gpus)) ||
+            podracer_die "$per_node pods per node but $gpus GPUs per node: two pods would share a GPU (one pod per GPU: --ntasks-per-node <= --gpus-per-node)"
+        case $PODRACER_GPU_BIND in
+            per-task) res+=(--gpus-per-task=1)
+                export PODRACER_GPU_BIND ;;
+            none) ;;
+            *) podracer_die "PODRACER_GPU_BIND=$PODRACER_GPU_BIND: use per-task or none" ;;
+        esac
+    fi
+    local srun=(srun --mpi="$PODRACER_MPI" --wait="$PODRACER_SRUN_WAIT" "${res[@]}" "${opts[@]}" "${cmd[@]}")
     local v
     for v in $(compgen -e | LC_ALL=C sort); do
         case $v in
-            PODRACER_COMM | PYTHONUNBUFFERED | PYTHONPATH | OMP_NUM_THREADS | NCCL_* | UCX_* | PMIX_MCA_* | OMPI_MCA_*)
+            PODRACER_COMM | PODRACER_GPU* | PODRACER_CACHE_DIR | PODRACER_GIT_REVISION | PYTHONUNBUFFERED | \
+                PYTHONPATH | PYTHONSAFEPATH | OMP_NUM_THREADS | SRUN_CPUS_PER_TASK | HDF5_USE_FILE_LOCKING | \
+                NCCL_* | UCX_* | PMIX_MCA_* | OMPI_MCA_*)
                 podracer_say "env $v=${!v}" ;;
         esac
     done
@@ -179,7 +302,6 @@ podracer_launch() {
         exit 0
     fi
 
-    mkdir -p "$PODRACER_RUN_DIR" || podracer_die "cannot create $PODRACER_RUN_DIR"
     if [[ -n $_PODRACER_SIGNAL ]]; then
         _podracer_requeue "stopped by SIG$_PODRACER_SIGNAL before the ranks started"
     fi

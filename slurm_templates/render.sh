@@ -7,10 +7,10 @@
 #       -- jobs/quickstart.yaml slurm_templates/sweeps/pods.txt
 #
 # Prints the template's #SBATCH header as written, then runs the template with PODRACER_DRY_RUN=1
-# in a clean environment (PATH and HOME only) plus the Slurm variables a job of that header
-# would see (SLURM_JOB_ID=1000, nodes/tasks/array task from the header) and the NAME=VALUE
-# given, which win. The template prints its banner, the rank environment it exports and the
-# srun line, then stops before running it. The golden files of tests/golden/templates/ are this
+# in a clean environment (PATH and HOME only, USER=user) plus the Slurm variables a job of that
+# header would see (SLURM_JOB_ID=1000, nodes/tasks/CPUs/GPUs/array task from the header) and the
+# NAME=VALUE given, which win. The template prints its banner, the code snapshot it would make,
+# the rank environment it exports and the srun line, then stops before running it. The golden files of tests/golden/templates/ are this
 # text (tests/slurm/test_templates.py; UPDATE_GOLDEN=1 rewrites them).
 set -euo pipefail
 
@@ -36,13 +36,14 @@ opt() { # value of --NAME=VALUE in the header
     grep -oE -- "--$1=[^ ]+" <<<"$header" | tail -n1 | cut -d= -f2- || true
 }
 nodes=$(opt nodes); tpn=$(opt ntasks-per-node); cpt=$(opt cpus-per-task); array=$(opt array)
-name=$(opt job-name)
+name=$(opt job-name); gpn=$(opt gpus-per-node)
 
 declare -A env=(
-    [PATH]=$PATH [HOME]=${HOME:-/root} [PODRACER_ROOT]=$root [PODRACER_DRY_RUN]=1
+    [PATH]=$PATH [HOME]=${HOME:-/root} [USER]=user [PODRACER_ROOT]=$root [PODRACER_DRY_RUN]=1
     [SLURM_SUBMIT_DIR]=$root [SLURM_JOB_NAME]=${name:-sbatch} [SLURM_RESTART_COUNT]=0
 )
 [[ -n $cpt ]] && env[SLURM_CPUS_PER_TASK]=$cpt
+[[ -n $gpn ]] && env[SLURM_GPUS_PER_NODE]=$gpn
 for k in "${order[@]}"; do env[$k]=${given[$k]}; done
 n=${env[SLURM_JOB_NUM_NODES]:-${nodes:-1}}
 env[SLURM_JOB_NUM_NODES]=$n

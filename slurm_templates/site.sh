@@ -10,23 +10,33 @@
 #
 # Only variables are set here; nothing is run.
 
-# ---- submission (read by submit.sh before it calls sbatch; a plain `sbatch` takes -p/-A/-q)
-# Partition, account and QoS choose the allocation, so they must reach sbatch itself: inside
-# the job it is too late for them.
+# ---- submission (read by submit.sh before it calls sbatch; a plain `sbatch` takes -p/-A/-q...)
+# These choose the allocation, so they must reach sbatch itself: inside the job it is too late
+# for them. Empty = not given (the template's #SBATCH line, else Slurm's default). Options given
+# to submit.sh win over these; these win over the templates' #SBATCH lines.
 : "${PODRACER_PARTITION:=}"        # e.g. batch        -> sbatch --partition
 : "${PODRACER_ACCOUNT:=}"          # e.g. myproject    -> sbatch --account
 : "${PODRACER_QOS:=}"              # e.g. normal       -> sbatch --qos
+: "${PODRACER_CPUS_PER_TASK:=}"    # e.g. 16 (DGX H100: 112 cores / 8 GPUs, minus a few) -> sbatch --cpus-per-task
+: "${PODRACER_MEM:=}"              # e.g. 0 (all of the node) or 256G  -> sbatch --mem
+: "${PODRACER_CONSTRAINT:=}"       # e.g. h100         -> sbatch --constraint
+: "${PODRACER_MAIL_TYPE:=}"        # e.g. END,FAIL     -> sbatch --mail-type
+: "${PODRACER_MAIL_USER:=}"        # e.g. me@example.org -> sbatch --mail-user
+# Anything else, as sbatch options (word-split): e.g. "--reservation=dgx --hint=nomultithread
+# --wckey=myteam". No wckey is sent unless given here.
+: "${PODRACER_SBATCH_ARGS:=}"
 
 # ---- software on the compute nodes
 : "${PODRACER_MODULES:=}"          # e.g. "cuda/12.6 openmpi/4.1.7": `module load` them first
 : "${PODRACER_CONDA_ENV:=}"        # e.g. podracer-hpc (environment.yml); wins over PODRACER_VENV
 : "${PODRACER_VENV:=$PODRACER_ROOT/.venv}"  # a venv with `pip install -e .`; if absent, PATH as is
-# srun --mpi=<this>. pmix: the site's Open MPI / HPC-X (and conda's openmpi=*=external_*);
-# pmi2: the PyPI mpich wheel (`pip install mpich`, this repo's .venv; also MPICH/MVAPICH).
-# `srun --mpi=list` shows what this Slurm offers.
-# With pmi2 each rank sets MPIR_CVAR_CH4_NETMOD=ofi unless it is set here or in the submitting
-# shell: Slurm's pmi2 server cuts PMI-1 lines over 1024 bytes, and MPICH's UCX addresses make
-# such lines (docs/local-slurm.md, "Solved"). Only MPICH reads it.
+# srun --mpi=<this>, the same default as `podracer submit --mpi`. pmix: the site's Open MPI /
+# HPC-X (and conda's openmpi=*=external_*); pmi2: the PyPI mpich wheel (`pip install mpich`, this
+# repo's .venv; also MPICH/MVAPICH). `srun --mpi=list` shows what this Slurm offers.
+# Only when mpi4py loads the PyPI mpich wheel under pmi2 does each rank set
+# MPIR_CVAR_CH4_NETMOD=ofi (and rank 0 says so), unless it is set here or in the submitting
+# shell: Slurm's pmi2 server cuts PMI-1 lines over 1024 bytes, and that MPICH's UCX addresses
+# make such lines (docs/local-slurm.md, "Solved"). A site's MPICH keeps its own netmod.
 : "${PODRACER_MPI:=pmix}"
 # Where run directories (checkpoints, HDF5 logs, leaderboards) go: a shared parallel filesystem
 # (Lustre/GPFS scratch) that every node sees, not a node-local disk.
@@ -36,6 +46,13 @@
 : "${PODRACER_SRUN_WAIT:=120}"
 # Requeues allowed per job (SLURM_RESTART_COUNT); beyond it the job ends with exit code 75.
 : "${PODRACER_MAX_REQUEUES:=20}"
+# One GPU per pod. per-task: srun --gpus-per-task=1, so each pod sees one GPU (CUDA_VISIBLE_DEVICES)
+# and checks it sees exactly one; none: each pod sees the node's GPUs and takes GPU <local rank>
+# (for sites whose gres.conf cannot bind). Either way a node with more pods than GPUs is refused.
+: "${PODRACER_GPU_BIND:=per-task}"
+# Code snapshot (lib.sh, podracer_rundir): 1 = the job runs a copy of podracer_hpc/ and the job
+# file kept in its run directory, so a requeue days later runs the same code; 0 = the live checkout.
+: "${PODRACER_SNAPSHOT:=1}"
 
 # ---- container variant (container.sbatch; pyxis + enroot)
 # An image with podracer-hpc's dependencies (torch, mpi4py built against the image's PMIx-aware
@@ -50,6 +67,16 @@
 export PODRACER_COMM="${PODRACER_COMM:-mpi}"   # fail loudly if MPI cannot be loaded
 export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
+# HDF5 file locking of the pods' logs. HDF5 locks every file it opens (flock); Lustre mounted
+# without the `flock` option (or with `noflock`) answers ENOSYS and the log cannot be created.
+# BEST_EFFORT locks where the filesystem can and goes on where it cannot (each log has one
+# writer, its pod; readers open without locks). FALSE never locks; TRUE fails without flock.
+# GPFS and Lustre with `flock` (or `localflock`) support locks.
+export HDF5_USE_FILE_LOCKING="${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}"
+# Compile caches (Warp kernels of MuJoCo Warp, torch.compile/Triton, CUDA's PTX JIT): each pod
+# uses $PODRACER_CACHE_DIR/<host>/... (podracer_hpc/device.py), a node-local directory by default
+# rather than ~/.cache on the shared filesystem, where every rank of every node would write at once.
+export PODRACER_CACHE_DIR="${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}"
 # PMIx (srun --mpi=pmix): quiets the Open MPI wheel's munge warning; harmless elsewhere.
 export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
 # NCCL and UCX. The tournament's collectives are small pickled MPI messages, so these matter

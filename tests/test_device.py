@@ -82,6 +82,18 @@ def test_cuda_on_a_cpu_only_torch_fails_with_how_to_install(env, spec, extra, wh
     assert "--index-url https://download.pytorch.org/whl/cu" in msg and "CONDA_OVERRIDE_CUDA" in msg
 
 
+@pytest.mark.parametrize("extra,why", [
+    ({"PODRACER_GPUS": "8", "SLURM_GPUS_PER_NODE": "0"}, "PODRACER_GPUS=8"),  # the launcher's word wins
+    ({"PODRACER_GPUS": "0", "SLURM_JOB_GPUS": "0,1"}, ""),  # --exclusive holds GPUs nobody asked for
+    ({"SLURM_GPUS_PER_NODE": "0", "SLURM_JOB_GPUS": "0,1"}, ""),
+    ({"SLURM_GPUS_PER_NODE": "h100:8"}, "SLURM_GPUS_PER_NODE=h100:8"),
+    ({"SLURM_GPUS_ON_NODE": "2"}, "SLURM_GPUS_ON_NODE=2"),  # --gres=gpu:2
+    ({}, ""),
+])
+def test_what_counts_as_asking_for_gpus(env, extra, why):
+    assert D.gpus_requested({**env, **extra}) == why
+
+
 def test_cpu_and_auto_without_gpus_are_the_cpu(env):
     assert D.resolve_device("auto", environ=dict(env)) == torch.device("cpu") or torch.cuda.is_available()
     assert D.resolve_device("cpu", environ={**env, "SLURM_GPUS_ON_NODE": "2"}) == torch.device("cpu")

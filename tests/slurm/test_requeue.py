@@ -36,7 +36,7 @@ STEPS_PER_UPDATE = 128 * 16  # num_envs x quickstart's rollout_steps
 UPDATES = 24
 ROUND_UPDATES = 4
 TOTAL = UPDATES * STEPS_PER_UPDATE  # per pod
-ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--time", "5",
+ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--time", "5", "--mpi", "pmi2",
         "--set", f"total_env_steps={TOTAL}", "--set", f"tournament.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}",
         "--set", f"eval.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}", "--set", "eval.episodes=4",
         "--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",

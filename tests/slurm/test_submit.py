@@ -1,7 +1,10 @@
-"""`podracer submit --executor slurm` on a real local Slurm cluster (4 logical nodes)."""
+"""`podracer submit --executor slurm` on a real local Slurm cluster (4 logical nodes, 2 CPUs and 2
+stand-in GPUs each: scripts/local_slurm.sh), and without Slurm (--dry-run)."""
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,20 +19,22 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 SHORT = ["--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
          "--set", "threads=1"]
+# the mpich wheel of .venv speaks PMI-2 (submit's default, pmix, is the site MPI's and refused with the wheel)
+MPI = ["--mpi", "pmi2"]
 
 
-def submit(cluster, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def submit(cluster, *args: str, timeout: float = 240, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
-                           "--executor", "slurm", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=REPO, env=cluster.env)
+                           "--executor", "slurm", *MPI, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=cluster.env)
 
 
-def start(cluster, *args: str, out: Path) -> tuple[subprocess.Popen, str]:
+def start(cluster, *args: str, out: Path, cwd: Path = REPO) -> tuple[subprocess.Popen, str]:
     """Submit with --wait in the background; returns the process and the job id."""
     f = open(out, "w")
     p = subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
-                          "--executor", "slurm", "--wait", *args], stdout=f, stderr=subprocess.STDOUT,
-                         cwd=REPO, env=cluster.env, text=True)
+                          "--executor", "slurm", "--wait", *MPI, *args], stdout=f, stderr=subprocess.STDOUT,
+                         cwd=cwd, env=cluster.env, text=True)
     end = time.monotonic() + 60
     while time.monotonic() < end:
         m = re.search(r"submitted Slurm job (\d+)", out.read_text())
@@ -131,7 +136,7 @@ def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, t
             "import sys, time\n"
             "from podracer_hpc import launch\n"
             "from podracer_hpc.config import load_config\n"
-            f"r = launch.Request('jobs/quickstart.yaml', [], 'slurm', partition='tiny', time_min=5, "
+            f"r = launch.Request('jobs/quickstart.yaml', [], 'slurm', partition='tiny', time_min=5, mpi='pmi2', "
             f"run_dir={str(tmp_path / 'b')!r})\n"
             "launched = launch.submit_slurm(r, load_config(r.job_file))\n"
             "print('JOB', launched.jobs[0].job_id, flush=True)\n"
@@ -152,3 +157,124 @@ def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, t
         if job:
             cluster.run("scancel", job, check=False)
         cluster.run("scontrol", "delete", "PartitionName=tiny", check=False)
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 14: resources reach the job, a snapshot survives the checkout changing, no Slurm needed
+# to see the script
+# ------------------------------------------------------------------------------------------
+def test_dry_run_shows_the_script_without_slurm(tmp_path):
+    """PATH without sbatch, sinfo or srun (a laptop): the full script and its srun line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git"))  # the revision of the snapshot it names
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
+    env["PATH"] = str(bin_dir)
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
+                        "--executor", "slurm", "--dry-run", "--nodes", "4", "--tasks-per-node", "8", "--gpus-per-node",
+                        "8", "--cpus-per-task", "16", "--exclusive", "--mem", "0", "--partition", "batch",
+                        "--sbatch", "reservation=dgx", "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    assert shutil.which("sbatch", path=env["PATH"]) is None
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no Slurm here" in r.stderr
+    for line in ("#SBATCH --cpus-per-task=16", "#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --reservation=dgx",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --nodes=4", "export SRUN_CPUS_PER_TASK=16"):
+        assert line in r.stdout, line
+    srun = next(ln for ln in r.stdout.splitlines() if ln.startswith("srun "))
+    assert "--mpi=pmix --cpus-per-task=16 --gpus-per-task=1" in srun and "wckey" not in r.stdout
+    assert not (tmp_path / "run").exists()  # nothing written: no snapshot, no run dir
+
+
+def _launch_lines(run: Path) -> list[str]:
+    text = "".join(p.read_text(errors="replace") for p in sorted((run / "slurm").rglob("*_log.err")))
+    return [ln for ln in text.splitlines() if ln.startswith("podracer task ")]
+
+
+def test_cpus_per_task_gpus_and_sbatch_options_reach_the_running_job(slurm_cluster_noacct, tmp_path):
+    """--cpus-per-task, --gpus-per-node (bound: one stand-in GPU per pod) and --sbatch pass-through
+    as scontrol shows the job, and as each pod sees its task: SLURM_CPUS_PER_TASK, its CPU affinity
+    (task/affinity binds what srun was given: both CPUs of the node only if srun got -c 2) and
+    CUDA_VISIBLE_DEVICES. device=cpu: the pods use no GPU (this torch has none)."""
+    cluster = slurm_cluster_noacct
+    run = tmp_path / "run"
+    r = submit(cluster, "--tasks-per-node", "1", "--cpus-per-task", "2", "--gpus-per-node", "1", "--time", "5",
+               "--job-name", "pr-resources", "--sbatch", "comment=podracer-issue-14", "--wait", "--run-dir", str(run),
+               "--set", "total_env_steps=4096", "--set", "tournament.mode=none", "--set", "device=cpu", *SHORT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = re.search(r"submitted Slurm job (\d+)", r.stderr).group(1)
+    show = cluster.run("scontrol", "show", "job", job).stdout
+    for field in ("JobName=pr-resources", "NumCPUs=2", "CPUs/Task=2", "Comment=podracer-issue-14",
+                  "TresPerNode=gres:gpu:1"):
+        assert field in show, (field, show)
+    assert "WCKey" not in show or "WCKey=submitit" not in show
+    (line,) = _launch_lines(run)
+    assert "SLURM_CPUS_PER_TASK=2, CPUs 0-1, CUDA_VISIBLE_DEVICES=0," in line, line
+    assert f"code {run}/code/" in line and "HDF5_USE_FILE_LOCKING=BEST_EFFORT" in line, line
+    assert (run / "logs" / "quickstart_rank0.h5").exists()  # the snapshot's job file keeps its name (and the run's)
+
+
+def test_gpus_asked_on_a_cpu_only_torch_fail_before_training(slurm_cluster_noacct, tmp_path):
+    """device: auto on GPUs that this torch cannot use: an error that says how to get the CUDA
+    build, not a silent run on the CPU."""
+    import torch
+
+    if torch.version.cuda is not None:
+        pytest.skip("this torch has CUDA: the stand-in GPUs would be tried for real")
+    run = tmp_path / "run"
+    r = submit(slurm_cluster_noacct, "--tasks-per-node", "1", "--gpus-per-node", "1", "--time", "5", "--wait",
+               "--run-dir", str(run), "--set", "total_env_steps=4096", "--set", "tournament.mode=none", *SHORT)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "CPU-only build" in r.stderr and "download.pytorch.org/whl/cu" in r.stderr, r.stderr
+    assert not (run / "logs").exists() or not list((run / "logs").glob("*.h5"))  # no training started
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, tmp_path):
+    """Submit from a checkout, commit a change to it while the job runs, requeue the job: the
+    requeued start runs the snapshot taken at submission (its path, its revision), not the change."""
+    cluster = slurm_cluster_noacct
+    clone = tmp_path / "checkout"
+    shutil.copytree(REPO / "podracer_hpc", clone / "podracer_hpc", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "jobs", clone / "jobs")
+    _git(clone, "init", "-q")
+    _git(clone, "add", "-A")
+    _git(clone, "commit", "-q", "-m", "the code as submitted")
+    old_rev = _git(clone, "rev-parse", "--short", "HEAD")
+    run, out = tmp_path / "run", tmp_path / "submit.out"
+    proc, job = start(cluster, "--tasks-per-node", "1", "--time", "5", "--run-dir", str(run), "--timeout", "240",
+                      "--set", "total_env_steps=12288", "--set", "tournament.mode=none", *SHORT, out=out, cwd=clone)
+    try:
+        end = time.monotonic() + 120
+        while not list((run / "logs").glob("*_rank0.h5")) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.3)  # training has started: the requeue stops it with a checkpoint
+        assert _launch_lines(run), out.read_text()
+        # the checkout moves on while the job runs
+        init = clone / "podracer_hpc" / "__init__.py"
+        init.write_text(init.read_text() + "\nimport sys as _s\nprint('NEW CODE', file=_s.stderr)\n")
+        _git(clone, "commit", "-q", "-am", "a change after submission")
+        new_rev = _git(clone, "rev-parse", "--short", "HEAD")
+        check = subprocess.run([sys.executable, "-c", "import podracer_hpc"], cwd=clone, capture_output=True, text=True)
+        assert "NEW CODE" in check.stderr  # the checkout itself now runs the new code
+        cluster.run("scontrol", "requeue", job)
+        assert proc.wait(timeout=240) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            cluster.run("scancel", job, check=False)
+    text = out.read_text()
+    assert "requeued (start 2)" in text, text
+    lines = _launch_lines(run)
+    assert len(lines) == 2, lines  # the first start and the requeued one
+    snap = re.search(r"code snapshot (\S+) \(revision (\S+)\)", text)
+    assert snap and snap.group(2) == old_rev != new_rev, text
+    for line in lines:
+        assert f"code {snap.group(1)}/podracer_hpc (revision {old_rev})" in line, line
+    err = "".join(p.read_text(errors="replace") for p in (run / "slurm").rglob("*_log.err"))
+    assert "NEW CODE" not in err and "resuming from" in err, err
+    meta = json.loads(Path(snap.group(1), "SNAPSHOT.json").read_text())
+    assert meta["revision"] == old_rev and meta["dirty"] is False and meta["source"] == str(clone / "podracer_hpc")

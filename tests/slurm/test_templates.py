@@ -57,7 +57,7 @@ CASES: dict[str, tuple[str, list[str], list[str]]] = {
         ["jobs/quickstart.yaml", "--set", "total_env_steps=50000000", "--set", "agent.hidden_sizes=[256, 256]"]),
     "tournament_local": (
         "tournament.sbatch",
-        ["PODRACER_MPI=pmi2", "SLURM_NTASKS_PER_NODE=2", "SLURM_CPUS_PER_TASK=1"],
+        ["PODRACER_MPI=pmi2", "SLURM_NTASKS_PER_NODE=2", "SLURM_CPUS_PER_TASK=1", "SLURM_GPUS_PER_NODE=0"],
         ["jobs/quickstart.yaml", "--set", "total_env_steps=204800", "--quiet"]),
     "tournament_conda_resume": (
         "tournament.sbatch",
@@ -75,6 +75,9 @@ CASES: dict[str, tuple[str, list[str], list[str]]] = {
         ["SLURM_ARRAY_TASK_ID=3", "SLURM_JOB_NUM_NODES=2", "SLURM_NTASKS_PER_NODE=4",
          "PODRACER_LEADERBOARD=/lustre/leaderboards/pendulum"],
         ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"]),
+    "tournament_dgx_unbound_gpus": (
+        "tournament.sbatch", ["PODRACER_GPU_BIND=none", "HDF5_USE_FILE_LOCKING=FALSE",
+                              "PODRACER_CACHE_DIR=/raid/podracer-cache", "PODRACER_SNAPSHOT=0"], []),
     "container_dgx": (
         "container.sbatch",
         ["PODRACER_IMAGE=/lustre/images/podracer.sqsh", "PODRACER_RUNS=/lustre/scratch/podracer/runs",
@@ -89,7 +92,9 @@ def render(template: str, given: list[str], args: list[str]) -> subprocess.Compl
 
 
 def normalize(text: str) -> str:
-    return text.replace(str(REPO), "<repo>")
+    """The checkout's path, the code snapshot's id (a digest of the code) and its git revision."""
+    text = re.sub(r"/code/[0-9a-f]{12}", "/code/<id>", text.replace(str(REPO), "<repo>"))
+    return re.sub(r"(PODRACER_GIT_REVISION=|\(revision )[^\s)]+", r"\1<rev>", text)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -128,6 +133,8 @@ def test_golden_header_is_the_templates_header() -> None:
 @pytest.mark.parametrize("given,args,message", [
     ([], ["no/such.yaml"], "job file no/such.yaml not found"),
     (["PODRACER_MPI=openmpi"], [], "PODRACER_MPI=openmpi"),
+    (["SLURM_GPUS_PER_NODE=4"], [], "8 pods per node but 4 GPUs per node: two pods would share a GPU"),
+    (["PODRACER_GPU_BIND=closest"], [], "PODRACER_GPU_BIND=closest"),
 ])
 def test_render_rejects_bad_input_with_exit_2(given, args, message) -> None:
     proc = render("tournament.sbatch", given, args)
@@ -208,14 +215,18 @@ def fake_slurm(tmp_path):
                "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "FAKE_LOG": str(log), "FAKE_MODE": mode, **extra}
         proc = subprocess.Popen(["bash", str(TPL / "tournament.sbatch"), "jobs/quickstart.yaml"], env=env,
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc.run_log = tmp_path / "runs" / "quickstart-42" / "slurm-42.out"  # type: ignore[attr-defined]
         return proc, log
 
     return start
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    """Exit code, and the job's output: the first lines (stdout), then the rest, in the run dir."""
     out, _ = proc.communicate(timeout=30)
-    return proc.returncode, out
+    log = proc.run_log  # type: ignore[attr-defined]
+    assert f"output continues in {log}" in out, out
+    return proc.returncode, log.read_text()
 
 
 @pytest.mark.parametrize("srun_rc,job_rc,requeued", [(0, 0, False), (75, 0, True), (2, 2, False), (1, 1, False)])
@@ -361,6 +372,15 @@ def _wait_rounds(log_path: Path, n: int, job: str, cluster, timeout: float = 120
     raise AssertionError(f"{log_path} has not logged {n} rounds after {timeout}s")
 
 
+def _output(cluster, job: str, run_dir: Path, stub: str = "") -> str:
+    """A template job's output: the first lines (#SBATCH --output, in the submit directory), then
+    the rest, which goes into the run directory (lib.sh, podracer_rundir)."""
+    first = (cluster.work / (stub or f"podracer-{job}.out")).read_text()
+    rest = run_dir / f"slurm-{job}.out"
+    assert f"output continues in {rest}" in first, first
+    return first + rest.read_text()
+
+
 def _summary(text: str) -> dict:
     """The last JSON line a run printed (rank 0's summary)."""
     lines = [ln for ln in text.splitlines() if ln.startswith("{")]
@@ -375,9 +395,10 @@ def test_sbatch_test_only_accepts_every_template(cluster, tmp_path) -> None:
         proc = cluster.run("sbatch", "--test-only", *LOCAL, *extra, str(TPL / t), "jobs/quickstart.yaml",
                            "slurm_templates/sweeps/pods.txt", cwd=tmp_path, check=False)
         assert proc.returncode == 0 and "to start at" in proc.stderr, f"{t}: {proc.stdout}{proc.stderr}"
-        # the DGX defaults ask for GPUs, which these nodes do not have: the request is real
+        # the DGX defaults ask for 8 GPUs and 16 CPUs per task, beyond these nodes (2 CPUs, 2
+        # stand-in GPUs): the request is real
         bare = cluster.run("sbatch", "--test-only", str(TPL / t), cwd=tmp_path, check=False)
-        assert bare.returncode != 0 and "gres" in bare.stderr.lower(), f"{t}: {bare.stderr}"
+        assert bare.returncode != 0 and "node configuration is not available" in bare.stderr, f"{t}: {bare.stderr}"
     # submit.sh: the site's partition reaches sbatch
     proc = cluster.run("bash", str(TPL / "submit.sh"), "--test-only", *LOCAL, str(TPL / "tournament.sbatch"),
                        cwd=tmp_path, check=False)
@@ -407,11 +428,11 @@ def _check_logs(run_dir: Path, pods: int) -> list[dict]:
 def test_tournament_runs_on_two_nodes_and_completes(cluster, jobs) -> None:
     job = jobs["baseline"]
     state = cluster.wait_terminal(job, timeout=240)
-    out = (cluster.work / f"podracer-{job}.out").read_text()
+    run_dir = cluster.work / "runs" / f"quickstart-{job}"
+    out = _output(cluster, job, run_dir)
     assert state == ("COMPLETED", "0:0"), f"job {job}: {state}\n{out}"
     summary = _summary(out)
     assert summary["pods"] == 4 and summary["rounds"] == ROUNDS and summary["env_steps"] == 4 * STEPS, summary
-    run_dir = cluster.work / "runs" / f"quickstart-{job}"
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     logs = _check_logs(run_dir, 4)
     slurm = [log["attrs"]["slurm"] for log in logs]
@@ -419,6 +440,12 @@ def test_tournament_runs_on_two_nodes_and_completes(cluster, jobs) -> None:
     assert {s.get("SLURM_JOB_ID") for s in slurm} == {job}, slurm
     assert {log["attrs"]["world_size"] for log in logs} == {4}
     assert "srun --mpi=pmi2" in out and "complete:" in out and "requeue" not in out, out
+    # srun got the job's --cpus-per-task (1 here: LOCAL) and ran the code snapshot's job file
+    snap = re.search(r"code: snapshot (\S+) \(revision (\S+)\) of " + re.escape(str(REPO)), out)
+    assert snap and f"--cpus-per-task=1 podracer train {snap.group(1)}/quickstart.yaml" in out, out
+    code = Path(snap.group(1)) / "podracer_hpc" / "launch.py"
+    assert code.read_bytes() == (REPO / "podracer_hpc" / "launch.py").read_bytes()
+    assert f"env PYTHONPATH={snap.group(1)}" in out and "env HDF5_USE_FILE_LOCKING=BEST_EFFORT" in out, out
 
 
 @pytest.mark.slurm
@@ -430,7 +457,7 @@ def test_signalled_tournament_requeues_resumes_and_finishes_once(cluster, jobs) 
     assert jobs["signalled"] == "ok", jobs["signalled"]
     run_dir = cluster.work / "runs" / f"quickstart-{job}"
     state = cluster.wait_terminal(job, timeout=240)
-    out = (cluster.work / f"podracer-{job}.out").read_text()
+    out = _output(cluster, job, run_dir)
     assert state == ("COMPLETED", "0:0"), f"job {job}: {state}\n{out}"
 
     # the relay and the requeue
@@ -442,6 +469,7 @@ def test_signalled_tournament_requeues_resumes_and_finishes_once(cluster, jobs) 
     assert re.search(r"\bRestarts=1\b", cluster.run("scontrol", "show", "job", job).stdout)
     assert f"tournament: job {job}, restart 1," in out, out  # SLURM_RESTART_COUNT in the second run
     assert out.count("resuming from") == 4, out
+    assert "made at the first start; reused" in out.split("requeueing job")[1], out  # the same code
     interrupted = _summary(out.split("requeueing job")[0])
     assert interrupted.get("complete") is False and 0 < interrupted["env_steps"] < 4 * STEPS, interrupted
 
@@ -473,6 +501,9 @@ def test_array_throttled_later_task_joins_shared_leaderboard(cluster, jobs) -> N
         time.sleep(0.5)
     outs = {t: (cluster.work / f"podracer-sweep-{array}_{t}.out") for t in range(3)}
     text = {t: p.read_text() if p.exists() else "(no output)" for t, p in outs.items()}
+    for t in range(3):  # the rest of each task's output is in its run directory
+        text[t] += "".join(f.read_text() for f in (cluster.work / "runs" / f"quickstart-{array}" / f"task{t}").glob(
+            "slurm-*.out"))
     assert sorted(rows) == [f"{array}_{t}" for t in range(3)], (rows, text)
     assert all(v[:2] == ["COMPLETED", "0:0"] for v in rows.values()), (rows, text)
     # %2: the third task started only after one of the first two had ended
