@@ -9,13 +9,16 @@
 # warp: MuJoCo Warp (needs warp-lang, mujoco-warp, mujoco, gymnasium; about 3.5 minutes);
 # study: the scaling study on one GPU, jobs/studies/pendulum_scaling_gpu.yaml: 1, 2, 4, 8 pods sharing
 #   the GPU, 3 seeds, and RLlib with a GPU learner where .venv-rllib exists (about 5 minutes; not in all).
+# device: a pod's GPU set-up (podracer_hpc/device.py, issue 14): the device from the local rank and
+#   its checks, the start line, per-node caches, and with 2+ GPUs one GPU per pod under mpiexec
+#   (about 1 minute; also first in all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 export PYTHONUNBUFFERED=1
 PART=${1:-all}
-case "$PART" in all|core|warp|study) ;; *) echo "usage: bash bench/gpu_check.sh [all|core|warp|study]" >&2; exit 2;; esac
+case "$PART" in all|core|warp|study|device) ;; *) echo "usage: bash bench/gpu_check.sh [all|core|warp|study|device]" >&2; exit 2;; esac
 run() { echo; echo "### $*"; timeout "${STEP_TIMEOUT:-60}" "$@" || echo "(step failed or timed out: rc=$?)"; }
 
 $PY - <<'PYEOF'
@@ -23,6 +26,58 @@ import torch, platform
 print("torch", torch.__version__, "cuda", torch.version.cuda, "device",
       torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NONE", "python", platform.python_version())
 PYEOF
+if [[ $PART == device || $PART == all ]]; then
+  # What the CPU-only test machine cannot show. Each line says ok or FAIL; with one GPU the
+  # multi-GPU binding is reported as not verified.
+  STEP_TIMEOUT=120 run env PODRACER_CACHE_DIR=/tmp/podracer-gpu-check-cache $PY - <<'PYEOF'
+import os, socket, subprocess, sys, torch
+from podracer_hpc import device as D
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail else ''}", flush=True)
+env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PODRACER_GPU"))}
+dev = D.resolve_device("auto", 0, 1, environ=dict(env))
+check("auto -> cuda:0, set as the current device", dev == torch.device("cuda", 0) and torch.cuda.current_device() == 0, dev)
+line = D.start_line(0, socket.gethostname(), dev, torch.get_num_threads(), "torch", world_size=1, local_rank=0)
+check("start line names the GPU and CUDA", torch.cuda.get_device_name(0) in line and f"CUDA {torch.version.cuda}" in line, line)
+check("GPU UUID readable", D._gpu_uuid(0).startswith("GPU-") or "-" in D._gpu_uuid(0), D._gpu_uuid(0))
+n = torch.cuda.device_count()
+try:
+    D.resolve_device(f"cuda:{n}", environ=dict(env)); check("cuda:<count> refused", False)
+except D.DeviceError as e:
+    check("cuda:<count> refused", True, e)
+bound = {**env, "PODRACER_GPU_BIND": "per-task", "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]}
+r = subprocess.run([sys.executable, "-c", "import torch; from podracer_hpc import device as D; "
+                    "print(D.resolve_device('auto', 3, 8))"], env=bound, capture_output=True, text=True)
+check("a pod bound to one GPU (CUDA_VISIBLE_DEVICES=one) takes cuda:0", r.stdout.strip() == "cuda:0", r.stdout + r.stderr[-300:])
+try:
+    D.resolve_device("auto", 0, 2, allgather=lambda x: [x, (x[0], x[1], "")], environ=dict(env))
+    check("two pods on one GPU refused", False)
+except D.DeviceError as e:
+    check("two pods on one GPU refused", "share one GPU" in str(e), e)
+cache = D.node_caches({"PODRACER_CACHE_DIR": os.environ["PODRACER_CACHE_DIR"]})
+try:
+    import warp as wp
+    os.environ["WARP_CACHE_PATH"] = cache["WARP_CACHE_PATH"]
+    wp.config.quiet = True
+    wp.init()
+    check("Warp's kernel cache under PODRACER_CACHE_DIR/<host>", str(wp.config.kernel_cache_dir).startswith(cache["WARP_CACHE_PATH"]),
+          wp.config.kernel_cache_dir)
+except ImportError:
+    print("(warp not installed: its cache directory not checked)")
+if n >= 2:
+    probe = ("import os, torch; from mpi4py import MPI; from podracer_hpc import device as D; c = MPI.COMM_WORLD; "
+             "loc = c.Split_type(MPI.COMM_TYPE_SHARED); d = D.resolve_device('auto', loc.Get_rank(), loc.Get_size(), "
+             "allgather=c.allgather); print('rank', c.Get_rank(), d, D._gpu_uuid(d.index), flush=True)")
+    r = subprocess.run(["mpiexec", "-n", str(min(n, 4)), sys.executable, "-c", probe], env=env, capture_output=True,
+                       text=True, timeout=90)
+    uuids = [ln.split()[-1] for ln in r.stdout.splitlines() if ln.startswith("rank")]
+    check(f"{min(n, 4)} pods under mpiexec, one GPU each", len(uuids) == min(n, 4) and len(set(uuids)) == len(uuids),
+          r.stdout + r.stderr[-500:])
+else:
+    print(f"not verified: one GPU per pod on a multi-GPU node (this machine has {n} GPU)")
+PYEOF
+  [[ $PART == device ]] && exit 0
+fi
 if [[ $PART == study ]]; then
   # The scaling study (podracer study, local executor) on cuda:0; prints the table and a JSON line.
   # Without .venv-rllib (ray[rllib], baselines/rllib/README.md) the RLlib system is left out.

@@ -13,7 +13,11 @@ CONDA_NAMES = {"torch": "pytorch"}
 def _name_and_min(req: str) -> tuple[str, str | None]:
     m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:>=\s*([0-9.]+))?", req)
     assert m, req
-    return m.group(1).lower().replace("_", "-"), m.group(2)
+    low = m.group(2)
+    bracket = re.search(r"\[.*version\s*=\s*['\"]>=\s*([0-9.]+)['\"].*\]", req)  # conda's name[version='>=X', ...]
+    if bracket:
+        low = bracket.group(1)
+    return m.group(1).lower().replace("_", "-"), low
 
 
 def test_environment_yml_lists_every_pyproject_dependency():
@@ -32,6 +36,22 @@ def test_environment_yml_lists_every_pyproject_dependency():
         cname = CONDA_NAMES.get(name, name)
         assert cname in conda, f"{name} is in pyproject.toml but not in environment.yml"
         assert conda[cname] == low, f"{name}: pyproject wants >={low}, environment.yml >={conda[cname]}"
+
+
+def test_environment_yml_gives_a_cuda_torch_on_a_login_node_without_a_gpu():
+    """conda must not fall back to the CPU build where it sees no GPU (issue 14): the build is
+    pinned to CUDA, cuda-version is pinned, and the file says to create it with
+    CONDA_OVERRIDE_CUDA at that version (docs/slurm-templates.md says the same)."""
+    text = (REPO / "environment.yml").read_text()
+    deps = [d for d in yaml.safe_load(text)["dependencies"] if isinstance(d, str)]
+    torch = [d for d in deps if d.startswith("pytorch")]
+    assert len(torch) == 1 and re.search(r"build\s*=\s*['\"]cuda\*['\"]", torch[0]), torch
+    (cuda,) = [d.split("=", 1)[1] for d in deps if d.startswith("cuda-version=")]
+    assert f"CONDA_OVERRIDE_CUDA={cuda} conda env create -f environment.yml" in text
+    assert f"CONDA_OVERRIDE_CUDA={cuda}" in (REPO / "docs" / "slurm-templates.md").read_text()
+    from podracer_hpc.device import CUDA_INSTALL_HINT
+
+    assert f"CONDA_OVERRIDE_CUDA={cuda}" in CUDA_INSTALL_HINT  # what a pod without CUDA tells the user
 
 
 def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
