@@ -232,6 +232,9 @@ def validate(req: Request, dry_run: bool = False) -> Config:
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
+        if not _slurm_here() and not dry_run:
+            raise LaunchError("--executor slurm, but there is no sbatch here: run on a login node, or use "
+                              "--executor local (--dry-run shows the script without Slurm)")
         if cfg.device.startswith("cuda") and not req.gpus_per_node:
             raise LaunchError(f"the job file says device: {cfg.device}, but --gpus-per-node is 0: ask for one GPU per "
                               f"pod (--gpus-per-node {req.tasks_per_node}) or --set device=auto")
@@ -246,9 +249,6 @@ def validate(req: Request, dry_run: bool = False) -> Config:
                 raise LaunchError(message)
             print(f"note: {message}", file=sys.stderr)
         if not _slurm_here():
-            if not dry_run:
-                raise LaunchError("--executor slurm, but there is no sbatch here: run on a login node, or use "
-                                  "--executor local (--dry-run shows the script without Slurm)")
             print("note: no Slurm here: the script is not checked against a cluster (partition, nodes, CPUs, GPUs, "
                   "time limit, MPI plugins)", file=sys.stderr)
         else:
