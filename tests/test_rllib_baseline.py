@@ -70,6 +70,12 @@ def test_a_resource_point_sets_learners_env_runners_and_the_learning_rate():
     assert one["learners"]["num_learners"] == 0 and one["training"]["lr"] == 0.0002  # RLlib's local learner
     own = load_config(job, ["resources.pods=2", "rllib.learners.num_learners=1", "resources.lr_scaling=none"])
     assert own["rllib"]["learners"]["num_learners"] == 1 and own["rllib"]["training"]["lr"] == 0.0002
+    fit = load_config(job, ["resources.pods=2", "resources.cpus=2"])["rllib"]  # 2 learners + 4 runners on 2 cores
+    assert fit["learners"]["num_cpus_per_learner"] == fit["env_runners"]["num_cpus_per_env_runner"] == 2 / 6
+    gpu = load_config(job, ["resources.pods=2", "resources.cpus=2", "resources.gpus_per_pod=1"])["rllib"]
+    assert "num_cpus_per_learner" not in gpu["learners"] and gpu["env_runners"]["num_cpus_per_env_runner"] == 0.5
+    roomy = load_config(job, ["resources.pods=1", "resources.cpus=8"])["rllib"]
+    assert "num_cpus_per_env_runner" not in roomy["env_runners"]  # enough cores: RLlib's default of 1 each
     plain = load_config(job)  # no point: the job as written (one local learner)
     assert plain["rllib"]["learners"] == {} and plain["rllib"]["env_runners"]["num_env_runners"] == 2
     for bad in (["resources.pods=0"], ["resources.pods=2", "resources.envs_per_pod=5"],

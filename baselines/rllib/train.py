@@ -118,6 +118,9 @@ def apply_resources(cfg: dict[str, Any]) -> None:
     - ``train_batch_size_per_learner`` unchanged (each learner's batch is fixed, as each pod's
       rollout is), ``lr`` times ``sqrt(P)`` (``lr_scaling: sqrt``, the rule of RLlib's own tuned
       Pendulum example, ``0.0002 * num_learners ** 0.5``) or unchanged (``none``).
+    - CPU requests: with ``resources.cpus`` set and fewer cores than CPU actors (remote
+      learners without a GPU + env runners), each asks for ``cpus / actors`` of a CPU, so that all
+      fit the allocation (Ray would otherwise leave them pending forever) and share its cores.
 
     Keys of ``rllib.learners`` or ``rllib.env_runners`` written in the job file win over these.
     """
@@ -145,6 +148,18 @@ def apply_resources(cfg: dict[str, Any]) -> None:
     r["env_runners"] = {**(r.get("env_runners") or {}), **runners}
     if res.get("lr_scaling", "sqrt") == "sqrt" and "lr" in r.get("training", {}) and pods > 1:
         r["training"] = {**r["training"], "lr": float(r["training"]["lr"]) * pods ** 0.5}
+    # Ray places an actor only where its CPU request fits. The allocation has resources.cpus cores
+    # for P remote learners (none for P = 1: the local learner is the driver) and P x per env
+    # runners: when they are more than the cores, each asks for its share, so that they all fit
+    # and time-share the cores (as P pods on fewer cores do); GPU learners ask for no CPU.
+    if res.get("cpus"):
+        learners_cpu = pods if pods > 1 and not g else 0
+        actors = learners_cpu + pods * per
+        share = min(1.0, float(res["cpus"]) / actors) if actors else 1.0
+        if share < 1.0:
+            r["env_runners"] = {"num_cpus_per_env_runner": share, **r["env_runners"]}
+            if learners_cpu:
+                r["learners"] = {"num_cpus_per_learner": share, **r["learners"]}
 
 
 def resources_used(cfg: dict[str, Any], ray_nodes: int, ray_cpus: float) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """`podracer study --executor slurm` on a real local Slurm cluster (4 logical nodes): one job per run
-with the point's nodes, then a report job (afterany) that writes the figure and the table."""
+with the point's nodes, then a report job (afterany) that writes the figure and the table; an RLlib
+point as a Ray cluster over its nodes (where .venv-rllib exists)."""
 
 from __future__ import annotations
 
@@ -72,3 +73,33 @@ def test_tiny_study_through_slurm(slurm_cluster, tmp_path):
     assert r.stderr.count("done, skipped") == 4 and "submitted Slurm job" not in r.stderr
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert last["jobs"] == [] and last["report_job"]
+
+
+RLLIB_PY = REPO / ".venv-rllib" / "bin" / "python"
+
+
+@pytest.mark.skipif(not RLLIB_PY.exists(), reason=".venv-rllib is missing (baselines/rllib/README.md says how to "
+                                                   "create it); the RLlib point through Slurm needs ray[rllib]")
+def test_an_rllib_point_runs_as_a_ray_cluster_over_its_nodes(slurm_cluster, tmp_path):
+    """An RLlib point of 2 pods-equivalent on 2 nodes: rllib.sbatch starts Ray on both, 2 learners."""
+    from analysis import aggregate
+
+    out = tmp_path / "study"
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "rl", "task": "pendulum", "target": -5000, "points": [2], "seeds": [0], "out": str(out),
+        "resources": {"pods_per_node": 1}, "slurm": {"time_min": 10, "serial": True},
+        "systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "max_wall_s": 120, "set": [
+            "total_env_steps=2048", "eval.interval_env_steps=1024", "eval.episodes=4",
+            "resources.env_runners_per_pod=1", "resources.envs_per_pod=4",
+            "rllib.training.train_batch_size_per_learner=512"]}},
+    }, sort_keys=False))
+    r = study(slurm_cluster, path, "--wait", timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert re.search(r"rllib pods=2 seed=0: submitted Slurm job \d+ \(2 nodes x 1 pod", r.stderr), r.stderr
+    run = out / "runs" / "rllib" / "p2-s0"
+    a = read_log(next((run / "logs").glob("*_rank0.h5")))["attrs"]
+    assert a["world_size"] == 2 and a["resources"]["num_learners"] == 2 and a["resources"]["nodes"] == 2
+    assert a["slurm"]["SLURM_JOB_ID"] and "rllib: 2 of 2 Ray nodes up" in next(run.glob("slurm-*.out")).read_text()
+    sc = aggregate.read_csv(out / "results" / "scaling.csv")
+    assert [(x["system"], x["pods"], x["nodes"], x["reached"]) for x in sc.rows()] == [("rllib", 2, 2, 1)]
