@@ -41,13 +41,14 @@ def _slug(s: str) -> str:
 def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
                  labels: Mapping[str, str | Path] | Sequence[str] | None = None,
                  target: Targets = None, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150,
-                 metric: str = "return", reference: str | None = None) -> list[Path]:
+                 metric: str = "return", reference: str | None = None, per_run: bool = True) -> list[Path]:
     """Write the tables and figures of the given runs into ``out``; returns the written paths.
 
     ``target``: a value of ``metric`` for every task, or ``{task: value}``; ``metric``: ``return``
     (evaluation return) or ``cumulative_return`` (stock trading: the evaluation episodes'
     cumulative return on the training window, a fraction). ``reference``: the system the
-    scaling table's ``time_ratio`` divides by (default: the first)."""
+    scaling table's ``time_ratio`` divides by (default: the first). ``per_run=False`` leaves out
+    the per-run figures (lineage, hyperparameters): a study's report has many runs."""
     from . import plots  # matplotlib only when drawing
 
     out = Path(out)
@@ -74,7 +75,7 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
 
     save(plots.learning_curves(evals, target=target if metric == "return" else None), "learning_curves")
     save(plots.scaling(table, evals, target=target, reference=reference), "scaling")
-    for run in runs:
+    for run in runs if per_run else []:
         if run.mode == "none" or not len(tour) or not (tour["run"] == run.run).any():
             continue
         save(plots.lineage(tour, run.run, evals), f"lineage_{_slug(run.run)}")

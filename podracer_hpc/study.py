@@ -29,7 +29,8 @@ Directory layout (``out``, default ``runs/studies/<name>``)::
 
     study.yaml                      the resolved study (absolute paths): what the report job reads
     runs/<system>/p<P>-s<seed>/     one run directory per point x seed (resources.json: what it got)
-    results/                        evals.csv, runs.csv, scaling.csv, scaling.md, scaling.png/pdf, ...
+    results/                        evals.csv, runs.csv, tournament.csv, scaling.csv/.md, scaling.png/pdf,
+                                    learning_curves.png/pdf, summary.json (no per-run lineage figures)
 
 How resources are matched (one point = P pods): podracer runs P MPI ranks, one pod each (one GPU
 each when ``gpus_per_pod`` is 1); RLlib gets the same allocation (nodes, GPUs, CPU cores) and
@@ -669,7 +670,7 @@ def report(study: Study, out: Any = None) -> dict[str, Any]:
         return summary
     labels = [f"{pt.system.name}={pt.run_dir}" for pt in done]
     make_figures([], results, labels=labels, target={study.task: study.target}, metric=study.metric,
-                 reference=study.systems[0].name, formats=("png", "pdf"), dpi=130)
+                 reference=study.systems[0].name, formats=("png", "pdf"), dpi=130, per_run=False)
     sc = read_csv(results / "scaling.csv")
     md = scaling_markdown(sc)
     print(f"{study.task}: time to {study.metric} {study.target:g} (training seconds, median [min, max] over seeds); "

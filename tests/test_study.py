@@ -3,7 +3,7 @@ tiny study runs every point, writes the scaling figure and table with one series
 what is done when run again and grows; the stock-trading variant times a cumulative-return
 threshold; the notebook draws the study folder.
 
-Real runs (mpiexec, the pods' own logs), kept tiny for 2 cores: Pendulum, 64 envs per pod, 6k env
+Real runs (mpiexec, the pods' own logs), kept tiny for 2 cores: Pendulum, 64 envs per pod, 4k env
 steps. RLlib takes part only where .venv-rllib exists (tests/test_rllib_baseline.py says why it
 skips).
 """
@@ -28,7 +28,7 @@ from analysis import aggregate, plots  # noqa: E402
 from helpers import mpiexec_or_skip  # noqa: E402
 from podracer_hpc.cli import main as cli_main  # noqa: E402
 
-TINY = ["env.num_envs=64", "total_env_steps=6144", "eval.interval_env_steps=2048", "eval.episodes=4",
+TINY = ["env.num_envs=64", "total_env_steps=4096", "eval.interval_env_steps=2048", "eval.episodes=4",
         "log.progress_interval_s=0", "threads=1", "agent.update_epochs=2"]
 
 
