@@ -171,10 +171,12 @@ def _read(path: Path, src: Path, opts: dict[str, Any], t0: float) -> tuple[Prepa
 
 
 def _say_to_stderr(prefix: str) -> Progress:
-    t0 = time.perf_counter()
+    """Progress lines: wall seconds and this process's CPU seconds so far, then the message."""
+    t0, c0 = time.perf_counter(), time.process_time()
 
     def say(msg: str) -> None:
-        print(f"{prefix} {time.perf_counter() - t0:7.1f}s  {msg}", file=sys.stderr, flush=True)
+        print(f"{prefix} {time.perf_counter() - t0:7.1f}s ({time.process_time() - c0:6.1f}s CPU)  {msg}",
+              file=sys.stderr, flush=True)
 
     return say
 
