@@ -334,7 +334,7 @@ def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "
             raise ArrayFileError(f"{path}: no group {group!r} (it has {', '.join(f) or 'nothing'})") from None
         if not isinstance(g, h5py.Group):
             raise ArrayFileError(f"{path}: {group!r} is a dataset, not a group of columns")
-        want = list(g) if names is None else names
+        want = [n for n in g if isinstance(g[n], h5py.Dataset)] if names is None else names  # all: datasets only
         out: dict[str, np.ndarray] = {}
         for name in want:
             ds = g.get(name)

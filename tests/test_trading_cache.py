@@ -94,6 +94,30 @@ def test_wide_and_long_files_give_the_same_market(tmp_path):
         assert torch.equal(obs[0], o)
 
 
+def test_hdf5_long_and_wide(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    md, c = flat_market(3, 40)
+    long_csv, wide_csv = write_long_and_wide(tmp_path, md, c, drop=[(7, 2)])[:2]
+    with h5py.File(tmp_path / "w.h5", "w") as f:
+        f["Date"] = np.array(md.date_strings(), dtype="S10")
+        for s, t in enumerate(md.tickers):
+            col = c[:, s].copy()
+            col[7] = np.nan if s == 2 else col[7]
+            f[t] = col
+        f.create_group("about")  # a group beside the columns is not a column
+    same_market(load_market(tmp_path / "w.h5"), load_market(wide_csv))
+    with h5py.File(tmp_path / "l.h5", "w") as f:
+        g = f.create_group("bars")
+        keep = [(t, s) for t in range(40) for s in range(3) if (t, s) != (7, 2)]
+        g["date"] = np.array([md.date_strings()[t] for t, _ in keep], dtype="S10")
+        g["ticker"] = np.array([md.tickers[s] for _, s in keep], dtype="S6")
+        for k in ("open", "high", "low", "close"):
+            g[k] = np.array([c[t, s] for t, s in keep])
+        g["volume"] = np.zeros(len(keep))
+        g.create_group("notes")
+    same_market(load_market(tmp_path / "l.h5", key="bars"), load_market(long_csv))
+
+
 @pytest.mark.parametrize("text,match", [
     ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,-3\n", r"line 3: B must be > 0, got -3.0 \(leave the cell empty"),
     ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,x\n", r"line 3: B 'x' is not a number"),
