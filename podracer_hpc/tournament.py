@@ -225,15 +225,18 @@ def explore(
 ) -> dict[str, float]:
     """PBT explore step: each hyperparameter in ``space`` is resampled from its prior (uniform,
     or log-uniform for log-scale ranges) with probability ``resample_prob``, else multiplied by a
-    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. Names outside the
-    space are copied unchanged; names in the space missing from ``hparams`` are sampled."""
+    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. A value outside
+    its range (a run started elsewhere, e.g. a learning rate of 3e-6 against [1e-5, 1e-2]) is
+    always resampled: nudging it by x1.2 would only pin it to the bound. Names outside the space
+    are copied unchanged; names in the space missing from ``hparams`` are sampled."""
     space = normalize_space(space)
     out = {k: float(v) for k, v in hparams.items()}
     for name in sorted(space):  # fixed order: identical draws on every rank
         r = space[name]
         u = rng.random()
         factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
-        if name not in out or not _finite(out[name]) or u < resample_prob:
+        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
+        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
             if r.log_scale:
                 v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
             else:
@@ -370,9 +373,9 @@ def pbt_select(
     - Experience: a source must have ``env_steps >= target.env_steps * (1 - steps_tolerance)``
       (never copy a less-trained agent over a more-trained one; a late joiner may copy from
       older pods), and a finite target copies only from a strictly better source.
-    - Ready (Jaderberg et al.): a finite target that took another agent fewer than
-      ``ready_rounds`` rounds ago keeps, so that a pod that just drew a good hyperparameter can
-      show it before the next round replaces it again.
+    - Ready (Jaderberg et al.): a pod that took another agent fewer than ``ready_rounds`` rounds
+      ago is not a target (it keeps, so that a hyperparameter it just drew can show), and the
+      next worst ready pod outside the sources is replaced in its place.
     - A target draws its source uniformly among the eligible ones (Generator seeded by
       (seed, round, rank)) and gets ``explore(source.hparams)`` as its new hyperparameters.
     - A NaN target with no eligible source copies the best finite pod; with no finite pod, the
@@ -387,21 +390,32 @@ def pbt_select(
     finite = [r for r in order if _finite(fit[r])]
     k = quantile_size(n, quantile)
     sources = finite[:k]
-    targets = set(order[n - k :]) | {r for r in range(n) if not _finite(fit[r])}
-    targets -= set(sources)  # cannot happen when k <= n // 2; kept as a guard
+    # The k worst pods that are ready (a pod that copied another fewer than ready_rounds rounds
+    # ago is skipped, and the next worst ready pod outside the sources takes its place), plus
+    # every non-finite pod.
+    targets = {r for r in range(n) if not _finite(fit[r])}
+    not_ready: set[int] = set()
+    for r in reversed([r for r in finite if r not in sources]):
+        if len(targets & set(finite)) >= k:
+            break
+        last = reports[r].last_copy_round
+        if last >= 0 and round - last < ready_rounds:
+            not_ready.add(r)
+        else:
+            targets.add(r)
 
     decisions: dict[int, Decision] = {}
     drawn: set[int] = set()
     for r in range(n):
         me = reports[r]
         base = dict(rank=r, publish=False, fitness=fit[r], old_hparams=dict(me.hparams))
+        if r in not_ready:
+            decisions[r] = Decision(action="keep", reason=f"bottom of the pool, not ready (copied at round "
+                                                          f"{me.last_copy_round})", **base)
+            continue
         if r not in targets:
             why = "top quantile" if r in sources else "middle of the pool"
             decisions[r] = Decision(action="keep", reason=why if n > 1 else "world of one", **base)
-            continue
-        if _finite(fit[r]) and me.last_copy_round >= 0 and round - me.last_copy_round < ready_rounds:
-            decisions[r] = Decision(action="keep", reason=f"bottom quantile, not ready (copied at round "
-                                                          f"{me.last_copy_round})", **base)
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)

@@ -470,13 +470,27 @@ def test_pbt_ready_criterion_protects_a_freshly_explored_pod(last_copy, round, r
     hp = {"learning_rate": 1e-3}
     pods = [PodReport(0, -900.0, 1000, hp, last_copy), PodReport(1, -100.0, 1000, hp),
             PodReport(2, -200.0, 1000, hp), PodReport(3, -300.0, 1000, hp)]
-    d = decide(pods, [], round, 0, cfg)[0]
-    assert (d.action == "copy_pod") == replaced, d
-    if not replaced:
-        assert "not ready" in d.reason
+    ds = decide(pods, [], round, 0, cfg)
+    assert (ds[0].action == "copy_pod") == replaced, ds[0]
+    if not replaced:  # the next worst ready pod outside the top quantile is replaced in its place
+        assert "not ready" in ds[0].reason
+        assert ds[3].action == "copy_pod" and ds[3].source_rank == 1
+    assert sum(d.action == "copy_pod" for d in ds) == 1
 
 
 def test_a_nan_pod_is_replaced_even_when_not_ready():
     cfg = TournamentConfig(mode="pbt", ready_rounds=5, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
     pods = [PodReport(0, float("nan"), 1000, {"learning_rate": 1e-3}, 9), PodReport(1, -1.0, 1000, {"learning_rate": 1e-3})]
     assert decide(pods, [], 10, 0, cfg)[0].action == "copy_pod"
+
+
+def test_explore_resamples_a_value_outside_its_range_instead_of_pinning_it_to_the_bound():
+    from podracer_hpc.tournament import explore, make_rng
+
+    space = {"learning_rate": (1e-5, 1e-2, True)}
+    lrs = [explore({"learning_rate": 3e-6}, space, make_rng(0, r, 0, 2), resample_prob=0.0)["learning_rate"]
+           for r in range(50)]
+    assert all(1e-5 <= x <= 1e-2 for x in lrs)
+    assert len(set(lrs)) == 50 and max(lrs) > 1e-3  # drawn from the prior, not 3e-6 x 1.2 clipped to 1e-5
+    inside = explore({"learning_rate": 1e-3}, space, make_rng(0, 0, 0, 2), resample_prob=0.0)["learning_rate"]
+    assert inside in (pytest.approx(8e-4), pytest.approx(1.2e-3))  # inside the range: perturbed as before
