@@ -923,4 +923,5 @@ def _tail(path: Path, n: int = 15) -> str:
 
 
 __all__ = ["Request", "LaunchError", "JobError", "ConfigError", "validate", "sbatch_text", "submit_slurm",
-           "submit_local", "wait", "parse_array", "RankProgram", "progress_line", "slurm_job_state"]
+           "submit_local", "wait", "parse_array", "parse_sbatch", "RankProgram", "progress_line", "slurm_job_state",
+           "Snapshot", "plan_snapshot", "make_snapshot", "launch_line"]

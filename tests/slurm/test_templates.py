@@ -427,7 +427,7 @@ def _check_logs(run_dir: Path, pods: int) -> list[dict]:
 @pytest.mark.slurm
 def test_tournament_runs_on_two_nodes_and_completes(cluster, jobs) -> None:
     job = jobs["baseline"]
-    state = cluster.wait_terminal(job, timeout=240)
+    state = cluster.wait_terminal(job, timeout=600)
     run_dir = cluster.work / "runs" / f"quickstart-{job}"
     out = _output(cluster, job, run_dir)
     assert state == ("COMPLETED", "0:0"), f"job {job}: {state}\n{out}"
@@ -456,7 +456,7 @@ def test_signalled_tournament_requeues_resumes_and_finishes_once(cluster, jobs) 
     job = jobs["preempt"]
     assert jobs["signalled"] == "ok", jobs["signalled"]
     run_dir = cluster.work / "runs" / f"quickstart-{job}"
-    state = cluster.wait_terminal(job, timeout=240)
+    state = cluster.wait_terminal(job, timeout=600)
     out = _output(cluster, job, run_dir)
     assert state == ("COMPLETED", "0:0"), f"job {job}: {state}\n{out}"
 
