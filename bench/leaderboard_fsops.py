@@ -39,6 +39,7 @@ def run(tree: Path, pods: int, rounds: int, out: Path) -> dict:
     sets = ["env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=2", "threads=1", "log.progress_interval_s=0",
             f"total_env_steps={rounds * 2 * batch}", f"tournament.interval_env_steps={2 * batch}",
             f"eval.interval_env_steps={2 * batch}", "tournament.top_k=4"]
+    out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.txt"
     cmd = ["strace", "-f", "-y", "-qq", "-e", f"trace={','.join(CALLS)}", "-o", str(trace),
            mpiexec, "-n", str(pods), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",

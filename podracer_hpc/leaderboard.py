@@ -180,8 +180,6 @@ class Leaderboard:
         file_meta = {"entry_id": entry_id, "score": score, "meta": meta}
         blob = safeio.dumps(tensors, file_meta, kind=ENTRY_KIND)  # raises on non-JSON meta
         sha = hashlib.sha256(blob).hexdigest()
-        if content_id and self._same_entry_exists(entry_id, digest):
-            return entry_id
         sidecar = {
             "format": SIDECAR_FORMAT,
             "version": SIDECAR_VERSION,
@@ -201,10 +199,29 @@ class Leaderboard:
         if digest:
             sidecar["content_sha256"] = digest
         sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
-        # Tensors first, then the sidecar: the sidecar's presence means the entry is complete.
-        _write_new(self.tensors_path(entry_id), blob)
+        side = json.dumps(sidecar, sort_keys=True, allow_nan=False).encode()
+        # Tensors first, then the sidecar: the sidecar's presence means the entry is complete
+        # (its directory fsync makes both names durable). The same content published again (a
+        # round redone after a kill) finds its entry there: the link fails, nothing is read first.
         try:
-            _write_new(self.sidecar_path(entry_id), json.dumps(sidecar, sort_keys=True, allow_nan=False).encode())
+            _write_new(self.tensors_path(entry_id), blob, sync_dir=False)
+        except FileExistsError:
+            if not content_id:
+                raise
+            if self._same_entry_exists(entry_id, digest):
+                return entry_id
+            _unlink(self.tensors_path(entry_id))  # half an entry (no sidecar): write it whole
+            _write_new(self.tensors_path(entry_id), blob, sync_dir=False)
+        try:
+            _write_new(self.sidecar_path(entry_id), side)
+        except FileExistsError:
+            # a sidecar of the same content whose tensors had gone (pruned as an orphan): it names
+            # the old bytes' checksum, so it is replaced by this one
+            if not content_id or not self._same_content(entry_id, digest):
+                _unlink(self.tensors_path(entry_id))
+                raise
+            _unlink(self.sidecar_path(entry_id))
+            _write_new(self.sidecar_path(entry_id), side)
         except BaseException:
             _unlink(self.tensors_path(entry_id))
             raise
@@ -220,24 +237,24 @@ class Leaderboard:
                 pass  # a pruner restored them at the same moment (same bytes)
         return entry_id
 
-    def _same_entry_exists(self, entry_id: str, digest: str) -> bool:
-        """Whether ``entry_id`` is already here, whole, with this content (raises if other content).
-
-        Half an entry (its tensors pruned as an orphan) is removed, so the caller writes it anew.
-        """
+    def _same_content(self, entry_id: str, digest: str) -> bool:
+        """Whether the sidecar of ``entry_id`` describes this content (False if absent or unreadable)."""
         _op("open")
         try:
-            raw = json.loads(self.sidecar_path(entry_id).read_bytes())
-        except (OSError, ValueError):
+            return json.loads(self.sidecar_path(entry_id).read_bytes()).get("content_sha256") == digest
+        except (OSError, ValueError, AttributeError):
             return False
-        if raw.get("content_sha256") != digest:
+
+    def _same_entry_exists(self, entry_id: str, digest: str) -> bool:
+        """Whether ``entry_id`` (whose tensors exist) is a whole entry of this content; raises if
+        its sidecar describes other content. A missing sidecar means half an entry (False)."""
+        _op("stat")
+        if not self.sidecar_path(entry_id).exists():
+            return False
+        if not self._same_content(entry_id, digest):
             raise FileExistsError(f"{self.sidecar_path(entry_id)} already exists with other content; "
                                   "leaderboard entries are immutable")
-        _op("stat")
-        if self.tensors_path(entry_id).exists():
-            return True
-        _unlink(self.sidecar_path(entry_id))
-        return False
+        return True
 
     # ------------------------------------------------------------------ read
 
@@ -508,11 +525,11 @@ def _make_private_dir(d: Path) -> None:
     os.chmod(d, DIR_MODE)
 
 
-def _write_new(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
+def _write_new(path: Path, data: bytes, mode: int = FILE_MODE, sync_dir: bool = True) -> None:
     """Atomically create ``path`` with ``data``; never replaces an existing file."""
-    _op("write", 6)  # mkstemp, fsync, chmod, link, unlink of the temporary, fsync of the directory
+    _op("write", 5 if sync_dir else 3)  # create, fsync, link, unlink of the temporary (+ open, fsync of the dir)
     try:
-        safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False)
+        safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False, sync_dir=sync_dir)
     except FileExistsError:
         raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
 

@@ -90,7 +90,8 @@ class Pool:
         except (OSError, ValueError, TypeError) as e:
             self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
         entries = self.board.candidates(with_steps=True)
-        safeio.atomic_write_bytes(path, json.dumps(entries).encode())
+        # (no directory fsync: only a machine crash could lose the name, and then the redo lists again)
+        safeio.atomic_write_bytes(path, json.dumps(entries).encode(), sync_dir=False)
         return entries
 
     def publish(self, fitness: float, index: int, hp: dict[str, float]) -> str | None:
@@ -193,7 +194,12 @@ class Pool:
         if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
             needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
                       for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
-            self.board.prune(self.tcfg.top_k, keep=needed)
+            # on the listing this round decided on plus this round's entries: no sidecar is read
+            # again (entries other jobs published meanwhile stay until a later prune)
+            seen = [EntryInfo(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, None, None, None) for e in entries]
+            seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index)
+                     for r, eid in enumerate(entry_of_rank) if eid]
+            self.board.prune(self.tcfg.top_k, keep=needed, listing=seen)
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)
 
     # --- an asynchronous round ------------------------------------------------------------

@@ -436,12 +436,12 @@ def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard,
     real = lb_mod._write_new
     calls = []
 
-    def stalled(path, data, mode=lb_mod.FILE_MODE):
+    def stalled(path, data, mode=lb_mod.FILE_MODE, sync_dir=True):
         if path.suffix == ".json" and not calls:
             calls.append(path)
             assert lb.prune(top_k=10, stale_after_s=0) == []  # what another rank's prune does meanwhile
             assert not path.with_suffix(".safetensors").exists()  # the orphan is gone
-        real(path, data, mode)
+        real(path, data, mode, sync_dir)
 
     monkeypatch.setattr(lb_mod, "_write_new", stalled)
     eid = lb.publish(state(3.0), 3.0, meta())
