@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from . import indicators as ind
+import podracer_hpc.trading.indicators as ind  # (not "from . import": that names the package, a circle)
 from .data import FIELDS, PKG_PREFIX, DataError, MarketData, align, read_rows, resolve_data_path
 
 CACHE_ENV = "PODRACER_MARKET_CACHE"
