@@ -101,6 +101,11 @@ class Pod:
             hi = torch.as_tensor(self.env.action_high, dtype=torch.float32, device=self.device)
             self._act_center, self._act_half = (hi + lo) / 2, (hi - lo) / 2
 
+    @property
+    def backend(self) -> str:
+        """Who steps the environments: ``torch`` (batched tensors on the device), or a MuJoCo backend."""
+        return getattr(self.env, "backend", "torch")
+
     def _new_agent(self) -> PPOAgent:
         """An agent initialized from the global torch RNG (seeded by the caller)."""
         return PPOAgent(

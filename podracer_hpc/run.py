@@ -47,7 +47,8 @@ from . import __version__, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
-from .pod import Pod, resolve_device, set_cpu_threads
+from .device import DeviceError, resolve_device, set_cpu_threads, start_line
+from .pod import Pod
 from .pool import Meeting, Pool
 from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
@@ -133,9 +134,11 @@ class RankRun:
     def start(self) -> None:
         """Device, pod, the checkpoint every rank resumes from (or a fresh start), log, pool."""
         cfg, comm = self.cfg, self.comm
-        device = resolve_device(cfg.device, comm.local_rank)
-        if device.type == "cpu":
-            set_cpu_threads(cfg.threads, comm.local_size)
+        try:  # every rank calls it: the ranks of a node compare GPUs, and one rank's error stops all
+            device = resolve_device(cfg.device, comm.local_rank, comm.local_size, allgather=comm.allgather)
+        except DeviceError as e:
+            raise TrainingError(str(e)) from None
+        threads = set_cpu_threads(cfg.threads, comm.local_size) if device.type == "cpu" else torch.get_num_threads()
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         if comm.launcher_size and comm.launcher_size > 1 and comm.size == 1:
@@ -148,6 +151,8 @@ class RankRun:
             self.pod = Pod(cfg, rank=comm.rank, device=device)
         except MemoryError as e:
             raise TrainingError(f"rank {comm.rank}: {e}") from None
+        self.say(start_line(comm.rank, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
+                            world_size=comm.size, local_rank=comm.local_rank))
         choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
                               self.rundir.checkpoint_ranks() if comm.rank == 0 else [], independent=self.independent)
         fresh = choice.fresh or choice.use[comm.rank] == "fresh"

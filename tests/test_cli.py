@@ -1,6 +1,7 @@
 """`podracer` as a user runs it: clear errors before anything runs, a JSON last line, a log."""
 
 import json
+import re
 
 from podracer_hpc.h5log import read_log
 
@@ -16,6 +17,8 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
     assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["best_return"] < 0
     assert "steps/s" in r.stderr and "ETA" in r.stderr  # progress lines
+    # the start line says where the pod runs: device, threads, env backend, torch build, code revision
+    assert re.search(r"pod 0/1 on \S+ \(local 0\): CPU .*\d+ threads? \| env backend torch \| torch .* \| code ", r.stderr)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     log = read_log(tmp_path / "logs" / "pendulum_rank0.h5")
     assert list(log["train"]["env_steps"]) == [1024, 2048, 3072, 4096]
