@@ -3,6 +3,7 @@ slow pods. Tiny pods (Pendulum, 16 envs, [16, 16] networks), oversubscribed on t
 
     python bench/pool_scale.py                          # ranks 1 4 16 64, both modes, with and without
     python bench/pool_scale.py --ranks 4 16 --factor 3  # stragglers: 1 rank in 8 runs 3x slower
+    python bench/pool_scale.py --out runs/pool-scale    # keep the runs; run again to skip what is measured
 
 Measured from the rank logs of each run (nothing is timed from outside):
 
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +61,8 @@ def slow_ranks(n: int, stragglers: bool) -> list[int]:
 
 def run(n: int, mode: str, stragglers: bool, factor: float, out: Path, timeout: float) -> dict:
     d = out / f"n{n}-{mode}-{'slow' if stragglers else 'even'}"
+    if d.exists():  # a run that died before its row was kept: start it again, not resume it
+        shutil.rmtree(d)
     slow = slow_ranks(n, stragglers)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PODRACER_INJECT_SLOW": ",".join(f"{r}:{factor}" for r in slow)}
     env.pop("PODRACER_COMM", None)
@@ -96,15 +100,34 @@ def main() -> int:
     ap.add_argument("--out", default="", help="keep the run directories here")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="podracer-pool-scale-"))
+    out.mkdir(parents=True, exist_ok=True)
+    # each measured run is kept in <out>/rows.jsonl as it ends: rerunning with the same --out skips
+    # the runs already measured there (a 64-rank run is minutes; a bench killed at 64 keeps 1-16)
+    done_file = out / "rows.jsonl"
+    done = {}
+    if done_file.exists():
+        for line in done_file.read_text().splitlines():
+            r = json.loads(line)
+            done[(r["ranks"], r["mode"], r["stragglers"] > 0, r["factor"])] = r
+
+    def measured(n: int, mode: str, stragglers: bool) -> dict:
+        key = (n, mode, stragglers, args.factor)
+        if key not in done:
+            print(f"# {n} ranks, {mode}, {'1 in 8 slowed' if stragglers else 'even'} ...", file=sys.stderr, flush=True)
+            done[key] = {**run(n, mode, stragglers, args.factor, out, args.timeout), "factor": args.factor}
+            with done_file.open("a") as f:
+                f.write(json.dumps(done[key]) + "\n")
+        return done[key]
+
+    print(f"# run directories and rows.jsonl in {out}", file=sys.stderr, flush=True)
     rows = []
     for n in args.ranks:
         for mode in args.modes:
-            even = run(n, mode, False, args.factor, out, args.timeout)
+            even = measured(n, mode, False)
             rows.append({**even, "fast_vs_even": 1.0})
             if n > 1:
-                slow = run(n, mode, True, args.factor, out, args.timeout)
+                slow = measured(n, mode, True)
                 rows.append({**slow, "fast_vs_even": slow["fast_sps"] / even["fast_sps"]})
-            print(f"# done: {n} ranks, {mode}", file=sys.stderr, flush=True)
     head = ("ranks", "mode", "slowed", "pool steps/s", "fast pods steps/s", "fast vs even", "round s",
             "fs ops/round", "outside training", "not in updates", "job s")
     table = [(r["ranks"], r["mode"], r["stragglers"], f"{r['pool_sps']:,.0f}", f"{r['fast_sps']:,.0f}",
