@@ -23,17 +23,17 @@ snapshot's revision, :func:`code_revision`) and ``PODRACER_CACHE_DIR``.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
 import torch
+
+from .rundir import git_revision as code_revision  # one owner of the run's provenance
 
 __all__ = ["DeviceError", "resolve_device", "set_cpu_threads", "cpu_threads", "Threads", "start_line",
            "node_caches", "code_revision", "gpus_requested", "CUDA_INSTALL_HINT"]
@@ -359,33 +359,6 @@ def node_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, st
 # ------------------------------------------------------------------------------------------
 # Code revision and the start line
 # ------------------------------------------------------------------------------------------
-def code_revision(environ: Mapping[str, str] | None = None) -> str:
-    """The revision of the code this process runs: ``PODRACER_GIT_REVISION`` (set by the
-    launchers from the job's code snapshot), else the snapshot file next to the package
-    (``SNAPSHOT.json``), else ``git`` in the package's checkout; ``<rev>-dirty`` when the
-    checkout had uncommitted changes, ``unknown`` when none of these says."""
-    env = os.environ if environ is None else environ
-    if env.get("PODRACER_GIT_REVISION"):
-        return env["PODRACER_GIT_REVISION"]
-    pkg = Path(__file__).resolve().parent
-    snap = pkg.parent / "SNAPSHOT.json"
-    if snap.is_file():
-        try:
-            return str(json.loads(snap.read_text())["revision"])
-        except (OSError, ValueError, KeyError):
-            pass
-    try:
-        rev = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
-        if rev:
-            dirty = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
-            return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
-
-
 def start_line(rank: int, host: str, device: torch.device | str, threads: int, backend: str, *,
                world_size: int | None = None, local_rank: int | None = None, revision: str | None = None,
                environ: Mapping[str, str] | None = None) -> str:

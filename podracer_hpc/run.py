@@ -426,6 +426,7 @@ class RankRun:
             "steps_per_s": round(sum(p["run_steps"] for p in parts) / max(run_wall, 1e-9), 1),
             "best_return": max(bests) if bests else None,
             "final_return": max(finals) if finals else None,
+            "git_revision": git_revision(),  # the code that ran (a job's snapshot: its revision; -dirty if modified)
         }
         if not complete:
             summary["complete"] = False

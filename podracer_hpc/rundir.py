@@ -15,10 +15,12 @@ Nothing here imports torch, h5py or MPI.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Mapping
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "RunDir", "git_revision", "job_id", "slurm_ids"]
 
@@ -46,15 +48,26 @@ def slurm_ids(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k] for k in keys if k in env}
 
 
-def git_revision() -> str:
-    """Short revision of the podracer-hpc checkout this code runs from (``-dirty`` if modified)."""
-    here = Path(__file__).resolve().parent
+def git_revision(environ: Mapping[str, str] | None = None) -> str:
+    """The revision of the code this process runs: ``PODRACER_GIT_REVISION`` (set by the
+    launchers from the job's code snapshot), else the snapshot file next to the package
+    (``SNAPSHOT.json``), else ``git`` in the package's checkout; ``<rev>-dirty`` when the
+    checkout had uncommitted changes, ``unknown`` when none of these says."""
+    env = os.environ if environ is None else environ
+    if env.get("PODRACER_GIT_REVISION"):
+        return env["PODRACER_GIT_REVISION"]
+    pkg = Path(__file__).resolve().parent
+    snap = pkg.parent / "SNAPSHOT.json"
+    if snap.is_file():
+        try:
+            return str(json.loads(snap.read_text())["revision"])
+        except (OSError, ValueError, KeyError):
+            pass
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=5)
-        rev = out.stdout.strip()
+        rev = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
         if rev:
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            dirty = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True, timeout=5).stdout.strip()
             return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

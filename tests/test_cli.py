@@ -9,11 +9,17 @@ FAST = ["--set", "total_env_steps=4096", "--set", "env.num_envs=64", "--set", "a
         "--set", "eval.interval_env_steps=2048", "--set", "eval.episodes=3"]
 
 
+def log_revision(run_dir):
+    return read_log(run_dir / "logs" / "pendulum_rank0.h5")["attrs"]["git_revision"]
+
+
 def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "log.progress_interval_s=0.01")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return"}
+    assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return",
+                            "git_revision"}
+    assert summary["git_revision"] == log_revision(tmp_path)
     assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
     assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["best_return"] < 0
     assert "steps/s" in r.stderr and "ETA" in r.stderr  # progress lines

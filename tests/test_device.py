@@ -182,5 +182,7 @@ def test_code_revision_prefers_the_snapshot(env, tmp_path, monkeypatch):
     pkg = tmp_path / "podracer_hpc"
     pkg.mkdir()
     (tmp_path / "SNAPSHOT.json").write_text(json.dumps({"revision": "feed123-dirty"}))
-    monkeypatch.setattr(D, "__file__", str(pkg / "device.py"))
-    assert D.code_revision(env) == "feed123-dirty"
+    import podracer_hpc.rundir as R  # the one owner of the run's provenance (device re-exports it)
+
+    monkeypatch.setattr(R, "__file__", str(pkg / "rundir.py"))
+    assert D.code_revision(env) == "feed123-dirty" == R.git_revision(env)
