@@ -13,6 +13,23 @@ def mpiexec_or_skip() -> str:
         pytest.skip(str(e))
 
 
+def rank_pids(run_dir) -> list[int]:
+    """The python rank processes of a run (not mpiexec, not Hydra's proxies), from /proc."""
+    from pathlib import Path
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            comm = (d / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm.startswith("python") and b"podracer_hpc.cli" in cmd and str(run_dir).encode() in cmd:
+            out.append(int(d.name))
+    return sorted(out)
+
 def assert_mujoco_contract(env, task: str, n: int, obs_dim: int, act_dim: int) -> None:
     """A MuJoCo adapter's shapes, dtypes and device on CPU, after a reset and one zero-action step."""
     import pytest

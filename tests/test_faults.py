@@ -19,7 +19,7 @@ import pytest
 
 from podracer_hpc import safeio
 from podracer_hpc.h5log import read_log
-from helpers import mpiexec_or_skip
+from helpers import mpiexec_or_skip, rank_pids
 
 REPO = Path(__file__).resolve().parent.parent
 # 64 envs x 16 steps = 1,024 env steps an update
@@ -43,22 +43,6 @@ def train_cmd(run: Path, *extra: str, job: str = "jobs/pendulum.yaml", ranks: in
 
 def run(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env())
-
-
-def rank_pids(run_dir: Path) -> list[int]:
-    """The python rank processes of a run (not mpiexec, not Hydra's proxies)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-            comm = (d / "comm").read_text().strip()
-        except OSError:
-            continue
-        if comm.startswith("python") and b"podracer_hpc.cli" in cmd and str(run_dir).encode() in cmd:
-            out.append(int(d.name))
-    return out
 
 
 def catches(pid: int, sig: int) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from podracer_hpc import safeio
 from podracer_hpc.h5log import read_log
 from podracer_hpc.records import read_records
-from helpers import mpiexec_or_skip
+from helpers import mpiexec_or_skip, rank_pids
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.mpi
@@ -131,17 +131,3 @@ def test_an_async_pod_resumes_exactly(tmp_path):
     assert ma["updates"] == mb["updates"] == 16
     assert all(bool((ta[k] == tb[k]).all()) for k in ta), [k for k in ta if not bool((ta[k] == tb[k]).all())]
 
-
-def rank_pids(run_dir: Path) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            c = (d / "cmdline").read_bytes().split(b"\0")
-            comm = (d / "comm").read_text().strip()
-        except OSError:
-            continue
-        if comm.startswith("python") and b"podracer_hpc.cli" in c and str(run_dir).encode() in c:
-            out.append(int(d.name))
-    return sorted(out)
