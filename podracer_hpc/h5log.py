@@ -75,6 +75,19 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 
 
+def _read_attrs(obj: Any) -> dict[str, Any]:
+    """An HDF5 object's attributes as Python values (JSON text decoded, numpy scalars unwrapped)."""
+    attrs: dict[str, Any] = {}
+    for k, v in obj.attrs.items():
+        if isinstance(v, str) and v[:1] in "{[":
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                pass
+        attrs[k] = _scalar(v)
+    return attrs
+
+
 def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
@@ -227,14 +240,7 @@ def read_log(path: str | Path) -> dict[str, Any]:
                 f"{path}: log schema version {version}, this podracer-hpc reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
-        out: dict[str, Any] = {"attrs": {}}
-        for k, v in f.attrs.items():
-            if isinstance(v, str) and v[:1] in "{[":
-                try:
-                    v = json.loads(v)
-                except json.JSONDecodeError:
-                    pass
-            out["attrs"][k] = _scalar(v)
+        out: dict[str, Any] = {"attrs": _read_attrs(f)}
         for group in GROUPS:
             g = f.get(group)
             cols: dict[str, np.ndarray] = {}
@@ -345,12 +351,5 @@ def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "
                 out[name] = np.memmap(path, dtype=ds.dtype, mode="c", offset=offset, shape=ds.shape)
             else:
                 out[name] = ds[()]
-        attrs: dict[str, Any] = {}
-        for k, v in f.attrs.items():
-            if isinstance(v, str) and v[:1] in "{[":
-                try:
-                    v = json.loads(v)
-                except json.JSONDecodeError:
-                    pass
-            attrs[k] = _scalar(v)
+        attrs = _read_attrs(f)
     return out, attrs
