@@ -98,22 +98,34 @@ MPI_PROBE = (  # through podracer's comm (it picks MPICH's netmod under Slurm's 
     "      'netmod': os.environ.get('MPIR_CVAR_CH4_NETMOD'), 'note': c.note}), flush=True)\n"
 )
 
-# Speaks PMI-1 (the wire protocol MPICH uses by default) to srun --mpi=pmi2's server directly.
+# Speaks PMI-1 (the wire protocol MPICH uses by default) to srun --mpi=pmi2's server directly:
+# one `put` of a line of argv[1] bytes, then a `get` of it. One length per job step, and every
+# answer drained before the next request, so that a late error answer (or a tail parsed as a
+# request of its own) cannot be read as the answer to the next request.
 PMI1_PROBE = """
-import os, select
+import os, select, sys, time
 fd = int(os.environ["PMI_FD"])
-def ask(line):
+def answers(wait):
+    out = ""
+    while select.select([fd], [], [], wait)[0]:
+        data = os.read(fd, 4096).decode()
+        if not data:
+            break
+        out, wait = out + data, 0.5
+    return out.strip()
+def ask(line, wait=5.0):
     os.write(fd, line.encode())
-    ready, _, _ = select.select([fd], [], [], 5.0)
-    return os.read(fd, 4096).decode().strip() if ready else "<no answer>"
+    return answers(wait) or "<no answer>"
+n = int(sys.argv[1])
 ask("cmd=init pmi_version=1 pmi_subversion=1\\n")
-kvs = ask("cmd=get_my_kvsname\\n").split("kvsname=")[1]
-for n in (1024, 1025):
-    prefix = f"cmd=put kvsname={kvs} key=k{n} value="
-    ask(prefix + "v" * (n - len(prefix) - 1) + "\\n")
+kvs = ask("cmd=get_my_kvsname\\n").split("kvsname=")[1].split()[0]
+prefix = f"cmd=put kvsname={kvs} key=k{n} value="
+ask(prefix + "v" * (n - len(prefix) - 1) + "\\n")
+time.sleep(0.5)
+answers(0.5)
 ask("cmd=barrier_in\\n")
-for n in (1024, 1025):
-    print(f"LINE {n} " + ask(f"cmd=get kvsname={kvs} key=k{n}\\n")[:40], flush=True)
+got = ask(f"cmd=get kvsname={kvs} key=k{n}\\n")
+print(f"LINE {n} " + got.splitlines()[-1][:40], flush=True)
 """
 
 
@@ -125,12 +137,15 @@ def test_slurm_pmi2_server_drops_pmi1_lines_over_1024_bytes(slurm_cluster, tmp_p
     MPICH's UCX business-card segments make lines of up to ~1,080 bytes. If this test fails,
     this Slurm reads whole lines and the netmod choice in comm.py is no longer needed.
     """
-    proc = slurm_cluster.run("srun", "--mpi=pmi2", "-n1", "--time=2", "--job-name=pmi1probe",
-                             sys.executable, "-c", PMI1_PROBE, timeout=60, check=False, cwd=tmp_path)
-    lines = dict(line.split(" ", 2)[1:] for line in proc.stdout.splitlines() if line.startswith("LINE "))
-    assert lines.get("1024", "").startswith("cmd=get_result rc=0"), proc.stdout + proc.stderr
-    assert lines.get("1025", "").startswith("cmd=get_result rc=1"), proc.stdout + proc.stderr
-    assert "mpi/pmi2: invalid client request" in proc.stderr, proc.stderr
+    lines, stderr = {}, ""
+    for n in (1024, 1025):
+        proc = slurm_cluster.run("srun", "--mpi=pmi2", "-n1", "--time=2", "--job-name=pmi1probe",
+                                 sys.executable, "-c", PMI1_PROBE, str(n), timeout=60, check=False, cwd=tmp_path)
+        lines.update(line.split(" ", 2)[1:] for line in proc.stdout.splitlines() if line.startswith("LINE "))
+        stderr += proc.stderr
+    assert lines.get("1024", "").startswith("cmd=get_result rc=0"), f"{lines}\n{stderr}"
+    assert lines.get("1025", "").startswith("cmd=get_result rc=1"), f"{lines}\n{stderr}"
+    assert "mpi/pmi2: invalid client request" in stderr, stderr
 
 
 def test_srun_pmi2_mpi_world_across_two_nodes(slurm_cluster, tmp_path) -> None:
