@@ -8,6 +8,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (make test runs ``-n 2 --dist loadgroup``), the Slurm tier stays on one
     worker: its session fixtures start the local clusters once, and their jobs share the nodes."""
