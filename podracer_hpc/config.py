@@ -224,7 +224,8 @@ class Config:
     name: str = F("", "run name; defaults to the job file's stem")
     seed: int = F(0, "seed of everything in the run; pod r of a pool uses seed + r")
     total_env_steps: int = F(1_000_000, "env steps to train, per pod")
-    device: str = F("auto", "auto (cuda:<local rank> if CUDA, else cpu) | cpu | cuda | cuda:N")
+    device: str = F("auto", "auto (cuda:<local rank> if CUDA, else cpu) | cpu | cuda | cuda:N | cuda:shared (pods "
+                            "share GPUs on purpose: no one-GPU-per-pod check)")
     threads: int = F(0, "torch CPU threads per pod; 0 = all cores divided by the ranks on the node")
     deterministic: bool = F(False, "use deterministic torch kernels (bitwise reproducible CPU runs are the default)")
     env: EnvConfig = F(EnvConfig, "environment")
@@ -405,9 +406,9 @@ def validate(cfg: Config) -> Config:
     need(cfg.threads >= 0, "threads", f"must be >= 0, got {cfg.threads}")
     dev = cfg.device
     need(
-        dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
+        dev in ("auto", "cpu", "cuda", "cuda:shared") or (dev.startswith("cuda:") and dev[5:].isdigit()),
         "device",
-        f"must be auto, cpu, cuda or cuda:N, got {dev!r}",
+        f"must be auto, cpu, cuda, cuda:N or cuda:shared, got {dev!r}",
     )
     need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
     within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")

@@ -35,7 +35,7 @@ import torch
 
 from .rundir import git_revision as code_revision  # one owner of the run's provenance
 
-__all__ = ["DeviceError", "resolve_device", "set_cpu_threads", "cpu_threads", "Threads", "start_line",
+__all__ = ["DeviceError", "SHARED", "resolve_device", "set_cpu_threads", "cpu_threads", "Threads", "start_line",
            "node_caches", "code_revision", "gpus_requested", "CUDA_INSTALL_HINT"]
 
 CUDA_INSTALL_HINT = (
@@ -107,6 +107,9 @@ def _local(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
     return None, None
 
 
+SHARED = "cuda:shared"  # device setting: pods share GPUs on purpose (no one-GPU-per-pod check)
+
+
 def resolve_device(spec: str, local_rank: int = 0, local_size: int | None = None,
                    allgather: Callable[[Any], list[Any]] | None = None,
                    environ: MutableMapping[str, str] | None = None) -> torch.device:
@@ -114,7 +117,9 @@ def resolve_device(spec: str, local_rank: int = 0, local_size: int | None = None
 
     ``auto``: a GPU when one is visible (and an error when the job asked for GPUs but torch cannot
     use one), else the CPU. ``cuda``: a GPU or an error. ``cuda:N``: exactly that GPU, no binding
-    check (the user chose). ``cpu``: the CPU, whatever was allocated.
+    check (the user chose). ``cuda:shared``: the opt-in for pods that share GPUs on purpose (a
+    scaling study of several pods on one GPU): GPU ``local_rank % count``, no one-GPU-per-pod
+    check. ``cpu``: the CPU, whatever was allocated.
     ``local_rank``/``local_size``: this rank on its node (``Comm.local_rank``/``local_size``;
     ``local_size`` defaults to what the launcher's variables say). ``allgather`` (``Comm.allgather``,
     optional, then every rank must call): the ranks compare GPU UUIDs, so that no two pods of a
@@ -138,11 +143,12 @@ def resolve_device(spec: str, local_rank: int = 0, local_size: int | None = None
         if bad:
             r, h, e = bad[0]
             raise DeviceError(f"rank {r} on {h}: {e}")
-        if mine[1]:
+        if mine[1] and spec != SHARED:
             same = [r for r, (h, u, _) in enumerate(everyone) if h == mine[0] and u == mine[1]]
             if len(same) > 1:
                 raise DeviceError(f"ranks {same} on {mine[0]} share one GPU ({mine[1]}): one GPU per pod; ask for "
-                                  "--gpus-per-node = --tasks-per-node and bind them (srun --gpus-per-task=1)")
+                                  "--gpus-per-node = --tasks-per-node and bind them (srun --gpus-per-task=1); to share GPUs on "
+                                 "purpose: --set device=cuda:shared")
     elif err:
         raise DeviceError(err)
     if dev.type == "cuda":
@@ -154,6 +160,9 @@ def _pick(spec: str, local_rank: int, local_size: int | None, env: Mapping[str, 
     spec = (spec or "auto").strip()
     if spec == "cpu":
         return torch.device("cpu")
+    shared = spec == SHARED
+    if shared:
+        spec = "cuda"
     if not (spec in ("auto", "cuda") or spec.startswith("cuda:")):
         return torch.device(spec)  # mps, xpu, ...: torch says whether it exists
     asked = gpus_requested(env)
@@ -178,6 +187,8 @@ def _pick(spec: str, local_rank: int, local_size: int | None, env: Mapping[str, 
         if idx >= count:
             raise DeviceError(f"device={spec!r}, but {count} GPU(s) are visible here (CUDA_VISIBLE_DEVICES={vis!r})")
         return torch.device("cuda", idx)
+    if shared:  # several pods on one GPU, asked for: round-robin over the visible GPUs
+        return torch.device("cuda", local_rank % count)
     _, launcher_size = _local(env)
     local_size = local_size or launcher_size
     if env.get("PODRACER_GPU_BIND", "") == "per-task" and count != 1:
@@ -189,7 +200,8 @@ def _pick(spec: str, local_rank: int, local_size: int | None, env: Mapping[str, 
         return torch.device("cuda", 0)
     if local_size is not None and local_size > count:
         raise DeviceError(f"{local_size} pods on {socket.gethostname()} but {count} GPUs visible: two pods would "
-                          "share a GPU; ask for one GPU per pod (--gpus-per-node = --tasks-per-node)")
+                          "share a GPU; ask for one GPU per pod (--gpus-per-node = --tasks-per-node), or share them on "
+                          "purpose: --set device=cuda:shared")
     return torch.device("cuda", local_rank % count)
 
 

@@ -148,6 +148,22 @@ def test_ranks_compare_gpus_and_share_one_error(env, monkeypatch):
         D.resolve_device("auto", 0, 2, allgather=lambda x: [x, ("n7", "", "no GPU")], environ=dict(env))
 
 
+def test_pods_share_a_gpu_only_when_asked(env, monkeypatch):
+    """``device: cuda:shared`` (a study of several pods on one GPU): round-robin, no refusal."""
+    FakeCuda(monkeypatch, 4)
+    with pytest.raises(D.DeviceError, match="8 pods .* but 4 GPUs.*cuda:shared"):
+        D.resolve_device("cuda", local_rank=5, local_size=8, environ=dict(env))
+    assert D.resolve_device("cuda:shared", local_rank=5, local_size=8, environ=dict(env)) == torch.device("cuda", 1)
+    FakeCuda(monkeypatch, 1)
+    host = socket.gethostname()
+    same_gpu = lambda x: [x, (host, "GPU-0", "")]  # noqa: E731  (rank 1 on the same GPU)
+    with pytest.raises(D.DeviceError, match="share one GPU"):
+        D.resolve_device("cuda", 0, 2, allgather=same_gpu, environ=dict(env))
+    assert D.resolve_device("cuda:shared", 0, 2, allgather=same_gpu, environ=dict(env)) == torch.device("cuda", 0)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(D.DeviceError, match="CPU-only build"):
+        D.resolve_device("cuda:shared", environ=dict(env))
+
 def test_cuda_build_without_a_visible_gpu(env, monkeypatch):
     FakeCuda(monkeypatch, 0)
     assert D.resolve_device("auto", environ=dict(env)) == torch.device("cpu")
