@@ -28,7 +28,7 @@ quickstart: setup
 
 ## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
 test: setup
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=40 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
 
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup

@@ -8,16 +8,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (make test runs ``-n 2 --dist loadgroup``), the Slurm tier stays on one
-    worker: its session fixtures start the local clusters once, and their jobs share the nodes."""
-    slurm_dir = str(Path(__file__).resolve().parent / "slurm")
-    for item in items:
-        if str(item.path).startswith(slurm_dir):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-
-
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the `podracer` console entry point in a fresh process (as a user would)."""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
