@@ -118,6 +118,9 @@ class RankRun:
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
         self.pending_fitness: float | None = None  # a round's evaluation whose meeting ended the run
         self.inject_nan, self.slow = _nan_injection(comm.rank), _slow_injection(comm.rank)
+        # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
+        # git on the shared filesystem), then named by the start line, the log and the summary
+        self.revision = git_revision()
 
     def say(self, msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
@@ -152,7 +155,7 @@ class RankRun:
         except MemoryError as e:
             raise TrainingError(f"rank {comm.rank}: {e}") from None
         self.say(start_line(comm.rank, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
-                            world_size=comm.size, local_rank=comm.local_rank))
+                            world_size=comm.size, local_rank=comm.local_rank, revision=self.revision))
         choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
                               self.rundir.checkpoint_ranks() if comm.rank == 0 else [], independent=self.independent)
         fresh = choice.fresh or choice.use[comm.rank] == "fresh"
@@ -213,7 +216,7 @@ class RankRun:
         """Open (or continue) the rank's log, cut back to the checkpoint (to nothing when fresh)."""
         comm, pod = self.comm, self.pod
         attrs = {
-            "config": to_dict(self.cfg), "git_revision": git_revision(), "host": socket.gethostname(),
+            "config": to_dict(self.cfg), "git_revision": self.revision, "host": socket.gethostname(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "device_type": device.type,
             "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
@@ -426,7 +429,7 @@ class RankRun:
             "steps_per_s": round(sum(p["run_steps"] for p in parts) / max(run_wall, 1e-9), 1),
             "best_return": max(bests) if bests else None,
             "final_return": max(finals) if finals else None,
-            "git_revision": git_revision(),  # the code that ran (a job's snapshot: its revision; -dirty if modified)
+            "git_revision": self.revision,
         }
         if not complete:
             summary["complete"] = False
