@@ -38,6 +38,9 @@ from podracer_hpc.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
 from podracer_hpc.rundir import RunDir  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import rank_pids  # noqa: E402  (the tests' own: a run's rank processes, from /proc)
+
 SETS = ["total_env_steps=32768", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
         "eval.interval_env_steps=4096", "tournament.interval_env_steps=4096", "threads=1",
         "log.progress_interval_s=0", "log.checkpoint_interval_s=0.5"]
@@ -54,21 +57,6 @@ def env() -> dict:
     e = {**os.environ, "PYTHONUNBUFFERED": "1"}
     e.pop("PODRACER_COMM", None)
     return e
-
-
-def rank_pids(run_dir: Path) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-            comm = (d / "comm").read_text().strip()
-        except OSError:
-            continue
-        if comm.startswith("python") and b"podracer_hpc.cli" in cmd and str(run_dir).encode() in cmd:
-            out.append(int(d.name))
-    return sorted(out)
 
 
 def start(run_dir: Path) -> subprocess.Popen:
