@@ -118,6 +118,7 @@ class PPOConfig:
     norm_obs: bool = F(True, "running mean/std observation normalization (part of the pod state)")
     norm_reward: bool = F(True, "scale rewards by the running std of the discounted return")
     clip_obs: float = F(10.0, "clip normalized observations to +-clip_obs")
+    network: str = F("mlp", "mlp | per_asset (weights shared across assets, permutation-equivariant; stock_trading)")
     hidden_sizes: list = F([64, 64], "hidden layer widths of actor and critic")
     activation: str = F("tanh", "hidden activation: tanh | relu | elu | silu (tanh is slow on some CPU builds)")
     init_log_std: float = F(0.0, "initial log std of the Gaussian policy (continuous actions)")
@@ -440,6 +441,9 @@ def validate(cfg: Config) -> Config:
         "agent.activation",
         f"must be tanh, relu, elu or silu, got {a.activation!r}",
     )
+    need(a.network in ("mlp", "per_asset"), "agent.network", f"must be mlp or per_asset, got {a.network!r}")
+    need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
+         f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")

@@ -108,9 +108,11 @@ class Pod:
 
     def _new_agent(self) -> PPOAgent:
         """An agent initialized from the global torch RNG (seeded by the caller)."""
+        layout = self.env.asset_layout() if self.cfg.agent.network == "per_asset" else None
         return PPOAgent(
             self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
             self.cfg.env.num_envs, dataclasses.replace(self.cfg.agent), self.device,  # a copy: PBT changes the pod's own
+            asset_layout=layout,
         )
 
     def reset_agent(self) -> None:

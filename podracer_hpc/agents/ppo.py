@@ -26,19 +26,27 @@ LOG_2PI = math.log(2 * math.pi)
 class RunningMeanStd(nn.Module):
     """Running mean and variance over a stream of batches (Chan et al.'s parallel update), float64."""
 
-    def __init__(self, shape: tuple[int, ...] = (), device: str | torch.device = "cpu", epsilon: float = 1e-4):
+    def __init__(self, shape: tuple[int, ...] = (), device: str | torch.device = "cpu", epsilon: float = 1e-4,
+                 tied: torch.Tensor | None = None):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64, device=device))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64, device=device))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64, device=device))
+        # columns [A, F] whose statistics are shared: feature f of every asset a (not state: the layout's)
+        self.tied = None if tied is None else tied.to(device)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Fold a batch ``[B, *shape]`` into the statistics."""
+        """Fold a batch ``[B, *shape]`` into the statistics (tied columns as one pooled column)."""
         x = x.to(torch.float64)
         b_mean = x.mean(0)
         b_var = x.var(0, unbiased=False)
         b_count = x.shape[0]
+        if self.tied is not None:  # pooled over the assets (equal counts): mean of means, law of total variance
+            m, v = b_mean[self.tied], b_var[self.tied]
+            pm = m.mean(0, keepdim=True)
+            b_mean[self.tied] = pm.expand_as(m)
+            b_var[self.tied] = (v + (m - pm).square()).mean(0, keepdim=True).expand_as(m)
         delta = b_mean - self.mean
         tot = self.count + b_count
         self.mean += delta * b_count / tot
@@ -140,6 +148,58 @@ class ActorCritic(nn.Module):
     def mode(self, params: torch.Tensor) -> torch.Tensor:
         """The deterministic action (mean or argmax)."""
         return params.argmax(-1) if self.discrete else params
+
+
+class PerAssetActorCritic(ActorCritic):
+    """Actor and critic that share their weights across assets (``agent.network: per_asset``).
+
+    The observation holds, for each of ``A`` assets, the same ``F`` features (``asset_columns``
+    ``[A, F]``: the column of feature f of asset a) plus ``G`` columns about the whole account or
+    market (``global_columns``). Each network encodes every asset with one MLP over its own
+    features and the global ones, pools the codes by their mean (the market context), and then:
+    the actor maps each asset's code and the context to that asset's action mean, the critic maps
+    the context to the value. Permuting the assets permutes the actions and leaves the value
+    unchanged (permutation equivariance), and the same weights serve any number of assets: a rule
+    learnt on one stock serves them all. The log std is one number shared by every asset.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: PPOConfig, asset_columns: torch.Tensor,
+                 global_columns: torch.Tensor):
+        nn.Module.__init__(self)
+        self.discrete = False
+        A, F = asset_columns.shape
+        if act_dim != A:
+            raise ValueError(f"agent.network=per_asset needs one action per asset: {act_dim} actions, {A} assets")
+        G = int(global_columns.numel())
+        hs = list(cfg.hidden_sizes)
+        h = hs[-1]
+        self.register_buffer("asset_columns", asset_columns.long().clone())
+        self.register_buffer("global_columns", global_columns.long().clone())
+        act = _ACTIVATIONS[cfg.activation]
+        self.actor_enc = nn.Sequential(mlp([F + G, *hs], cfg.activation, math.sqrt(2)), act())
+        self.actor_head = mlp([2 * h, h, 1], cfg.activation, 0.01)
+        self.critic_enc = nn.Sequential(mlp([F + G, *hs], cfg.activation, math.sqrt(2)), act())
+        self.critic_head = mlp([h + G, h, 1], cfg.activation, 1.0)
+        self.log_std = nn.Parameter(torch.full((1,), float(cfg.init_log_std)))
+
+    def _encode(self, enc: nn.Module, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-asset codes ``[N, A, h]``, global columns ``[N, G]``)."""
+        g = obs[..., self.global_columns]
+        x = obs[..., self.asset_columns]  # [N, A, F]
+        gx = g.unsqueeze(-2).expand(*x.shape[:-1], g.shape[-1])
+        return enc(torch.cat([x, gx], -1)), g
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        e, g = self._encode(self.critic_enc, obs)
+        return self.critic_head(torch.cat([e.mean(-2), g], -1)).squeeze(-1)
+
+    def dist_params(self, obs: torch.Tensor) -> torch.Tensor:
+        e, _ = self._encode(self.actor_enc, obs)
+        ctx = e.mean(-2, keepdim=True).expand_as(e)
+        return self.actor_head(torch.cat([e, ctx], -1)).squeeze(-1)
+
+
+NETWORKS = ("mlp", "per_asset")
 
 
 # ----------------------------------------------------------------------------------------
@@ -246,12 +306,24 @@ class PPOAgent(nn.Module):
         num_envs: int,
         cfg: PPOConfig,
         device: str | torch.device = "cpu",
+        asset_layout: tuple[list[int], list[list[int]]] | None = None,
     ):
+        """``asset_layout`` (global columns, per-asset columns ``[A][F]``) of the observation is
+        needed by ``cfg.network == "per_asset"`` (an env's ``asset_layout()``)."""
         super().__init__()
         self.cfg = cfg  # static settings; never changed while training
         self.discrete = discrete
-        self.net = ActorCritic(obs_dim, act_dim, discrete, num_actions, cfg).to(device)
-        self.obs_rms = RunningMeanStd((obs_dim,), device=device)
+        tied = None
+        if cfg.network == "per_asset":
+            if asset_layout is None or discrete:
+                raise ValueError("agent.network=per_asset needs continuous actions, one per asset, and an env "
+                                 "whose observation has an asset layout (stock_trading); use agent.network=mlp")
+            glob = torch.as_tensor(asset_layout[0], dtype=torch.long).reshape(-1)
+            tied = torch.as_tensor(asset_layout[1], dtype=torch.long)
+            self.net = PerAssetActorCritic(obs_dim, act_dim, cfg, tied, glob).to(device)
+        else:
+            self.net = ActorCritic(obs_dim, act_dim, discrete, num_actions, cfg).to(device)
+        self.obs_rms = RunningMeanStd((obs_dim,), device=device, tied=tied)
         self.reward_rms = RunningMeanStd((), device=device)
         # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)

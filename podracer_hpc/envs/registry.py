@@ -60,7 +60,8 @@ class Task:
     its batched env (a VecEnv class is such a callable); ``options`` is the dataclass of its
     settings (every field an ``F(default, doc)``; an optional ``check()`` method raises
     :class:`OptionError`), kept in the config section ``env.<section>``, which tasks of one
-    family share. A task without settings leaves ``options`` None.
+    family share. A task without settings leaves ``options`` None. ``assets``: its env's
+    observation repeats the same features per asset and says where (``asset_layout()``).
     """
 
     name: str
@@ -68,6 +69,7 @@ class Task:
     options: type | None = None
     section: str = ""
     doc: str = ""
+    assets: bool = False  # its env has asset_layout(): agent.network per_asset works on it
 
 
 _TASKS: dict[str, Task] = {}

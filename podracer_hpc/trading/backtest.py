@@ -170,12 +170,20 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
         raise safeio.StateFileError(
             f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading")
     agent_cfg = from_dict(PPOConfig, cfg_dict.get("agent") or {}, "agent.")  # only what builds the networks
+    layout = None
     try:
-        obs_dim = int(tensors["net.actor.0.weight"].shape[1])
-        act_dim = int(tensors["net.log_std"].shape[0])
+        if agent_cfg.network == "per_asset":  # the layout is part of the network's state
+            assets, glob = tensors["net.asset_columns"], tensors["net.global_columns"]
+            layout = (glob.tolist(), assets.tolist())
+            act_dim = int(assets.shape[0])
+            obs_dim = int(max(int(assets.max()), int(glob.max()))) + 1
+        else:
+            obs_dim = int(tensors["net.actor.0.weight"].shape[1])
+            act_dim = int(tensors["net.log_std"].shape[0])
     except KeyError as e:
         raise safeio.StateFileError(f"{path}: holds no policy network ({e} missing)") from None
-    agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev)
+    agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev,
+                     asset_layout=layout)
     try:
         agent.load(tensors, meta, hparams=False)  # the agent's own state contract (keys, old files)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -204,6 +212,7 @@ def backtest(
     initial_cash: float = _DEFAULT.initial_cash,
     cost: float = _DEFAULT.cost,
     max_shares: int = _DEFAULT.max_shares,
+    actions: str | None = None,
     turbulence_threshold: float = _DEFAULT.turbulence_threshold,
     turbulence_window: int = _DEFAULT.turbulence_window,
     warmup_bars: int = _DEFAULT.warmup_bars,
@@ -219,11 +228,15 @@ def backtest(
 
     Returns ``{"start", "end", "bars", "periods_per_year", "agent", "equal_weight",
     "min_variance", "final_value", "plot", "series"}`` where the three strategies hold the
-    metrics of :func:`metrics` and ``series`` the dates and account values.
+    metrics of :func:`metrics` and ``series`` the dates and account values. ``actions`` (what an
+    action means: ``shares`` or ``weights``) defaults to the checkpoint's rule, else ``shares``.
     """
     dev = torch.device(device)
     if not callable(policy):
-        policy, _ = load_policy(policy, dev)
+        policy, cfg = load_policy(policy, dev)
+        if actions is None:
+            actions = ((cfg.get("env") or {}).get("trading") or {}).get("actions")
+    actions = actions or _DEFAULT.actions
     trained_on = getattr(policy, "tickers", None)
     if not stocks and trained_on and not isinstance(data, Market):
         stocks = trained_on  # a checkpoint knows its stocks and their order
@@ -245,7 +258,7 @@ def backtest(
                          f"{', '.join(market.data.tickers[:8])}{', ...' if market.num_stocks > 8 else ''}")
     env = StockTradingEnv(
         1, dev, data=market, start=start, end=end, initial_cash=initial_cash, cost=cost, max_shares=max_shares,
-        turbulence_threshold=turbulence_threshold, warmup_bars=warmup_bars, random_start=False,
+        actions=actions, turbulence_threshold=turbulence_threshold, warmup_bars=warmup_bars, random_start=False,
         max_episode_steps=10**12,
     )
     want = getattr(policy, "obs_dim", None)
@@ -368,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = backtest(
             policy, pick(args.data, "data") or None, start, args.end, stocks=stocks,
             initial_cash=pick(args.initial_cash, "initial_cash"), cost=pick(args.cost, "cost"),
-            max_shares=pick(args.max_shares, "max_shares"),
+            max_shares=pick(args.max_shares, "max_shares"), actions=env_cfg["actions"],
             turbulence_threshold=pick(args.turbulence_threshold, "turbulence_threshold"),
             turbulence_window=env_cfg["turbulence_window"], warmup_bars=env_cfg["warmup_bars"],
             synthetic={k[len("synthetic_"):]: env_cfg[k] for k in env_cfg if k.startswith("synthetic_")},

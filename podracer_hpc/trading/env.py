@@ -15,7 +15,10 @@ the env's stream for its start day and opens a fresh account (``initial_cash``, 
 Step at day ``d`` (everything is a tensor op over ``[N, S]``; no loop over envs or stocks):
 
 1. The action ``a in [-1, 1]^S`` (clipped; NaN = 0; a single column is broadcast to every
-   stock) becomes integer share orders ``trunc(a * max_shares)``.
+   stock) becomes integer share orders ``trunc(a * max_shares)``. With ``actions="weights"`` it
+   is a target portfolio instead: weights ``w = max(a, 0) / max(1, sum max(a, 0))`` (the rest in
+   cash) and orders ``floor(w V / close) - holdings`` (``V`` the account's value), then the same
+   sells-first and cash rules: a target that is held is not traded again.
 2. If ``turbulence_threshold > 0`` and ``turbulence[d] >= turbulence_threshold``, the order is
    replaced by "sell everything" and nothing is bought (the action is ignored that day only).
 3. **Sells first**, at ``close[d]``: ``sell = min(-order, holdings)`` (no short selling); cash
@@ -58,6 +61,9 @@ from .data import DataError, MarketData, resolve_data_path
 from .synthetic import STRUCTURES, synthetic_market
 
 
+ACTIONS = ("shares", "weights")
+
+
 @dataclasses.dataclass
 class TradingOptions:
     """stock_trading settings (market data, costs, capital).
@@ -71,7 +77,9 @@ class TradingOptions:
     end: str = F("", "last day of the training window; '' = the data's last day (a backtest starts after it)")
     initial_cash: float = F(1_000_000.0, "cash of a new account")
     cost: float = F(0.001, "proportional transaction cost of a buy or a sell (0.002 = 0.2%)")
-    max_shares: int = F(100, "largest order per stock per step, in shares (action +-1)")
+    max_shares: int = F(100, "largest order per stock per step, in shares (action +-1; actions=shares)")
+    actions: str = F("shares", "shares: a_i x max_shares shares bought (+) or sold (-); weights: target portfolio "
+                     "weights max(a_i, 0), scaled to sum to at most 1, the rest in cash")
     reward_scale: float = F(0.0, "reward = change in account value x this; 0 = 100 / initial_cash (percent)")
     turbulence_threshold: float = F(0.0, "sell everything and buy nothing at or above this turbulence; 0 = never")
     turbulence_window: int = F(252, "past returns (bars) in the turbulence index's covariance; 0 = no index")
@@ -93,6 +101,7 @@ class TradingOptions:
              f"must be a finite amount > 0, got {self.initial_cash}")
         need(0 <= self.cost < 1, "cost", f"must be in [0, 1) (a fraction of the traded value: 0.002 = 0.2%), got {self.cost}")
         need(self.max_shares >= 1, "max_shares", f"must be >= 1, got {self.max_shares}")
+        need(self.actions in ACTIONS, "actions", f"must be one of {', '.join(ACTIONS)}, got {self.actions!r}")
         need(math.isfinite(self.reward_scale) and self.reward_scale >= 0, "reward_scale",
              f"must be >= 0 (0 = 100 / initial_cash), got {self.reward_scale}")
         need(self.turbulence_threshold >= 0, "turbulence_threshold", f"must be >= 0 (0 = off), got {self.turbulence_threshold}")
@@ -265,6 +274,7 @@ class StockTradingEnv(TorchVecEnv):
         self.initial_cash = float(o.initial_cash)
         self.cost = float(o.cost)
         self.max_shares = int(o.max_shares)
+        self.actions = o.actions
         self.reward_scale = float(o.reward_scale) or 100.0 / self.initial_cash
         self.turbulence_threshold = float(o.turbulence_threshold)
         self._liquidate = (market.turbulence >= self.turbulence_threshold) if self.turbulence_threshold > 0 else None
@@ -296,6 +306,13 @@ class StockTradingEnv(TorchVecEnv):
         out.append(("turbulence", slice(10 * S + 1, 10 * S + 2)))
         return out
 
+    def asset_layout(self) -> tuple[list[int], list[list[int]]]:
+        """(columns about the whole account or market, ``[S][F]`` columns of each stock's features):
+        what ``agent.network: per_asset`` shares its weights over (the blocks of :meth:`obs_layout`)."""
+        blocks = dict(self.obs_layout())
+        glob = [blocks.pop("cash").start, blocks.pop("turbulence").start]
+        return glob, [[cols.start + s for cols in blocks.values()] for s in range(self.num_stocks)]
+
     # --- physics ------------------------------------------------------------------------
     def initial_state(self, u: torch.Tensor) -> torch.Tensor:
         n = u.shape[0]
@@ -322,10 +339,16 @@ class StockTradingEnv(TorchVecEnv):
             if a.shape[1] != 1:
                 raise ValueError(f"stock_trading: action has {a.shape[1]} columns, expected {S} (one per stock) or 1")
             a = a.expand(n, S)
-        x = torch.nan_to_num(a.to(torch.float64), nan=0.0).clamp_(-1.0, 1.0).mul_(self.max_shares)
         cash, hold = state[:, 0], state[:, 1:1 + S]
         if p is None:
             p = self.market.close.index_select(0, state[:, 1 + S].long())
+        if self.actions == "weights":  # target weights: trade the difference to the target holdings
+            w = torch.nan_to_num(a.to(torch.float64), nan=0.0).clamp_(0.0, 1.0)
+            w = w / w.sum(1, keepdim=True).clamp_(min=1.0)
+            value = cash + torch.linalg.vecdot(hold, p)  # the cash check below leaves room for the costs
+            x = (w * value[:, None] / p).floor_().sub_(hold)
+        else:
+            x = torch.nan_to_num(a.to(torch.float64), nan=0.0).clamp_(-1.0, 1.0).mul_(self.max_shares)
         # trunc(x) split by sign (floor is much faster than trunc on some CPU builds)
         buy = x.clamp(min=0.0).floor_()
         ask = x.neg_().clamp_(min=0.0).floor_()  # shares the action asks to sell
@@ -469,7 +492,7 @@ def tickers_from_state(sd: dict[str, torch.Tensor]) -> list[str] | None:
     return bytes(t.to("cpu", torch.uint8).tolist()).decode().split("\n")
 
 
-register(Task("stock_trading", build=StockTradingEnv, options=TradingOptions, section="trading",
+register(Task("stock_trading", build=StockTradingEnv, options=TradingOptions, section="trading", assets=True,
               doc="trade a portfolio of stocks on daily or minute bars (docs/trading.md)"))
 
 __all__ = ["StockTradingEnv", "TradingOptions", "tickers_from_state", "Market", "get_market", "prepare_market",
