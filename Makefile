@@ -6,6 +6,9 @@ TORCH  ?= torch==2.13.0
 JOB    ?= jobs/quickstart.yaml
 PODS   ?= 4
 PYTEST_ARGS ?=
+# test workers (pytest-xdist): 2 halves the suite's time on a 2-core machine (most tests wait on
+# subprocesses); the Slurm tier stays in one worker (tests/slurm/conftest.py). 0 = serial.
+TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
@@ -26,9 +29,9 @@ setup: $(BIN)/.installed
 quickstart: setup
 	$(BIN)/python -m podracer_hpc.mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
 
-## test: set up, then run the whole test suite (unit, MPI under a real mpiexec)
+## test: set up, then run the whole test suite (unit, MPI under a real mpiexec, the local Slurm cluster)
 test: setup
-	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=40 $(PYTEST_ARGS)
 
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup
