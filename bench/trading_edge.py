@@ -211,6 +211,30 @@ def describe(name: str, v: dict) -> list[str]:
     return lines
 
 
+RLLIB_JOB = REPO / "jobs" / "rllib" / "trading_edge.yaml"
+RLLIB_PY = REPO / ".venv-rllib" / "bin" / "python"
+
+
+def train_rllib(out: Path, train_csv: Path, cfg: dict, timeout: float) -> tuple[Path, dict]:
+    """RLlib's PPO (baselines/rllib, in .venv-rllib) on the same env settings, episode length and
+    env-step budget as one pod; returns (its exported policy, its summary)."""
+    if not RLLIB_PY.exists():
+        raise SystemExit(f"trading_edge: --rllib needs {RLLIB_PY} (baselines/rllib/README.md says how to make it)")
+    trading = dict(cfg["env"]["trading"], data=str(train_csv))
+    run_dir = out / "rllib"
+    cmd = [str(RLLIB_PY), "-m", "baselines.rllib.train", str(RLLIB_JOB), "--run-dir", str(run_dir),
+           "--set", f"trading={json.dumps(trading)}", "--set", f"max_episode_steps={cfg['env']['max_episode_steps']}",
+           "--set", f"total_env_steps={cfg['total_env_steps']}", "--set", f"seed={cfg['seed']}"]
+    say("training RLlib: " + " ".join(cmd))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"trading_edge: RLlib training failed (exit code {proc.returncode})")
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary["train_wall_s"] = time.perf_counter() - t0
+    return run_dir / "checkpoints" / "policy.pt", summary
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--short", action="store_true", help="smoke run: 300k env steps per pod, 4 seeds, 8 training markets")
@@ -223,6 +247,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-rule", action="store_true", help="skip the reference rule")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more job overrides")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds the training may take")
+    ap.add_argument("--rllib", action="store_true",
+                    help="also train RLlib's PPO (.venv-rllib) on the same market for one pod's env steps, "
+                         "and backtest it beside the tournament's policy")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
@@ -250,6 +277,9 @@ def main(argv=None) -> int:
     say(f"best policy: leaderboard entry {entry['id']} (score {entry['score']:.2f}, pod {entry['pod']}, "
         f"round {entry['round']}, {entry['env_steps']:,} env steps)")
 
+    rl_policy, rl_summary = train_rllib(out, train_csv, cfg, args.timeout) if args.rllib else (None, None)
+    if rl_summary:
+        say(f"RLlib trained: {rl_summary['env_steps']:,} env steps in {rl_summary['train_wall_s']:.0f} s")
     coef = None if args.no_rule else fit_rule(train_csv, stocks, days)
     rows = []
     for (structure, s), csv in tests.items():
@@ -259,31 +289,43 @@ def main(argv=None) -> int:
                "min_variance": r["min_variance"]["sharpe_ratio"],
                "policy_return": r["agent"]["cumulative_return"], "equal_weight_return": r["equal_weight"]["cumulative_return"]}
         row["diff"] = row["policy"] - row["equal_weight"]
+        if rl_policy is not None:
+            row["rllib"] = run_backtest(rl_policy, csv)["agent"]["sharpe_ratio"]
+            row["rllib_diff"] = row["rllib"] - row["equal_weight"]
         if coef is not None:
             rr = rule_backtest(coef, csv, cfg)
             row["rule"] = rr["agent"]["sharpe_ratio"]
             row["rule_diff"] = row["rule"] - row["equal_weight"]
         rows.append(row)
         say(f"backtest {structure:<8} seed {s:>2}: policy {row['policy']:+.3f}, equal weight {row['equal_weight']:+.3f}"
+            + ("" if rl_policy is None else f", RLlib {row['rllib']:+.3f}")
             + ("" if coef is None else f", rule {row['rule']:+.3f}"))
 
     pol = verdicts({st: [r["diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
+    rllib = None if rl_policy is None else verdicts(
+        {st: [r["rllib_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
     rule = None if coef is None else verdicts(
         {st: [r["rule_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
 
     print(f"Held-out synthetic markets: {stocks} stocks x {days} days, Sharpe ratios of the backtest "
           f"(daily bars, risk-free 0, cost {cfg['env']['trading']['cost']:g}), best policy = {entry['id']}")
     head = f"{'market':<10}{'seed':>5}{'policy':>9}{'eq.wt':>9}{'min.var':>9}{'diff':>9}"
+    if rl_policy is not None:
+        head += f"{'rllib':>9}{'rl.diff':>9}"
     if coef is not None:
         head += f"{'rule':>9}{'r.diff':>9}"
     print(head)
     for r in rows:
         line = (f"{r['structure']:<10}{r['seed']:>5}{r['policy']:>9.3f}{r['equal_weight']:>9.3f}"
                 f"{r['min_variance']:>9.3f}{r['diff']:>+9.3f}")
+        if rl_policy is not None:
+            line += f"{r['rllib']:>9.3f}{r['rllib_diff']:>+9.3f}"
         if coef is not None:
             line += f"{r['rule']:>9.3f}{r['rule_diff']:>+9.3f}"
         print(line)
     print("\n".join(describe("tournament's best policy", pol)))
+    if rllib is not None:
+        print("\n".join(describe(f"RLlib PPO ({rl_summary['env_steps']:,} env steps, one learner)", rllib)))
     if rule is not None:
         print("\n".join(describe("reference rule (least squares on the training history, no RL)", rule)))
     wall = time.perf_counter() - t_start
@@ -292,7 +334,7 @@ def main(argv=None) -> int:
     print(json.dumps({
         "bench": "trading_edge", "short": bool(args.short), "ranks": args.ranks, "stocks": stocks, "days": days,
         "train_markets": markets, "seeds": seeds, "train": summary, "best_entry": entry, "rows": rows,
-        "policy": pol, "rule": rule, "passed": pol["passed"], "wall_s": wall,
+        "policy": pol, "rule": rule, "rllib": rllib, "rllib_train": rl_summary, "passed": pol["passed"], "wall_s": wall,
     }))
     return 0
 

@@ -124,3 +124,82 @@ def test_tiny_run_writes_schema(tmp_path, job, task):
     assert len(evals) == len(ev["env_steps"]) and set(evals["pods"].tolist()) == {2}
     row = next(aggregate.run_table(runs).rows())
     assert (row["pods"], row["gpus"], row["cpus"], row["nodes"]) == (2, 0.0, 2.0, 1)  # the shared x axis
+
+
+def test_trading_gym_env_steps_the_pods_env():
+    """The RLlib baseline's gymnasium view of stock_trading is the pod's env with one account: the
+    same observations and rewards, the episode's last observation at its end (needs gymnasium only)."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from baselines.rllib.trading_env import TradingGymEnv
+    from podracer_hpc.trading.env import StockTradingEnv
+
+    opts = {"synthetic_stocks": 3, "synthetic_days": 200, "actions": "weights", "cost": 0.002}
+    gym_env = TradingGymEnv({"trading": opts, "max_episode_steps": 5, "seed": 0})
+    ref = StockTradingEnv(1, seed=0, max_episode_steps=5, **opts)
+    assert gym_env.observation_space.shape == (32,) and gym_env.action_space.shape == (3,)
+    assert gym_env.tickers == ref.market.data.tickers
+    obs, _ = gym_env.reset(seed=11)
+    robs = ref.reset(seed=11)
+    np.testing.assert_array_equal(obs, robs[0].numpy())
+    rng = np.random.default_rng(0)
+    for t in range(5):
+        a = rng.uniform(-1, 1, 3).astype(np.float32)
+        obs, rew, term, trunc, _ = gym_env.step(a)
+        robs, rrew, rterm, rtrunc, info = ref.step(torch.as_tensor(a[None]))
+        assert rew == pytest.approx(float(rrew[0])) and (term, trunc) == (bool(rterm[0]), bool(rtrunc[0]))
+        want = info["final_obs"][0] if t == 4 else robs[0]
+        np.testing.assert_array_equal(obs, want.numpy())
+    assert trunc and not term  # 5 steps: the time limit
+
+
+def test_trading_job_file_parses_and_resolves_the_data_path(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from baselines.rllib.train import ConfigError, load_config
+
+    cfg = load_config(ROOT / "jobs/rllib/trading_edge.yaml", ["trading.data=''"])
+    assert cfg["task"] == "stock_trading" and cfg["env"]["trading"]["max_shares"] == 10_000_000
+    assert cfg["env"]["trading"]["actions"] == "shares" and cfg["env"]["max_episode_steps"] == 252
+    (tmp_path / "bars.csv").write_text("date,A\n2020-01-02,1\n")
+    cfg = load_config(ROOT / "jobs/rllib/trading_edge.yaml", [f"trading.data={tmp_path / 'bars.csv'}"])
+    assert Path(cfg["env"]["trading"]["data"]).is_absolute()
+    with pytest.raises(ConfigError, match="cost"):
+        load_config(ROOT / "jobs/rllib/trading_edge.yaml", ["trading.cost=2"])
+
+
+@needs_ray
+@pytest.mark.slow
+def test_rllib_trading_run_writes_the_schema_and_its_policy_backtests(tmp_path):
+    """RLlib on podracer's trading env: the same HDF5 schema, and the exported policy goes through
+    `podracer backtest` (the same code as a pod's checkpoint)."""
+    run_dir = tmp_path / "rllib"
+    cmd = [PY, "-m", "baselines.rllib.train", "jobs/rllib/trading_edge.yaml", "--run-dir", str(run_dir), "--quiet",
+           "--set", "trading={synthetic_stocks: 3, synthetic_days: 400, actions: weights}",
+           "--set", "max_episode_steps=50", "--set", "total_env_steps=1024", "--set", "eval.episodes=2",
+           "--set", "eval.interval_env_steps=512", "--set", "rllib.env_runners.num_env_runners=1",
+           "--set", "rllib.env_runners.num_envs_per_env_runner=2",
+           "--set", "rllib.training.train_batch_size_per_learner=512", "--set", "rllib.training.minibatch_size=256"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["task"] == "stock_trading" and summary["env_steps"] >= 1024
+    log = read_log(run_dir / "logs" / "rllib_trading_edge_rank0.h5")
+    assert set(log["train"]) == set(TRAIN_COLUMNS) and set(log["eval"]) == set(EVAL_COLUMNS)
+    assert log["attrs"]["config"]["env"]["trading"]["actions"] == "weights"
+    assert np.all(np.isfinite(log["eval"]["return_mean"]))
+
+    policy = run_dir / "checkpoints" / "policy.pt"
+    bt = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "backtest", str(policy), "--start", "2010-06-01",
+                         "--plot", ""], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bt.returncode == 0, bt.stderr[-3000:]
+    res = json.loads(bt.stdout.strip().splitlines()[-1])
+    assert res["agent"]["cumulative_return"] is not None and res["bars"] > 100
+    assert res["agent"] != res["equal_weight"]
+    # the same policy in this process, through the Python API: the checkpoint's own rules (weights)
+    from podracer_hpc.trading.backtest import backtest, load_policy
+
+    pol, cfg = load_policy(policy)
+    assert cfg["env"]["trading"]["actions"] == "weights" and pol.tickers == ["SYN000", "SYN001", "SYN002"]
+    again = backtest(str(policy), None, "2010-06-01", None, synthetic={"stocks": 3, "days": 400})
+    assert again["agent"] == res["agent"]

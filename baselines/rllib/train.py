@@ -34,7 +34,9 @@ import yaml
 
 from podracer_hpc.h5log import H5Writer
 
-TASKS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1"}
+TASKS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1",
+         # podracer's own env through gymnasium's interface (baselines/rllib/trading_env.py)
+         "stock_trading": "podracer-stock_trading"}
 EVAL_SEED_OFFSET = 1_000_003  # as podracer_hpc.pod: eval start states come from their own seeds
 
 DEFAULTS: dict[str, Any] = {
@@ -45,6 +47,10 @@ DEFAULTS: dict[str, Any] = {
     "eval": {"interval_env_steps": 100_000, "episodes": 20},
     "rllib": {"env_runners": {}, "learners": {}, "training": {}, "model": {}, "normalize_obs": False},
     "ray": {"address": None, "num_cpus": None},
+    # task stock_trading: the env.trading keys of a podracer job (the same market and rules), and
+    # the episode length (a pod's env.max_episode_steps)
+    "trading": {},
+    "max_episode_steps": 252,
     # A resource point of a scaling study (podracer_hpc/study.py), in pods-equivalent: see
     # apply_resources. pods null: the rllib block is used as written (one learner).
     "resources": {"pods": None, "gpus_per_pod": 0, "cpus": None, "nodes": 1, "env_runners_per_pod": 2,
@@ -98,9 +104,30 @@ def load_config(path: str | Path, sets: list[str] = ()) -> dict[str, Any]:
     pods = int(cfg["resources"]["pods"] or 1)
     cfg["env"] = {"name": cfg["task"], "gym_id": TASKS[cfg["task"]], "num_envs": max(1, n_envs // pods),
                   "num_envs_total": n_envs}
+    if cfg["task"] == "stock_trading":
+        cfg["env"].update(trading=trading_options(cfg["trading"], Path(path).parent),
+                          max_episode_steps=int(cfg["max_episode_steps"]))
     cfg["tournament"] = {"mode": "none"}
     cfg["system"] = "rllib"
     return cfg
+
+
+def trading_options(trading: dict[str, Any], job_dir: Path) -> dict[str, Any]:
+    """The env.trading settings, checked by podracer's TradingOptions, with a data file's path made
+    absolute (Ray's env runners may start elsewhere): relative to the working directory when it
+    exists there (as ``podracer train`` reads it), else to the job file."""
+    from podracer_hpc.envs.registry import as_kwargs, options_from
+    from podracer_hpc.trading.env import TradingOptions
+
+    try:
+        opts = as_kwargs(options_from(TradingOptions, dict(trading or {}), "trading"))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    data = str(opts.get("data") or "")
+    if data and not data.startswith("pkg:") and not Path(data).is_absolute():
+        here = Path(data).resolve()
+        opts["data"] = str(here if here.exists() else (job_dir / data).resolve())
+    return opts
 
 
 def apply_resources(cfg: dict[str, Any]) -> None:
@@ -189,9 +216,15 @@ def build_algo(cfg: dict[str, Any]):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     r = cfg["rllib"]
+    env: Any = TASKS[cfg["task"]]
+    env_config: dict[str, Any] = {}
+    if cfg["task"] == "stock_trading":
+        from baselines.rllib.trading_env import TradingGymEnv
+
+        env, env_config = TradingGymEnv, trading_env_config(cfg)
     pc = (
         PPOConfig()
-        .environment(TASKS[cfg["task"]])
+        .environment(env, env_config=env_config)
         .env_runners(**r["env_runners"])
         .training(**r["training"])
         .debugging(seed=int(cfg["seed"]))
@@ -207,6 +240,22 @@ def build_algo(cfg: dict[str, Any]):
 
         pc = pc.env_runners(env_to_module_connector=lambda *a, **k: MeanStdFilter())
     return pc, pc.build_algo()
+
+
+def trading_env_config(cfg: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
+    return {"trading": cfg["env"]["trading"], "max_episode_steps": cfg["env"]["max_episode_steps"],
+            "seed": int(cfg["seed"] if seed is None else seed)}
+
+
+def make_env(cfg: dict[str, Any]) -> Any:
+    """One env of the run's task, for evaluation in the driver."""
+    if cfg["task"] == "stock_trading":
+        from baselines.rllib.trading_env import TradingGymEnv
+
+        return TradingGymEnv(trading_env_config(cfg))
+    import gymnasium as gym
+
+    return gym.make(TASKS[cfg["task"]])
 
 
 def _get(d: dict[str, Any], *path: str, default: float = math.nan) -> Any:
@@ -228,12 +277,10 @@ class Evaluator:
     """Deterministic episodes from fixed start states, in lockstep, with the learner's RLModule."""
 
     def __init__(self, cfg: dict[str, Any], pc: Any):
-        import gymnasium as gym
-
         self.gym_id = TASKS[cfg["task"]]
         self.n = int(cfg["eval"]["episodes"])
         self.seed = int(cfg["seed"]) + EVAL_SEED_OFFSET
-        self.envs = [gym.make(self.gym_id) for _ in range(self.n)]
+        self.envs = [make_env(cfg) for _ in range(self.n)]
         self.space = self.envs[0].action_space
         self.normalize_actions = bool(getattr(pc, "normalize_actions", False))
         self.clip_actions = bool(getattr(pc, "clip_actions", False))
@@ -291,6 +338,54 @@ class Evaluator:
                 if term or trunc:
                     running[i] = False
         return returns
+
+
+def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Path) -> Path:
+    """Write the learner's deterministic policy as a self-contained TorchScript file that
+    ``podracer backtest`` reads (podracer_hpc/trading/backtest.py, ``load_policy``): observations
+    in, the action distribution's mean out, the env runners' observation filter (MeanStdFilter)
+    baked in; beside it, as the extra file ``podracer.json``, the run's config in podracer's shape
+    (task, env.trading settings) and the tickers, in order."""
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    module = algo.get_module()
+    filt = evaluate._obs_filter(algo)
+    env = evaluate.envs[0]
+    obs_dim, act_dim = int(env.observation_space.shape[0]), int(env.action_space.shape[0])
+    if filt is not None:
+        rs = filt.running_stats
+        mean = torch.as_tensor(np.asarray(rs.mean, np.float32)) if filt.demean else torch.zeros(obs_dim)
+        scale = torch.as_tensor(1.0 / (np.asarray(rs.std, np.float32) + 1e-8)) if filt.destd else torch.ones(obs_dim)
+        clip = float(filt.clip or 0.0)
+    else:
+        mean, scale, clip = torch.zeros(obs_dim), torch.ones(obs_dim), 0.0
+
+    class Deterministic(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = module
+            self.register_buffer("mean", mean)
+            self.register_buffer("scale", scale)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            x = (obs - self.mean) * self.scale
+            if clip > 0:
+                x = x.clamp(-clip, clip)
+            out = self.module.forward_inference({Columns.OBS: x})
+            return out[Columns.ACTION_DIST_INPUTS][..., :act_dim]  # the Gaussian's mean
+
+    meta = {"kind": "exported-policy", "system": "rllib", "obs_dim": obs_dim, "act_dim": act_dim,
+            "tickers": list(getattr(env, "tickers", []) or []),
+            "config": {"env": {"name": cfg["task"], "trading": cfg["env"].get("trading") or {},
+                               "max_episode_steps": cfg["env"].get("max_episode_steps"), "num_envs": 1}}}
+    with torch.no_grad():
+        traced = torch.jit.trace(Deterministic().eval(), torch.zeros(2, obs_dim), check_trace=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.jit.save(traced, str(tmp), _extra_files={"podracer.json": json.dumps(meta)})
+    os.replace(tmp, path)
+    return path
 
 
 def git_revision() -> str:
@@ -405,6 +500,9 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
                     next_eval += every
                 reached = stop_at_return is not None and last >= stop_at_return
         wall_s = wall()
+        if cfg["task"] == "stock_trading":
+            policy = export_policy(algo, evaluate, cfg, run_dir / "checkpoints" / "policy.pt")
+            say(f"policy: {policy} (podracer backtest {policy})")
     finally:
         log.close()
         algo.stop()

@@ -150,14 +150,55 @@ def _min_variance_path(close_all: np.ndarray, lo: int, hi: int, cash: float, cos
 # --------------------------------------------------------------------------------------
 # Policies from checkpoints
 # --------------------------------------------------------------------------------------
+EXPORTED_META = "podracer.json"  # the extra file of an exported (TorchScript) policy
+
+
+def load_exported_policy(path: str | os.PathLike, device: str | torch.device = "cpu"
+                         ) -> tuple[Policy, dict[str, Any]] | None:
+    """An exported policy (another system's, e.g. the RLlib baseline's ``checkpoints/policy.pt``): a
+    TorchScript module from observations to deterministic actions with a ``podracer.json`` extra
+    file (``config``: the run's env section in podracer's shape, ``tickers``, ``obs_dim``). None
+    if ``path`` is not a TorchScript archive."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return None
+    from ..safeio import StateFileError
+
+    extra = {EXPORTED_META: ""}
+    try:
+        module = torch.jit.load(str(path), map_location=torch.device(device), _extra_files=extra)
+        meta = json.loads(extra[EXPORTED_META] or "{}")
+    except (RuntimeError, ValueError) as e:
+        raise StateFileError(f"{path}: not a podracer checkpoint, leaderboard entry or exported policy ({e})") from None
+    if meta.get("kind") != "exported-policy":
+        raise StateFileError(f"{path}: a TorchScript file without podracer's {EXPORTED_META} (not an exported policy)")
+    cfg_dict = meta.get("config") or {}
+    if (cfg_dict.get("env") or {}).get("name") != "stock_trading":
+        raise StateFileError(f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading")
+    module.eval()
+
+    @torch.no_grad()
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        return module(obs.to(torch.float32)).clamp(-1.0, 1.0)
+
+    policy.obs_dim = int(meta["obs_dim"])  # type: ignore[attr-defined]
+    policy.tickers = list(meta.get("tickers") or []) or None  # type: ignore[attr-defined]
+    return policy, cfg_dict
+
+
 def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
-    """The deterministic policy of a pod checkpoint or a leaderboard entry: (policy, run config dict)."""
+    """The deterministic policy of a pod checkpoint, a leaderboard entry or an exported policy
+    (:func:`load_exported_policy`): (policy, run config dict)."""
     from .. import safeio
     from ..agents.ppo import PPOAgent
     from ..config import PPOConfig, from_dict
     from ..leaderboard import ENTRY_KIND
 
     dev = torch.device(device)
+    exported = load_exported_policy(path, dev) if Path(path).is_file() else None
+    if exported is not None:
+        return exported
     try:
         tensors, meta, _ = safeio.load(path, "pod-state", device=dev)
     except safeio.StateFileError as e:
