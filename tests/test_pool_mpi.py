@@ -89,8 +89,9 @@ def test_nan_pod_is_restored_from_the_leaderboard(tmp_path):
 
 
 def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
-    """Same pods, same budget, learning rate 1e-5: PBT explores its way out, independent pods cannot."""
-    common = ["total_env_steps=245760", "agent.learning_rate=1e-5", "agent.anneal_lr=false",
+    """Same pods, same budget, learning rate 1e-5: PBT explores its way out, independent pods cannot.
+    (3 rounds: with seeds 0, 1, 2 the best PBT pod ended 470-886 above the best independent one.)"""
+    common = ["total_env_steps=122880", "agent.learning_rate=1e-5", "agent.anneal_lr=false",
               "tournament.interval_env_steps=40960", "eval.interval_env_steps=40960", "tournament.quantile=0.5",
               "tournament.resample_prob=0.5", "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true]}"]
     res = {}
