@@ -6,8 +6,8 @@ TORCH  ?= torch==2.13.0
 JOB    ?= jobs/quickstart.yaml
 PODS   ?= 4
 PYTEST_ARGS ?=
-# test workers (pytest-xdist): 2 halves the suite's time on a 2-core machine (most tests wait on
-# subprocesses); the Slurm tier stays in one worker (tests/slurm/conftest.py). 0 = serial.
+# test workers (pytest-xdist): 2 made the suite 1.3x faster on a 2-core machine (its MPI tests are
+# CPU-bound); the Slurm tier stays in one worker (tests/slurm/conftest.py). 0 = serial.
 TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin

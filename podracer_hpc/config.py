@@ -140,6 +140,7 @@ class LogConfig:
 # The tournament section (its rules are podracer_hpc/tournament.py, which reads this)
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "none")
+NETWORKS = ("mlp", "per_asset")  # agent.network
 SYNC_MODES = ("collective", "async")
 
 
@@ -441,7 +442,7 @@ def validate(cfg: Config) -> Config:
         "agent.activation",
         f"must be tanh, relu, elu or silu, got {a.activation!r}",
     )
-    need(a.network in ("mlp", "per_asset"), "agent.network", f"must be mlp or per_asset, got {a.network!r}")
+    need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
     need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
          f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")

@@ -14,8 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from podracer_hpc.envs.registry import as_kwargs, options_from
-from podracer_hpc.trading.env import StockTradingEnv, TradingOptions
+from podracer_hpc.trading.env import StockTradingEnv
 
 
 class TradingGymEnv(gym.Env):
@@ -30,11 +29,11 @@ class TradingGymEnv(gym.Env):
 
     def __init__(self, config: dict[str, Any] | None = None):
         config = dict(config or {})
-        opts = options_from(TradingOptions, config.get("trading") or {}, "rllib trading", ignore_unknown=False)
+        trading = dict(config.get("trading") or {})  # checked by the env itself (TradingOptions)
         torch.set_num_threads(1)  # one account: more threads only wait on each other
         self.env = StockTradingEnv(1, "cpu", seed=int(config.get("seed", 0)),
                                    max_episode_steps=int(config.get("max_episode_steps", 252)),
-                                   data=opts.data or None, **{k: v for k, v in as_kwargs(opts).items() if k != "data"})
+                                   data=trading.pop("data", "") or None, **trading)
         S = self.env.num_stocks
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.env.obs_dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (S,), np.float32)

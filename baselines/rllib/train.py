@@ -216,12 +216,7 @@ def build_algo(cfg: dict[str, Any]):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     r = cfg["rllib"]
-    env: Any = TASKS[cfg["task"]]
-    env_config: dict[str, Any] = {}
-    if cfg["task"] == "stock_trading":
-        from baselines.rllib.trading_env import TradingGymEnv
-
-        env, env_config = TradingGymEnv, trading_env_config(cfg)
+    env, env_config = env_spec(cfg)
     pc = (
         PPOConfig()
         .environment(env, env_config=env_config)
@@ -242,20 +237,24 @@ def build_algo(cfg: dict[str, Any]):
     return pc, pc.build_algo()
 
 
-def trading_env_config(cfg: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
-    return {"trading": cfg["env"]["trading"], "max_episode_steps": cfg["env"]["max_episode_steps"],
-            "seed": int(cfg["seed"] if seed is None else seed)}
+def env_spec(cfg: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(env, env_config) of the run's task for RLlib: a gymnasium id, or podracer's trading env class."""
+    if cfg["task"] == "stock_trading":
+        from baselines.rllib.trading_env import TradingGymEnv
+
+        return TradingGymEnv, {"trading": cfg["env"]["trading"], "max_episode_steps": cfg["env"]["max_episode_steps"],
+                               "seed": int(cfg["seed"])}
+    return TASKS[cfg["task"]], {}
 
 
 def make_env(cfg: dict[str, Any]) -> Any:
     """One env of the run's task, for evaluation in the driver."""
-    if cfg["task"] == "stock_trading":
-        from baselines.rllib.trading_env import TradingGymEnv
+    env, env_config = env_spec(cfg)
+    if isinstance(env, str):
+        import gymnasium as gym
 
-        return TradingGymEnv(trading_env_config(cfg))
-    import gymnasium as gym
-
-    return gym.make(TASKS[cfg["task"]])
+        return gym.make(env)
+    return env(env_config)
 
 
 def _get(d: dict[str, Any], *path: str, default: float = math.nan) -> Any:

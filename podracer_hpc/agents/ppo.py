@@ -163,8 +163,7 @@ class PerAssetActorCritic(ActorCritic):
     learnt on one stock serves them all. The log std is one number shared by every asset.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, cfg: PPOConfig, asset_columns: torch.Tensor,
-                 global_columns: torch.Tensor):
+    def __init__(self, act_dim: int, cfg: PPOConfig, asset_columns: torch.Tensor, global_columns: torch.Tensor):
         nn.Module.__init__(self)
         self.discrete = False
         A, F = asset_columns.shape
@@ -197,9 +196,6 @@ class PerAssetActorCritic(ActorCritic):
         e, _ = self._encode(self.actor_enc, obs)
         ctx = e.mean(-2, keepdim=True).expand_as(e)
         return self.actor_head(torch.cat([e, ctx], -1)).squeeze(-1)
-
-
-NETWORKS = ("mlp", "per_asset")
 
 
 # ----------------------------------------------------------------------------------------
@@ -320,7 +316,7 @@ class PPOAgent(nn.Module):
                                  "whose observation has an asset layout (stock_trading); use agent.network=mlp")
             glob = torch.as_tensor(asset_layout[0], dtype=torch.long).reshape(-1)
             tied = torch.as_tensor(asset_layout[1], dtype=torch.long)
-            self.net = PerAssetActorCritic(obs_dim, act_dim, cfg, tied, glob).to(device)
+            self.net = PerAssetActorCritic(act_dim, cfg, tied, glob).to(device)
         else:
             self.net = ActorCritic(obs_dim, act_dim, discrete, num_actions, cfg).to(device)
         self.obs_rms = RunningMeanStd((obs_dim,), device=device, tied=tied)

@@ -342,13 +342,14 @@ class StockTradingEnv(TorchVecEnv):
         cash, hold = state[:, 0], state[:, 1:1 + S]
         if p is None:
             p = self.market.close.index_select(0, state[:, 1 + S].long())
+        a = torch.nan_to_num(a.to(torch.float64), nan=0.0)
         if self.actions == "weights":  # target weights: trade the difference to the target holdings
-            w = torch.nan_to_num(a.to(torch.float64), nan=0.0).clamp_(0.0, 1.0)
+            w = a.clamp_(0.0, 1.0)
             w = w / w.sum(1, keepdim=True).clamp_(min=1.0)
             value = cash + torch.linalg.vecdot(hold, p)  # the cash check below leaves room for the costs
             x = (w * value[:, None] / p).floor_().sub_(hold)
         else:
-            x = torch.nan_to_num(a.to(torch.float64), nan=0.0).clamp_(-1.0, 1.0).mul_(self.max_shares)
+            x = a.clamp_(-1.0, 1.0).mul_(self.max_shares)
         # trunc(x) split by sign (floor is much faster than trunc on some CPU builds)
         buy = x.clamp(min=0.0).floor_()
         ask = x.neg_().clamp_(min=0.0).floor_()  # shares the action asks to sell
