@@ -144,6 +144,36 @@ def test_main_refuses_other_tasks_and_bad_data(tmp_path, capsys):
     assert "no such state file" in capsys.readouterr().err
 
 
+def test_a_policy_read_for_acting_builds_no_optimizer(tmp_path):
+    """The backtest's start-up: a checkpoint read to act must not build a torch optimizer (the
+    first one of a process imports torch._dynamo, 2-3 s here, a third of a 10-year backtest), and
+    its actions are the trained pod's own."""
+    import subprocess
+    import sys
+
+    from podracer_hpc.config import load_config
+    from podracer_hpc.pod import Pod
+
+    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=4", "agent.hidden_sizes=[8]", "eval.episodes=1",
+                             "env.max_episode_steps=8", "agent.rollout_steps=4", "agent.num_minibatches=1"])
+    pod = Pod(cfg)
+    pod.train_iteration()  # the checkpoint holds optimizer moments too
+    ck = tmp_path / "rank0.safetensors"
+    pod.save(ck)
+    obs = torch.randn(5, pod.env.obs_dim, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = pod.agent.act_deterministic(pod.agent.normalize_obs(obs, update=False)).clamp(-1, 1)
+    code = (f"import sys, json, torch; from podracer_hpc.trading.backtest import load_policy; "
+            f"p, _ = load_policy({str(ck)!r}); obs = torch.randn(5, {pod.env.obs_dim}, "
+            f"generator=torch.Generator().manual_seed(0)); "
+            f"print(json.dumps([p(obs).tolist(), 'torch._dynamo' in sys.modules]))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    acts, dynamo = json.loads(r.stdout.strip().splitlines()[-1])
+    assert not dynamo, "reading a policy to act built an optimizer (torch._dynamo was imported)"
+    assert torch.allclose(torch.tensor(acts, dtype=want.dtype), want, atol=1e-6)
+
+
 def last_return_rule(S):
     """Buy a stock after a day it rose, sell it after a day it fell (remembers the last log close)."""
     prev = []

@@ -321,9 +321,18 @@ class PPOAgent(nn.Module):
             self.net = ActorCritic(obs_dim, act_dim, discrete, num_actions, cfg).to(device)
         self.obs_rms = RunningMeanStd((obs_dim,), device=device, tied=tied)
         self.reward_rms = RunningMeanStd((), device=device)
-        # fused Adam: one kernel for all parameters instead of a dozen small ops per tensor
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
+        self._optimizer: torch.optim.Optimizer | None = None  # built on first use (see optimizer)
         self.hparams: dict[str, float] = {k: float(getattr(cfg, k)) for k in MUTABLE_HPARAMS}
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the networks, built on first use: an agent that only acts (a backtest, a
+        policy read from a checkpoint) never builds one, because the first torch optimizer of a
+        process imports torch._dynamo (2-3 s of start-up here). Fused: one kernel for all
+        parameters instead of a dozen small ops per tensor."""
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.net.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)
+        return self._optimizer
 
     # --- hyperparameters -----------------------------------------------------------------
     def set_hparams(self, values: dict[str, float]) -> None:
@@ -355,10 +364,12 @@ class PPOAgent(nn.Module):
     def is_state_key(cls, key: str) -> bool:
         return key.startswith(cls.STATE_PREFIXES)
 
-    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True) -> None:
+    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True,
+             optimizer: bool = True) -> None:
         """Take over an agent's networks, optimizer and statistics; its hyperparameters only if
-        ``hparams`` (a pod's own stay otherwise). Raises KeyError/RuntimeError/ValueError on a
-        state that does not fit; an agent that never updated has no optimizer tensors (fine)."""
+        ``hparams`` (a pod's own stay otherwise); the optimizer's state only if ``optimizer`` (an
+        agent that will only act skips it). Raises KeyError/RuntimeError/ValueError on a state
+        that does not fit; an agent that never updated has no optimizer tensors (fine)."""
         tensors = upgrade_state_keys(tensors)
         dev = next(self.net.parameters()).device
 
@@ -370,12 +381,13 @@ class PPOAgent(nn.Module):
         rms = sub("reward_rms.")
         if rms:
             self.reward_rms.load_state_dict(rms)
-        optim_state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in sub("optim.").items():
-            pid, name = k.split(".", 1)
-            optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
-        groups = meta.get("optim_param_groups") or self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": optim_state, "param_groups": groups})
+        if optimizer:
+            optim_state: dict[int, dict[str, torch.Tensor]] = {}
+            for k, v in sub("optim.").items():
+                pid, name = k.split(".", 1)
+                optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
+            groups = meta.get("optim_param_groups") or self.optimizer.state_dict()["param_groups"]
+            self.optimizer.load_state_dict({"state": optim_state, "param_groups": groups})
         if hparams:
             src = dict(meta.get("hparams") or {})
             if "learning_rate" not in src and "learning_rate" in meta:  # files written before hparams existed

@@ -226,7 +226,7 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev,
                      asset_layout=layout)
     try:
-        agent.load(tensors, meta, hparams=False)  # the agent's own state contract (keys, old files)
+        agent.load(tensors, meta, hparams=False, optimizer=False)  # the agent's own state contract (keys, old files)
     except (RuntimeError, KeyError, ValueError) as e:
         raise safeio.StateFileError(f"{path}: does not hold a policy of this shape ({e})") from None
     agent.eval()
