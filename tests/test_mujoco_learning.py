@@ -1,11 +1,12 @@
-"""A short MuJoCo learning check in CI: a threshold that a broken adapter cannot pass.
+"""Short MuJoCo learning checks in CI: thresholds that a broken learner or adapter cannot pass.
 
-Hopper-v5 on the CPU backend that ``auto`` picks (envpool, else gymnasium), one pod, 60k env
-steps (about a minute here). Measured here (2026-11-29, deterministic evaluation of 10 episodes
-from fixed start states): after one update the policy scores 55 (seed 0) and 139 (seed 1), the
-untrained level that a broken adapter (stale or zeroed observations, actions not applied, resets
-that do not restart) stays at; after 60k steps 342 and 293 (100k: 373 and 358). The threshold
-sits between. The 1M-step targets are in bench/learning.py (bench/RESULTS.md).
+One pod per task on the CPU backend that ``auto`` picks (envpool, else gymnasium), each task's
+own job file with faster settings (32 envs x 64 steps, 5 epochs of 8 minibatches, a large step
+size), about a minute each here. Each threshold sits between two measurements (deterministic
+evaluation of 10 episodes from fixed start states; numbers in PARAMS): the untrained level after
+one update, where a broken adapter (stale or zeroed observations, actions not applied, resets that
+do not restart) or a broken update (no gradient step, a wrong sign) stays, and the level after the
+check's steps for seeds 0 and 1. The 1M-step targets are in bench/learning.py (bench/RESULTS.md).
 """
 
 import pytest
@@ -15,16 +16,27 @@ pytest.importorskip("mujoco")
 from podracer_hpc.config import load_config  # noqa: E402
 from podracer_hpc.run import train  # noqa: E402
 
-SETTINGS = [
-    "seed=0", "total_env_steps=61440", "threads=1", "env.mujoco.num_threads=1",
-    "tournament.mode=none", "env.num_envs=32", "agent.rollout_steps=64", "agent.num_minibatches=8",
-    "agent.update_epochs=5", "agent.learning_rate=0.001", "agent.init_log_std=-0.5",
+FAST = [
+    "threads=1", "env.mujoco.num_threads=1", "tournament.mode=none", "env.num_envs=32", "agent.rollout_steps=64",
+    "agent.num_minibatches=8", "agent.update_epochs=5", "agent.learning_rate=0.001",
     "eval.interval_env_steps=1000000", "log.progress_interval_s=0",
 ]
 
+# task: (job, env steps, extra settings, threshold); measured 2026-11-29/30 (untrained: seeds 0, 1 after one update)
+PARAMS = {
+    # untrained 55 and 139; after 60k steps 342 and 293 (100k: 373 and 358)
+    "hopper": ("jobs/hopper.yaml", 61440, ["agent.init_log_std=-0.5"], 220.0),
+    # untrained -0.6 and -0.7 (the job's low initial noise: it stands still); after 60k steps 1,099 and 1,072
+    "halfcheetah": ("jobs/halfcheetah.yaml", 61440, [], 600.0),
+    # untrained 184 and 105; after 60k steps 379 and 268
+    "walker2d": ("jobs/walker2d.yaml", 61440, ["agent.init_log_std=-0.5"], 250.0),
+}
 
-def test_hopper_learns_to_hop_in_60k_steps(tmp_path):
-    cfg = load_config("jobs/hopper.yaml", SETTINGS)  # the jobs' MuJoCo PPO recipe, faster settings
+
+@pytest.mark.parametrize("task", sorted(PARAMS))
+def test_a_short_run_learns(tmp_path, task):
+    job, steps, extra, threshold = PARAMS[task]
+    cfg = load_config(job, ["seed=0", f"total_env_steps={steps}", *FAST, *extra])
     res = train(cfg, tmp_path, quiet=True)
     assert res.complete
-    assert res.summary["final_return"] >= 220.0, res.summary
+    assert res.summary["final_return"] >= threshold, res.summary
