@@ -3,6 +3,8 @@
     python bench/mujoco_tournament.py                      # halfcheetah, 4 pods x 250k steps
     python bench/mujoco_tournament.py --task hopper --steps-per-pod 500000 --round 100000
     python bench/mujoco_tournament.py --seed 4 --warmup 100000  # first round after 100k steps
+    python bench/mujoco_tournament.py --job jobs/halfcheetah_cleanrl.yaml --pods 8 --steps-per-pod 1000000 \
+        --round 100000 --mode pbt --systems tournament       # the PBT study (issue 17)
 
 Runs, one after the other, ``mpiexec -n P podracer train jobs/<task>.yaml`` twice: with the job's
 tournament (ElegantRL rule: every ``--round`` env steps the pods evaluate, exchange fitness,
@@ -39,6 +41,7 @@ def final_returns(run_dir: Path) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="halfcheetah", help="a MuJoCo job in jobs/ (halfcheetah, hopper, walker2d)")
+    ap.add_argument("--job", default="", help="a job file instead of jobs/<task>.yaml (e.g. jobs/halfcheetah_cleanrl.yaml)")
     ap.add_argument("--pods", type=int, default=4)
     ap.add_argument("--steps-per-pod", type=int, default=250_000)
     ap.add_argument("--round", type=int, default=50_000, help="env steps per pod between tournament rounds")
@@ -52,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "runs" / "bench-mujoco-tournament"))
     ap.add_argument("--podracer", default=str(Path(sys.executable).parent / "podracer"))
     args = ap.parse_args(argv)
-    out = Path(args.out) / f"{args.task}-{int(time.time())}"
+    job = args.job or f"jobs/{args.task}.yaml"
+    out = Path(args.out) / f"{Path(job).stem}-{int(time.time())}"
     common = [f"seed={args.seed}", f"total_env_steps={args.steps_per_pod}", "threads=1",
               "env.mujoco.num_threads=1", f"eval.interval_env_steps={args.round}",
               f"tournament.interval_env_steps={args.round}", "log.progress_interval_s=60"]
@@ -67,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, dict] = {}
     for name, extra in systems.items():
         run_dir = out / name
-        cmd = [find_mpiexec(), "-n", str(args.pods), args.podracer, "train", f"jobs/{args.task}.yaml",
+        cmd = [find_mpiexec(), "-n", str(args.pods), args.podracer, "train", job,
                "--run-dir", str(run_dir)]
         for kv in common + extra:
             cmd += ["--set", kv]
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         rets = final_returns(run_dir)
         res[name] = {"final_returns": rets, "best": max(rets), "mean": sum(rets) / len(rets), "wall_s": wall,
                      "run_dir": str(run_dir)}
-    print(f"\n{args.task}: {args.pods} pods x {args.steps_per_pod:,} env steps, seeds {args.seed}-"
+    print(f"\n{job}: {args.pods} pods x {args.steps_per_pod:,} env steps, seeds {args.seed}-"
           f"{args.seed + args.pods - 1}, rounds every {args.round:,} after a warm-up of {max(args.round, args.warmup):,}")
     print(f"{'system':<12}" + "".join(f"{'pod ' + str(r):>10}" for r in range(args.pods)) + f"{'best':>10}{'mean':>10}{'wall s':>8}")
     for name, r in res.items():
@@ -92,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = res["tournament"]["best"] >= res["independent"]["best"]
         print(f"tournament best {res['tournament']['best']:.1f} vs independent best "
               f"{res['independent']['best']:.1f}: {'at least as good' if ok else 'WORSE'}")
-    print(json.dumps({"bench": "mujoco_tournament", "task": args.task, "pods": args.pods, "seed": args.seed,
+    print(json.dumps({"bench": "mujoco_tournament", "task": args.task, "job": job, "pods": args.pods, "seed": args.seed,
                       "steps_per_pod": args.steps_per_pod, "round": args.round, "warmup": args.warmup, "mode": args.mode,
                       "systems": res, "tournament_at_least_as_good": ok}))
     return 0
