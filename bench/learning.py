@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis.aggregate import t95
 from podracer_hpc.config import load_config
 from podracer_hpc.h5log import read_log
 from podracer_hpc.run import train
@@ -60,16 +61,11 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-# two-sided 95% Student t quantiles by degrees of freedom (1..10); beyond, the normal's 1.96
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
 def mean_band(xs: list[float]) -> tuple[float, float]:
     """Mean and the half-width of its 95% t-interval (nan for one value)."""
     if len(xs) < 2:
         return (xs[0] if xs else math.nan), math.nan
-    t = T95[len(xs) - 2] if len(xs) - 1 <= len(T95) else 1.96
-    return statistics.fmean(xs), t * statistics.stdev(xs) / math.sqrt(len(xs))
+    return statistics.fmean(xs), t95(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
 def main() -> int:

@@ -48,13 +48,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from analysis.aggregate import t95  # noqa: E402
 from podracer_hpc.trading.synthetic import synthetic_history, synthetic_market  # noqa: E402
 
 JOB = REPO / "jobs" / "trading_edge.yaml"
 TRAIN_SEEDS = range(1000, 1040)
-# two-sided 95% quantiles of Student's t by degrees of freedom (1.96 beyond 30)
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 
 def say(msg: str) -> None:
@@ -66,7 +64,7 @@ def band(x: list[float]) -> dict[str, float]:
     a = np.asarray(x, dtype=np.float64)
     n = len(a)
     se = float(a.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
-    t = _T975[n - 2] if 2 <= n <= 31 else 1.96
+    t = t95(n - 1) if n > 1 else 1.96
     m = float(a.mean())
     return {"n": n, "mean": m, "se": se, "lo": m - t * se, "hi": m + t * se}
 
