@@ -258,15 +258,104 @@ def read_log(path: str | Path) -> dict[str, Any]:
         return out
 
 
+_M32 = 0xFFFFFFFF
+
+
+def _rot(x: int, k: int) -> int:
+    return ((x << k) | (x >> (32 - k))) & _M32
+
+
+def lookup3(data: bytes, initval: int = 0) -> int:
+    """Bob Jenkins' lookup3 hash (``hashlittle``): the checksum HDF5 keeps on its metadata."""
+    n = len(data)
+    v = [(0xDEADBEEF + n + initval) & _M32] * 3  # a, b, c
+    i = 0
+    while True:
+        if n <= 12:  # the last 1-12 bytes, zero-padded (the same sums), then the final mix
+            if n == 0:
+                return v[2]
+            block = data[i:i + n] + bytes(12 - n)
+        else:
+            block = data[i:i + 12]
+        for j in range(3):
+            v[j] = (v[j] + int.from_bytes(block[4 * j:4 * j + 4], "little")) & _M32
+        if n <= 12:
+            for x, y, k in ((2, 1, 14), (0, 2, 11), (1, 0, 25), (2, 1, 16), (0, 2, 4), (1, 0, 14), (2, 1, 24)):
+                v[x] = ((v[x] ^ v[y]) - _rot(v[y], k)) & _M32
+            return v[2]
+        for x, y, z, k in ((0, 2, 1, 4), (1, 0, 2, 6), (2, 1, 0, 8), (0, 2, 1, 16), (1, 0, 2, 19), (2, 1, 0, 4)):
+            v[x] = ((v[x] - v[y]) & _M32) ^ _rot(v[y], k)  # the mix of each full 12-byte block
+            v[y] = (v[y] + v[z]) & _M32
+        n -= 12
+        i += 12
+
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def clear_open_flags(path: str | Path) -> bool:
+    """Clear the "open for write / SWMR write" flags a killed writer left in an HDF5 file's
+    superblock (what ``h5clear -s`` does), so that it can be read. Only for a file no process
+    has open. Superblock versions 2 and 3 (``libver="latest"``): signature, version, the sizes
+    of offsets and lengths, the flags byte, four addresses, a lookup3 checksum of all before it.
+    Returns True if flags were set and are now cleared, False if there was nothing to clear.
+    """
+    with open(path, "r+b") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        base = 0
+        while base + 12 <= size:  # the superblock sits at 0, 512, 1024, 2048, ... (a user block)
+            fh.seek(base)
+            head = fh.read(12)
+            if head[:8] == _SIGNATURE:
+                break
+            base = 512 if base == 0 else base * 2
+        else:
+            raise LogError(f"{path}: no HDF5 superblock found")
+        version, offsets, flags = head[8], head[9], head[11]
+        if version < 2:
+            raise LogError(f"{path}: HDF5 superblock version {version}; only versions 2-3 are cleared")
+        if flags == 0:
+            return False
+        fh.seek(base)
+        block = bytearray(fh.read(12 + 4 * offsets + 4))
+        if int.from_bytes(block[-4:], "little") != lookup3(bytes(block[:-4])):
+            raise LogError(f"{path}: the HDF5 superblock's checksum does not match; not touched")
+        block[11] = 0
+        block[-4:] = lookup3(bytes(block[:-4])).to_bytes(4, "little")
+        fh.seek(base)
+        fh.write(block)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
+
+
+def _read_unclean(path: Path) -> dict[str, Any]:
+    """Read a log whose writer died. SWMR kept it consistent if the writer had switched to SWMR;
+    one killed before that (while creating or reopening the log) left plain "open for write"
+    flags, which no reader gets past: read a copy with the flags cleared (the original stays)."""
+    try:
+        return read_log(path)
+    except LogError as first:
+        copy = path.with_name(f".{path.name}.clear.tmp")
+        try:
+            copy.write_bytes(path.read_bytes())
+            if not clear_open_flags(copy):
+                raise first from None
+            return read_log(copy)
+        finally:
+            copy.unlink(missing_ok=True)
+
+
 def recover(path: str | Path) -> int:
     """Rebuild the log at ``path`` from what a reader sees (its rows up to the last flush).
 
-    Used when a killed writer left the file marked open. The rebuilt file replaces ``path``
-    atomically; the original is kept beside it as ``<name>.unclean``. Returns the number of
-    rows kept; raises :class:`LogError` if the file cannot be read at all.
+    Used when a killed writer left the file marked open (in SWMR mode, or before it switched
+    to it). The rebuilt file replaces ``path`` atomically; the original is kept beside it as
+    ``<name>.unclean``. Returns the number of rows kept; raises :class:`LogError` if the file
+    cannot be read at all.
     """
     path = Path(path)
-    log = read_log(path)
+    log = _read_unclean(path)
     tmp = path.with_name(f".{path.name}.recover.tmp")
     with h5py.File(tmp, "w", libver="latest") as f:
         for k, v in log["attrs"].items():

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from podracer_hpc.h5log import SCHEMA_VERSION, H5Writer, LogError, read_log
+from podracer_hpc.h5log import SCHEMA_VERSION, H5Writer, LogError, clear_open_flags, lookup3, read_log
 
 
 def test_rows_roundtrip_and_defaults(tmp_path):
@@ -117,6 +117,54 @@ def test_a_log_left_open_by_a_killed_writer_is_recovered_and_continued(tmp_path)
     assert list(log["train"]["update"]) == [1, 2, 3, 4, 5] and list(log["train"]["loss"][:4]) == [0.5] * 4
     assert len(log["tournament"]["round"]) == 0
     assert log["attrs"]["seed"] == 5 and log["attrs"]["config"] == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize("data, initval, expected", [
+    (b"", 0, 0xDEADBEEF), (b"", 0xDEADBEEF, 0xBD5B7DDE),  # lookup3.c's own test vectors
+    (b"Four score and seven years ago", 0, 0x17770551), (b"Four score and seven years ago", 1, 0xCD628161),
+])
+def test_lookup3_matches_the_published_vectors(data, initval, expected):
+    assert lookup3(data, initval) == expected
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_lookup3_matches_the_checksum_hdf5_wrote(tmp_path, rows):
+    p = tmp_path / "a.h5"
+    with H5Writer(p, {"seed": 1}) as w:
+        for i in range(rows):
+            w.append("train", {"update": i, "env_steps": i})
+    block = p.read_bytes()[:48]  # superblock v3 with 8-byte addresses: 44 bytes, then the checksum
+    assert block[8] == 3 and lookup3(block[:44]) == int.from_bytes(block[44:48], "little")
+    assert clear_open_flags(p) is False  # closed cleanly: nothing to clear, nothing changed
+    assert p.read_bytes()[:48] == block
+
+
+def test_a_log_killed_while_it_was_reopened_is_recovered_and_continued(tmp_path):
+    """Killed between reopening its log for writing and switching to SWMR (a requeue's KILL that
+    lands while a rank resumes): the file is marked plainly "open for write", which no reader,
+    SWMR or not, gets past. The next start clears the flags on a copy, recovers what the
+    earlier starts flushed, keeps the original, and continues (the Slurm chaos test hit it)."""
+    p = tmp_path / "dead.h5"
+    with H5Writer(p, {"seed": 5}) as w:
+        for i in range(1, 4):
+            w.append("train", {"update": i, "env_steps": 100 * i, "loss": 0.25})
+    code = textwrap.dedent(f"""
+        import os, signal, h5py
+        f = h5py.File({str(p)!r}, "a", libver="latest")  # what H5Writer does before swmr_mode
+        f.attrs["rank"] = 0
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -signal.SIGKILL
+    for swmr in (True, False):
+        with pytest.raises(OSError, match="open for"):
+            h5py.File(p, "r", libver="latest", swmr=swmr)  # what the requeued rank hit
+    said = []
+    with H5Writer(p, {"seed": 5}, say=said.append) as w:
+        w.append("train", {"update": 4, "env_steps": 400})
+    assert len(said) == 1 and "recovered 3 rows" in said[0], said
+    assert (tmp_path / "dead.h5.unclean").exists() and not list(tmp_path.glob(".*tmp"))
+    log = read_log(p)
+    assert list(log["train"]["update"]) == [1, 2, 3, 4] and list(log["train"]["loss"][:3]) == [0.25] * 3
 
 
 def test_truncate_to_nothing_and_unsorted_logs(tmp_path):
