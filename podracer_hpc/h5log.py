@@ -339,9 +339,16 @@ def _read_unclean(path: Path) -> dict[str, Any]:
         copy = path.with_name(f".{path.name}.clear.tmp")
         try:
             copy.write_bytes(path.read_bytes())
-            if not clear_open_flags(copy):
+            try:
+                cleared = clear_open_flags(copy)
+            except LogError:  # not HDF5 at all, or a superblock we do not touch: the reader's word
+                cleared = False
+            if not cleared:
                 raise first from None
-            return read_log(copy)
+            try:
+                return read_log(copy)
+            except LogError:
+                raise first from None  # the message names the log, not the copy
         finally:
             copy.unlink(missing_ok=True)
 
