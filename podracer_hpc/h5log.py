@@ -269,25 +269,24 @@ def lookup3(data: bytes, initval: int = 0) -> int:
     """Bob Jenkins' lookup3 hash (``hashlittle``): the checksum HDF5 keeps on its metadata."""
     n = len(data)
     v = [(0xDEADBEEF + n + initval) & _M32] * 3  # a, b, c
-    i = 0
-    while True:
-        if n <= 12:  # the last 1-12 bytes, zero-padded (the same sums), then the final mix
-            if n == 0:
-                return v[2]
-            block = data[i:i + n] + bytes(12 - n)
-        else:
-            block = data[i:i + 12]
+
+    def add(block: bytes) -> None:
         for j in range(3):
             v[j] = (v[j] + int.from_bytes(block[4 * j:4 * j + 4], "little")) & _M32
-        if n <= 12:
-            for x, y, k in ((2, 1, 14), (0, 2, 11), (1, 0, 25), (2, 1, 16), (0, 2, 4), (1, 0, 14), (2, 1, 24)):
-                v[x] = ((v[x] ^ v[y]) - _rot(v[y], k)) & _M32
-            return v[2]
+
+    i = 0
+    while n - i > 12:  # every full 12-byte block but the last: add, then mix
+        add(data[i:i + 12])
         for x, y, z, k in ((0, 2, 1, 4), (1, 0, 2, 6), (2, 1, 0, 8), (0, 2, 1, 16), (1, 0, 2, 19), (2, 1, 0, 4)):
-            v[x] = ((v[x] - v[y]) & _M32) ^ _rot(v[y], k)  # the mix of each full 12-byte block
+            v[x] = ((v[x] - v[y]) & _M32) ^ _rot(v[y], k)
             v[y] = (v[y] + v[z]) & _M32
-        n -= 12
         i += 12
+    if n == i:
+        return v[2]
+    add(data[i:] + bytes(12 - (n - i)))  # the last 1-12 bytes, zero-padded (the same sums)
+    for x, y, k in ((2, 1, 14), (0, 2, 11), (1, 0, 25), (2, 1, 16), (0, 2, 4), (1, 0, 14), (2, 1, 24)):
+        v[x] = ((v[x] ^ v[y]) - _rot(v[y], k)) & _M32  # the final mix
+    return v[2]
 
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -332,25 +331,22 @@ def clear_open_flags(path: str | Path) -> bool:
 def _read_unclean(path: Path) -> dict[str, Any]:
     """Read a log whose writer died. SWMR kept it consistent if the writer had switched to SWMR;
     one killed before that (while creating or reopening the log) left plain "open for write"
-    flags, which no reader gets past: read a copy with the flags cleared (the original stays)."""
+    flags, which no reader gets past: read a copy with the flags cleared (the original stays).
+    Whatever fails on the copy, the error raised is the reader's own, naming the log."""
     try:
         return read_log(path)
-    except LogError as first:
-        copy = path.with_name(f".{path.name}.clear.tmp")
-        try:
-            copy.write_bytes(path.read_bytes())
-            try:
-                cleared = clear_open_flags(copy)
-            except LogError:  # not HDF5 at all, or a superblock we do not touch: the reader's word
-                cleared = False
-            if not cleared:
-                raise first from None
-            try:
-                return read_log(copy)
-            except LogError:
-                raise first from None  # the message names the log, not the copy
-        finally:
-            copy.unlink(missing_ok=True)
+    except LogError as e:
+        error = e
+    copy = path.with_name(f".{path.name}.clear.tmp")
+    try:
+        copy.write_bytes(path.read_bytes())
+        if clear_open_flags(copy):
+            return read_log(copy)
+    except LogError:  # not HDF5 at all, a superblock we do not touch, or unreadable all the same
+        pass
+    finally:
+        copy.unlink(missing_ok=True)
+    raise error from None
 
 
 def recover(path: str | Path) -> int:
