@@ -189,6 +189,25 @@ class H5Writer:
         self.flush()
         return dropped
 
+    def rows(self) -> dict[str, int]:
+        """Rows in each group now (a checkpoint records them: :meth:`truncate_to` on resume)."""
+        return {group: int(self.f[group]["env_steps"].shape[0]) for group in GROUPS}
+
+    def truncate_to(self, rows: dict[str, int]) -> int:
+        """Keep the first ``rows[group]`` rows of each group (what a checkpoint's log held); returns
+        the rows dropped. Exact where env steps are not: a round's rows and the checkpoint just
+        before it can share their env steps (a round redone after a kill would log it twice)."""
+        dropped = 0
+        for group in GROUPS:
+            g = self.f[group]
+            n, keep = g["env_steps"].shape[0], int(rows.get(group, g["env_steps"].shape[0]))
+            if 0 <= keep < n:
+                dropped += n - keep
+                for name in g:
+                    g[name].resize((keep,))
+        self.flush()
+        return dropped
+
     def append(self, group: str, row: dict[str, Any], flush: bool = False) -> None:
         """Append one row; missing columns get NaN / -1 / ''."""
         g = self.f[group]

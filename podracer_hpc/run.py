@@ -1,7 +1,12 @@
 """The rank program: one pod per rank, a short loop of named steps.
 
-    start (resume or fresh, join) -> repeat: update -> evaluate? -> round? -> checkpoint? -> stop?
-    -> finish (the ranks' last meeting, the summary)
+    start (resume or fresh, join) -> repeat: stop? -> round if one is due, else update -> evaluate?
+    -> checkpoint? -> finish (the ranks' last meeting, the summary)
+
+A due round comes before any further training, also when it is due at the start: a rank that
+reached round i and was stopped at its meeting (someone else stopped) resumes *at* that round,
+and must hold it before it trains on, or its pod would enter round i with extra updates that the
+uninterrupted run never had (issue 23).
 
 The pieces it stands on: :mod:`pod` (one device's env and learner), :mod:`pool` (the rank's side
 of the tournament), :mod:`resume` (which checkpoint every rank resumes from), :mod:`rundir` (the
@@ -33,6 +38,7 @@ import json
 import math
 import os
 import platform
+import signal
 import socket
 import sys
 import time
@@ -82,13 +88,16 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
     rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet)
     try:
         rank.start()
-        while not rank.stopping() and not rank.trained():
-            rank.update()
-            if rank.round_due():
+        while not rank.stopping():
+            if rank.round_due():  # before any more training: also a round resumed from a stopped meeting
                 rank.round()
-            elif rank.eval_due():
-                rank.evaluate()
-            if rank.checkpoint_due():
+            elif rank.trained():
+                break
+            else:
+                rank.update()
+                if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
+                    rank.evaluate()
+            if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
                 rank.checkpoint()
             rank.progress()
         return rank.finish()
@@ -118,6 +127,7 @@ class RankRun:
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
         self.pending_fitness: float | None = None  # a round's evaluation whose meeting ended the run
         self.inject_nan, self.slow = _nan_injection(comm.rank), _slow_injection(comm.rank)
+        self.inject_signal = _signal_injection(comm.rank)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
@@ -224,7 +234,11 @@ class RankRun:
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
         }
         self.log = H5Writer(self.rundir.log(comm.rank), attrs, say=self.say)
-        dropped = self.log.truncate_after(pod.env_steps if self.state else -1)
+        rows = self.state.get("log_rows")
+        if isinstance(rows, dict):  # the rows the checkpoint's log held (exact)
+            dropped = self.log.truncate_to(rows)
+        else:  # a checkpoint from before 2026-12-01, or a fresh start
+            dropped = self.log.truncate_after(pod.env_steps if self.state else -1)
         if dropped:
             self.say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
 
@@ -256,6 +270,8 @@ class RankRun:
             dt *= self.slow
         if not math.isfinite(vals["loss"]) and not self.poisoned:
             self.freeze(vals["loss"])
+        if self.inject_signal and pod.updates == self.inject_signal:
+            os.kill(os.getpid(), signal.SIGUSR2)
         self.updates_here += 1
         self.log_update(vals, dt)
 
@@ -352,7 +368,8 @@ class RankRun:
                  "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size,
                  "last_copy_round": self.pool.last_copy_round if self.pool is not None else -1,
                  "pending_round": [self.round_index, self.pending_fitness] if self.pending_fitness is not None else None,
-                 "collectives": dict(self.comm.calls)}  # this process's collective calls so far (tests count them)
+                 "collectives": dict(self.comm.calls),  # this process's collective calls so far (tests count them)
+                 "log_rows": self.log.rows()}  # what the (flushed) log holds: a resume cuts it back to this
         self.pod.save(self.ckpt, extra)
         self.ckpt_epochs = (epoch, prev_epoch)
         self.last_ckpt = time.monotonic()
@@ -470,23 +487,30 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
     return out
 
 
+def _injection(name: str, rank: int) -> str | None:
+    """Fault testing: the value for ``rank`` in ``PODRACER_INJECT_<NAME>=RANK:VALUE[,RANK:VALUE...]``."""
+    for item in filter(None, os.environ.get(f"PODRACER_INJECT_{name}", "").split(",")):
+        r, v = item.split(":")
+        if int(r) == rank:
+            return v
+    return None
+
+
 def _nan_injection(rank: int) -> int:
-    """Fault testing: ``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
-    spec = os.environ.get("PODRACER_INJECT_NAN", "")
-    if not spec:
-        return 0
-    r, u = (int(x) for x in spec.split(":"))
-    return u if r == rank else 0
+    """``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
+    return int(_injection("NAN", rank) or 0)
 
 
 def _slow_injection(rank: int) -> float:
-    """Fault testing: ``PODRACER_INJECT_SLOW=RANK:FACTOR[,RANK:FACTOR...]`` makes those ranks'
-    updates take FACTOR times as long (a straggler: a throttled GPU, a busy node)."""
-    for item in filter(None, os.environ.get("PODRACER_INJECT_SLOW", "").split(",")):
-        r, f = item.split(":")
-        if int(r) == rank:
-            return float(f)
-    return 1.0
+    """``PODRACER_INJECT_SLOW=RANK:FACTOR[,...]`` makes those ranks' updates take FACTOR times as
+    long (a straggler: a throttled GPU, a busy node)."""
+    return float(_injection("SLOW", rank) or 1.0)
+
+
+def _signal_injection(rank: int) -> int:
+    """``PODRACER_INJECT_SIGNAL=RANK:UPDATE[,...]``: that rank sends itself a real SIGUSR2 right
+    after that update (a warning signal at an exact point of the schedule, through the real handler)."""
+    return int(_injection("SIGNAL", rank) or 0)
 
 
 def _fmt_steps(n: float) -> str:

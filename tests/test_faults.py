@@ -271,6 +271,57 @@ def test_warning_signals_during_mpi_shutdown_leave_a_finished_run_finished(tmp_p
             os.killpg(p.pid, signal.SIGKILL)
 
 
+# Clocks and I/O counters: the only columns of a rank's log that may differ between runs.
+NOT_COMPARED = {"wall_s", "steps_per_s", "tournament_s", "fs_ops"}
+
+
+def assert_same_log(a: Path, b: Path) -> None:
+    """Every row of every group equal, clocks and I/O counters aside."""
+    la, lb = read_log(a), read_log(b)
+    for group in ("train", "eval", "tournament"):
+        cols = set(la[group]) | set(lb[group])
+        for c in sorted(cols - NOT_COMPARED):
+            x, y = list(la[group].get(c, [])), list(lb[group].get(c, []))
+            assert len(x) == len(y), f"{a.name} /{group}/{c}: {len(x)} rows, the uninterrupted run has {len(y)}"
+            bad = [i for i, (u, v) in enumerate(zip(x, y)) if not (u == v or (u != u and v != v))]  # NaN == NaN
+            assert not bad, f"{a.name} /{group}/{c} differs from the uninterrupted run from row {bad[0]}: {x[bad[0]]!r} vs {y[bad[0]]!r}"
+
+
+@pytest.mark.mpi
+def test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly(tmp_path):
+    """Issue 23: rank 1 gets a warning signal right after a resume; rank 0 trains on until it
+    reaches the next round, where it learns of the stop; each checkpoints at its own update (rank 0
+    *at* the round, rank 1 one update before it). Resumed, rank 0 must hold that round before it
+    trains again: it used to train one more update first and diverge from the uninterrupted run."""
+    # rounds every 2 updates (1,024 env steps an update), 16 updates
+    extra = ("total_env_steps=16384", "tournament.interval_env_steps=2048", "eval.interval_env_steps=2048",
+             "log.checkpoint_interval_s=0")
+    cmd = train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2)
+    ref = run(cmd)
+    assert ref.returncode == 0, ref.stderr
+    d = tmp_path / "stopped"
+    cmd = train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2)
+    r = run([*cmd, "--stop-after-updates", "4"])  # both ranks at update 4, round 1 due
+    assert r.returncode == 75, r.stderr
+    # Resumed: round 1, then rank 1 signals itself (a real SIGUSR2) after update 5; its updates take
+    # 10x as long, so rank 0 is through update 6 (round 2 due) before the notice can reach it.
+    e = {**env(), "PODRACER_INJECT_SIGNAL": "1:5", "PODRACER_INJECT_SLOW": "1:10"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO, env=e)
+    assert r.returncode == 75, r.stderr
+    assert "stopped by signal SIGUSR2" in r.stderr and "stopped by another rank's stop" in r.stderr, r.stderr
+    _, m0 = tensors_of(d / "checkpoints" / "rank0.safetensors")
+    _, m1 = tensors_of(d / "checkpoints" / "rank1.safetensors")
+    assert (m0["updates"], m1["updates"]) == (6, 5), "the scenario did not happen: " + r.stderr
+    assert m0["pending_round"] is not None and m0["pending_round"][0] == 2  # evaluated for round 2, not held
+    r = run(cmd)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        assert_once(read_log(d / "logs" / f"quickstart_rank{rank}.h5"), ranks_rounds=8)
+        assert_same_log(d / "logs" / f"quickstart_rank{rank}.h5", tmp_path / "ref" / "logs" / f"quickstart_rank{rank}.h5")
+        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors",
+                          d / "checkpoints" / f"rank{rank}.safetensors")
+
+
 # --------------------------------------------------------------------------- bad input: exit 2, a message, nothing damaged
 
 

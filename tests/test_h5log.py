@@ -119,6 +119,25 @@ def test_a_log_left_open_by_a_killed_writer_is_recovered_and_continued(tmp_path)
     assert log["attrs"]["seed"] == 5 and log["attrs"]["config"] == {"a": [1, 2]}
 
 
+def test_truncate_to_a_checkpoints_rows_is_exact_where_env_steps_tie(tmp_path):
+    """A checkpoint taken at a round's env steps, before the round was held, then the round's rows
+    (same env steps), then a kill: the resume must drop the round's rows (truncate_after kept them,
+    and the redone round was logged twice)."""
+    p = tmp_path / "r.h5"
+    with H5Writer(p, {}) as w:
+        for i in range(1, 5):
+            w.append("train", {"update": i, "env_steps": 100 * i})
+        saved = w.rows()  # the checkpoint at 400 env steps: round 0 due, not held
+        assert saved == {"train": 4, "eval": 0, "tournament": 0}
+        w.append("eval", {"update": 4, "env_steps": 400, "return_mean": -1.0})
+        w.append("tournament", {"round": 0, "env_steps": 400, "action": "keep"})
+    with H5Writer(p, {}) as w:
+        assert w.truncate_after(400) == 0  # env steps cannot tell these rows from the checkpoint's
+        assert w.truncate_to(saved) == 2
+        assert w.rows() == saved
+        assert w.truncate_to({"train": 10}) == 0  # rows the log does not have: nothing to drop
+
+
 @pytest.mark.parametrize("data, initval, expected", [
     (b"", 0, 0xDEADBEEF), (b"", 0xDEADBEEF, 0xBD5B7DDE),  # lookup3.c's own test vectors
     (b"Four score and seven years ago", 0, 0x17770551), (b"Four score and seven years ago", 1, 0xCD628161),
