@@ -27,7 +27,7 @@ setup: $(BIN)/.installed
 ## tournament under the mpiexec of the PyPI mpich wheel, behind podracer_hpc/mpirun.py's signal
 ## relay: Ctrl-C, USR1, USR2 or TERM stop every pod with a checkpoint (exit 75; run again to resume)
 quickstart: setup
-	$(BIN)/python -m podracer_hpc.mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
+	$(BIN)/podracer mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
 
 ## test: set up, then run the whole test suite (unit, MPI under a real mpiexec, the local Slurm cluster)
 test: setup

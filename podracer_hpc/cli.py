@@ -1,4 +1,4 @@
-"""The ``podracer`` console script: train | submit | status | backtest | data | bench | config."""
+"""The ``podracer`` console script: train | mpirun | submit | status | backtest | data | bench | config | study."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             else:
                 for t in req.array or [None]:
                     sets, d = launch.task_overrides(req, cfg, t)
-                    print(f"# mpiexec -n {req.ranks} podracer train {args.config} --run-dir {d} "
+                    print(f"# podracer mpirun -n {req.ranks} podracer train {args.config} --run-dir {d} "
                           + " ".join(f"--set {s}" for s in sets))
             print("# resolved config")
             print(yaml.safe_dump(to_dict(cfg), sort_keys=False), end="")
@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
             dp.add_argument("--force", action="store_true", help="prepare again even if the cache is fresh")
         dp.set_defaults(func=_cmd_data)
 
+    sub.add_parser("mpirun", add_help=False,  # parsed by podracer_hpc.mpirun.main
+                   help="mpiexec behind a signal relay: USR1/USR2/TERM/Ctrl-C to the job stop every pod with a "
+                        "checkpoint (exit 75), e.g. podracer mpirun -n 4 podracer train jobs/quickstart.yaml")
     sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.trading.backtest.main
                    help="stock trading: run a checkpoint's policy on held-out data (podracer backtest --help)")
 
@@ -278,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         from .signals import process_flag
 
         process_flag()
+    if argv[:1] == ["mpirun"]:  # mpiexec's own arguments follow: no argparse (podracer_hpc/mpirun.py)
+        from .mpirun import main as mpirun_main
+
+        return mpirun_main(argv[1:])
     if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/trading/backtest.py)
         from .trading.backtest import main as backtest_main
 

@@ -484,7 +484,13 @@ class RankProgram:
 def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
     """The batch script's lines before srun: the environment every rank inherits."""
     q = shlex.quote
-    lines = ["export PYTHONUNBUFFERED=1"]
+    # A warning signal to the whole job (`scancel --signal=USR2 --full`, a site's preemption that
+    # signals everything) reaches this batch shell too: without a trap bash dies of it, the job
+    # ends FAILED and cannot be requeued (issue 23). Trapped, the shell waits for srun while the
+    # ranks checkpoint and rank 0 requeues. (srun resets the disposition and relays the signal.)
+    # (A trap's command runs only once srun has ended, after the requeue has killed this shell: no echo.)
+    lines = ["trap : USR1 USR2  # a warning signal to the whole job (scancel --full) must not end this shell",
+             "export PYTHONUNBUFFERED=1"]
     if snap is not None:
         lines += [f"export PYTHONPATH={q(str(snap.path))}${{PYTHONPATH:+:$PYTHONPATH}}",
                   "export PYTHONSAFEPATH=1  # the snapshot, not a checkout in the working directory",

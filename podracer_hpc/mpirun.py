@@ -1,4 +1,5 @@
-"""``python -m podracer_hpc.mpirun [--mpiexec PATH] ARGS...``: mpiexec behind a signal relay.
+"""``podracer mpirun [--mpiexec PATH] ARGS...`` (also ``python -m podracer_hpc.mpirun``): mpiexec
+behind a signal relay. Every multi-rank command the README and docs show runs through it.
 
 Why: MPICH's mpiexec (Hydra) starts its proxies, and they the ranks, each in a new session
 (setsid), so a signal sent to "the job" of ``make quickstart`` or ``podracer submit --executor
@@ -128,8 +129,8 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-USAGE = """usage: python -m podracer_hpc.mpirun [--mpiexec PATH] MPIEXEC_ARGS...
-  e.g. python -m podracer_hpc.mpirun -n 4 podracer train jobs/quickstart.yaml
+USAGE = """usage: podracer mpirun [--mpiexec PATH] MPIEXEC_ARGS...
+  e.g. podracer mpirun -n 4 podracer train jobs/quickstart.yaml
 Runs mpiexec behind a signal relay: USR1, USR2, TERM, INT or HUP to this process stop every rank
 with a checkpoint (exit 75); its exit code is mpiexec's."""
 

@@ -105,7 +105,7 @@ def choose(files: list[RankFiles], size: int, other_ranks: list[int] = (), indep
         n = max(recorded | {max(other_ranks, default=-1) + 1})
         raise ResumeError(
             f"this run directory holds the checkpoints of a {n}-rank run, and {size} rank(s) started. "
-            f"Resume it with {n} ranks (mpiexec -n {n}, or as many Slurm tasks), or use a new --run-dir."
+            f"Resume it with {n} ranks (podracer mpirun -n {n}, or as many Slurm tasks), or use a new --run-dir."
         )
     if not any(f.exists for rf in files for f in (rf.ckpt, rf.prev)):
         return Choice(fresh=True, use=("fresh",) * size, updates=(0,) * size)

@@ -26,7 +26,8 @@ def rank_pids(run_dir) -> list[int]:
             comm = (d / "comm").read_text().strip()
         except OSError:
             continue
-        if comm.startswith("python") and b"podracer_hpc.cli" in cmd and str(run_dir).encode() in cmd:
+        if (comm.startswith("python") and b"podracer_hpc.cli" in cmd and b"mpirun" not in cmd  # not the relay
+                and str(run_dir).encode() in cmd):
             out.append(int(d.name))
     return sorted(out)
 

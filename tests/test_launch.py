@@ -233,15 +233,7 @@ def _alive(pid: int) -> bool:
 
 
 def _train_rows(run: Path, ranks: int) -> list[list[int]]:
-    from podracer_hpc.h5log import read_log
-
-    rows = []
-    for k in range(ranks):
-        try:
-            rows.append([int(x) for x in read_log(run / "logs" / f"pendulum_rank{k}.h5")["train"]["env_steps"]])
-        except Exception:
-            rows.append([])
-    return rows
+    return _train_rows_of(run, ranks, "pendulum")
 
 
 def _submit_local(run: Path, *sets: str, out: Path) -> subprocess.Popen:
@@ -304,9 +296,53 @@ def test_local_job_usr2_stops_every_rank_with_a_checkpoint_and_resumes(tmp_path)
         assert steps == list(range(STEPS_PER_UPDATE, total + 1, STEPS_PER_UPDATE)), f"rank {k}: each update once"
 
 
+@pytest.mark.mpi
+def test_podracer_mpirun_as_documented_survives_usr2_to_its_process_group(tmp_path):
+    """Issue 23: the README's multi-rank command (``podracer mpirun -n 2 podracer train ...``) and a
+    SIGUSR2 to its whole process group (a wrapper's "signal the job"): every rank checkpoints, exit
+    75; the same command resumes and finishes. A bare mpiexec died of the same signal (-12)."""
+    from helpers import mpiexec_or_skip
+
+    mpiexec_or_skip()
+    podracer = Path(sys.executable).parent / "podracer"
+    run = tmp_path / "run"
+    cmd = [str(podracer), "mpirun", "-n", "2", str(podracer), "train", "jobs/quickstart.yaml", "--run-dir", str(run),
+           "--set", "total_env_steps=40960", "--set", "tournament.interval_env_steps=8192", *TINY]
+    out = tmp_path / "out"
+    p = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and p.poll() is None and not all(len(r) >= 2 for r in _train_rows_of(run, 2)):
+            time.sleep(0.3)
+        assert p.poll() is None, out.read_text()
+        os.killpg(p.pid, signal.SIGUSR2)
+        assert p.wait(timeout=120) == 75, out.read_text()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert "SIGUSR2: asking every rank" in text and text.count("checkpoint saved, run again to resume") == 2, text
+    assert subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240).returncode == 0
+    for k, steps in enumerate(_train_rows_of(run, 2)):
+        assert steps == list(range(STEPS_PER_UPDATE, 40960 + 1, STEPS_PER_UPDATE)), f"rank {k}: each update once"
+
+
+def _train_rows_of(run: Path, ranks: int, name: str = "quickstart") -> list[list[int]]:
+    from podracer_hpc.h5log import read_log
+
+    rows = []
+    for k in range(ranks):
+        try:
+            rows.append([int(x) for x in read_log(run / "logs" / f"{name}_rank{k}.h5")["train"]["env_steps"]])
+        except Exception:
+            rows.append([])
+    return rows
+
+
 def test_signal_relay_refuses_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "podracer_hpc.mpirun"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "usage: python -m podracer_hpc.mpirun" in r.stderr
+    assert r.returncode == 2 and "usage: podracer mpirun" in r.stderr
     r = subprocess.run([sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", "/nonexistent/mpiexec", "-n", "2",
                         "true"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "is not an executable file" in r.stderr

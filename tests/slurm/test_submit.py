@@ -280,3 +280,40 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
     assert "NEW CODE" not in err and "resuming from" in err, err
     meta = json.loads(Path(snap.group(1), "SNAPSHOT.json").read_text())
     assert meta["revision"] == old_rev and meta["dirty"] is False and meta["source"] == str(clone / "podracer_hpc")
+
+
+def test_a_warning_signal_to_the_whole_job_checkpoints_and_requeues(slurm_cluster_noacct, tmp_path):
+    """Issue 23: `scancel --signal=USR2 --full` (the batch shell too: what a site's preemption or a
+    user who signals everything does). The batch shell died of it and the job ended FAILED
+    (JobLaunchFailure), not requeued; now it traps it, the ranks checkpoint, rank 0 requeues, and
+    the job resumes and completes with every update logged once."""
+    cluster, run, out = slurm_cluster_noacct, tmp_path / "run", tmp_path / "submit.out"
+    total, per_update = 40 * 2048, 128 * 16
+    proc, job = start(cluster, "--tasks-per-node", "2", "--time", "5", "--timeout", "600", "--run-dir", str(run),
+                      "--set", f"total_env_steps={total}", "--set", "tournament.interval_env_steps=16384", *SHORT,
+                      out=out)
+    try:
+        end = time.monotonic() + 180
+        while time.monotonic() < end and proc.poll() is None:
+            try:
+                if len(read_log(run / "logs" / "quickstart_rank1.h5")["train"]["update"]) >= 3:
+                    break
+            except Exception:  # noqa: BLE001  (not there yet, or being written)
+                pass
+            time.sleep(0.2)
+        assert proc.poll() is None, out.read_text()
+        cluster.run("scancel", "--signal=USR2", "--full", job)
+        assert proc.wait(timeout=600) == 0, out.read_text() + cluster.job_report(job)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            cluster.run("scancel", job, check=False)
+    text = out.read_text()
+    assert "requeued (start 2)" in text and "FAILED" not in text, text
+    summary = json.loads(text.strip().splitlines()[-1])
+    assert summary["env_steps"] == 2 * total and summary.get("complete", True) is True, summary
+    batch = "".join(p.read_text(errors="replace") for p in (run / "slurm").rglob("*_0_log.err"))
+    assert "stopped by signal SIGUSR2" in batch and "resuming from" in batch, batch
+    for k in range(2):
+        steps = [int(x) for x in read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["env_steps"]]
+        assert steps == list(range(per_update, total + 1, per_update)), f"rank {k}: each update once"

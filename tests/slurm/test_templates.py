@@ -519,3 +519,27 @@ def test_array_throttled_later_task_joins_shared_leaderboard(cluster, jobs) -> N
     # (whether task 1 also joined depends on which of the first two published first: not asserted)
     assert text[2].count("joined from leaderboard entry") == 2, text[2]
     assert len(list((board / "entries").glob("*.json"))) >= 1
+
+
+@pytest.mark.slurm
+def test_a_warning_signal_to_the_whole_job_requeues_and_resumes(cluster) -> None:
+    """Issue 23: `scancel --signal=USR2 --full`: the batch shell (trapped), srun and every rank get
+    the signal at once; the ranks checkpoint, the job requeues itself and completes, each update once."""
+    total = 12 * INTERVAL
+    job = _sbatch(cluster, "-N1", *LOCAL, "--time=5", str(TPL / "tournament.sbatch"), "jobs/quickstart.yaml",
+                  *FAST, "--set", f"total_env_steps={total}")
+    run_dir = cluster.work / "runs" / f"quickstart-{job}"
+    _wait_rounds(run_dir / "logs" / "quickstart_rank0.h5", 1, job, cluster)
+    cluster.run("scancel", "--signal=USR2", "--full", job)
+    state = cluster.wait_terminal(job, timeout=600)
+    out = _output(cluster, job, run_dir)
+    assert state == ("COMPLETED", "0:0"), f"job {job}: {state}\n{out}"
+    assert "batch shell got SIGUSR2" in out and "requeueing job" in out, out
+    history = cluster.run("sacct", "-n", "-P", "-X", "-D", "-j", job, "-o", "State,ExitCode").stdout.split()
+    assert history == ["REQUEUED|0:0", "COMPLETED|0:0"], history
+    from podracer_hpc.h5log import read_log
+
+    for r in range(2):
+        log = read_log(run_dir / "logs" / f"quickstart_rank{r}.h5")
+        assert [int(x) for x in log["train"]["update"]] == list(range(1, total // BATCH + 1)), f"rank {r}"
+        assert [int(x) for x in log["tournament"]["round"]] == list(range(total // INTERVAL)), f"rank {r}"
