@@ -1,8 +1,8 @@
 """Analysis of podracer-hpc runs: tidy tables from the per-rank HDF5 logs, and figures.
 
 - :mod:`analysis.aggregate`: load run directories, build tables (one row per run x pod x
-  evaluation; per run; per tournament decision), time to a target return, mean curves with
-  confidence bands, CSV/Parquet output;
+  evaluation; per run; per tournament decision), time to a target return, mean curves over runs
+  with t-intervals (each run's pods reduced first), CSV/Parquet output;
 - :mod:`analysis.plots`: learning curves, scaling, tournament lineage, PBT hyperparameters
   (matplotlib ``Figure`` objects, no pyplot state);
 - :mod:`analysis.make_figures`: ``python -m analysis.make_figures RUN_DIR ... --out figures/``.

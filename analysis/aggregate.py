@@ -14,6 +14,10 @@ Tables are :class:`Table` objects: named numpy columns of one length (no pandas 
   seeds (median, range, how many reached it, the bound when not), throughput, speed-up,
   efficiency, and the ratio to a reference system at the same resources.
 
+Curves (:func:`run_curves`, :func:`mean_curve`) take runs as the samples, not pods (a
+tournament's pods copy each other): each run's pods are reduced to one curve first (their mean,
+or the best pod), then the mean and the 95% t-interval (:func:`t95`, exact) are over runs.
+
 A run's *resources* (:attr:`Run.resources`: pods, GPUs, CPU cores, nodes) put every system on
 one x axis: podracer's pods are its MPI ranks, RLlib's pods-equivalent its learners
 (``baselines/rllib``), and a study (``podracer study``) writes what it gave each run into
@@ -58,6 +62,9 @@ __all__ = [
     "parse_targets",
     "first_crossing",
     "mean_curve",
+    "run_curves",
+    "t95",
+    "REDUCERS",
     "job_id",
     "read_csv",
 ]
@@ -502,7 +509,8 @@ def time_to_target(evals: Table, target: Targets, x: str = "wall_s", y: str = "r
 
 
 RUN_COLUMNS = ("system", "task", "run", "pods", "gpus", "cpus", "nodes", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
-               "steps_per_s_per_pod", "update_steps_per_s", "best_return", "final_return", "best_pod", "rounds",
+               "steps_per_s_per_pod", "update_steps_per_s", "best_return", "best_return_se", "peak_return",
+               "final_return", "best_pod", "rounds",
                "complete", "target", "metric", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
 
 
@@ -512,8 +520,10 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
     ``env_steps``: summed over pods (last train row of each); ``wall_s``: the slowest pod's
     training seconds; ``steps_per_s`` = env_steps / wall_s (the pool's throughput, evaluation and
     tournament included); ``update_steps_per_s``: the sum over pods of their median per-update
-    throughput (training only); ``best_return``: best evaluation of any pod; ``final_return``: the
-    best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
+    throughput (training only); ``best_return``, ``best_return_se``, ``best_pod``: the run's verdict
+    (summary.json: every pod evaluated once more on one common set, ``eval.final_episodes``) when
+    the run has one, else the best evaluation of any pod (standard error NaN); ``peak_return``: the
+    best evaluation of any pod at any time; ``final_return``: the best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
     evaluation of any pod at or above the target of the run's task (a number for all tasks, or
     ``{task: number}``; NaN if never reached or no target) of ``metric`` (:data:`METRICS`:
     ``return``, or ``cumulative_return`` for stock trading); ``pods``, ``gpus``, ``cpus``,
@@ -551,6 +561,8 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
             "steps_per_s_per_pod": env_steps / wall / max(1, len(steps)) if wall and wall > 0 else math.nan,
             "update_steps_per_s": float(np.nansum(upd)) if upd else math.nan,
             "best_return": max(best) if best and math.isfinite(max(best)) else math.nan,
+            "best_return_se": math.nan,
+            "peak_return": max(best) if best and math.isfinite(max(best)) else math.nan,
             "final_return": max(finals) if finals and math.isfinite(max(finals)) else math.nan,
             "best_pod": ranks[best_i] if best_i >= 0 and math.isfinite(best[best_i]) else -1,
             "rounds": _rounds(run),
@@ -563,6 +575,10 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
             "host": str(next(iter(run.attrs.values()), {}).get("host", "")),
             "run_dir": str(run.path),
         }
+        verdict = run.summary if run.summary is not None and run.summary.get("final_episodes") else None
+        if verdict is not None and verdict.get("best_return") is not None:  # the common-ground verdict
+            row.update(best_return=float(verdict["best_return"]), best_pod=int(verdict.get("best_pod", -1)),
+                       best_return_se=float(verdict.get("best_return_se") or math.nan))
         rows.append(row)
     return _typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
 
@@ -627,55 +643,126 @@ def _hparams(s: str) -> dict[str, float]:
 
 # ---------------------------------------------------------------------- curves
 
-# Two-sided 95% Student t quantiles, df = 1..30 (beyond: the normal's 1.96).
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-        2.045, 2.042)
+
+def t95(df: float) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom, t(0.975, df),
+    exact for any ``df`` (``scipy.stats.t``; ``inf`` gives the normal's 1.95996); NaN for df < 1."""
+    return float(_t975(np.array([df], dtype=float))[0])
 
 
-def t95(df: int) -> float:
-    return _T95[df - 1] if 1 <= df <= len(_T95) else 1.96 if df > len(_T95) else math.nan
+def _t975(df: np.ndarray) -> np.ndarray:
+    """:func:`t95` over an array of degrees of freedom."""
+    from scipy import stats  # here, not at import: the tables need no scipy
+
+    df = np.asarray(df, dtype=float)
+    out = np.full(df.shape, math.nan)
+    ok = df >= 1  # NaN compares False
+    out[ok] = stats.t.ppf(0.975, df[ok])
+    return out
+
+
+# How a run's pods become the run's one curve (the run is the independent sample, its pods are not:
+# a tournament's pods copy each other).
+REDUCERS = {"mean": "the mean of its pods", "best": "its best pod at each point"}
+MIN_RUNS_FOR_BAND = 3  # with 2 runs a 95% t-interval is +-12.7 sd/sqrt(2): wider than it says anything
+
+
+def _pod_curves(evals: Table, x: str, y: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each pod's finite (x, y) points of one run, sorted by x (pods without any left out)."""
+    out = []
+    for p in evals.unique("pod"):
+        u = evals.where(pod=p)
+        xs, ys = u[x].astype(float), u[y].astype(float)
+        ok = np.isfinite(xs) & np.isfinite(ys)
+        if ok.any():
+            o = np.argsort(xs[ok], kind="stable")
+            out.append((xs[ok][o], ys[ok][o]))
+    return out
+
+
+def _grid(curves: Sequence[tuple[np.ndarray, np.ndarray]], max_points: int) -> np.ndarray:
+    """The union of the curves' x values, thinned to about ``max_points`` (each curve's end kept)."""
+    grid = np.unique(np.concatenate([c[0] for c in curves]))
+    if len(grid) > max_points:
+        grid = np.unique(np.concatenate([np.linspace(grid[0], grid[-1], max_points), [c[0][-1] for c in curves]]))
+    return grid
+
+
+def _on_grid(curves: Sequence[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """Curves x grid: each curve interpolated linearly, only inside its own x range (NaN outside)."""
+    vals = np.full((len(curves), len(grid)), math.nan)
+    for i, (xs, ys) in enumerate(curves):
+        inside = (grid >= xs[0]) & (grid <= xs[-1])
+        vals[i, inside] = np.interp(grid[inside], xs, ys)
+    return vals
+
+
+def _enough(vals: np.ndarray, min_share: float) -> np.ndarray:
+    """Grid points where at least ``min_share`` of the rows (at least one) have data."""
+    return np.isfinite(vals).sum(axis=0) >= max(1, math.ceil(min_share * len(vals)))
+
+
+def _reduce(vals: np.ndarray, how: str, min_share: float) -> np.ndarray:
+    """One run's pods x grid to one curve: the mean or the max over the pods with data at each
+    point, where at least ``min_share`` of its pods have data (so it does not jump where pods end)."""
+    out = np.full(vals.shape[1], math.nan)
+    keep = _enough(vals, min_share)
+    if keep.any():
+        v = vals[:, keep]
+        out[keep] = np.nanmean(v, axis=0) if how == "mean" else np.nanmax(v, axis=0)
+    return out
+
+
+def run_curves(evals: Table, x: str = "env_steps", y: str = "return_mean", reduce: str = "mean",
+               max_points: int = 400, min_share: float = 0.5) -> dict[str, Any]:
+    """Each run's curve of ``y`` vs ``x``, its pods reduced to one (``reduce``: ``"mean"`` of the
+    pods, or ``"best"``: the best pod at each point, as time to target takes any pod).
+
+    Each pod's curve is interpolated linearly on a common grid (the union of all pods' ``x``
+    values, thinned to ``max_points``), only inside its own range; a run has a value where at
+    least ``min_share`` of its pods have data. Returns ``{x, runs, curves}`` (``curves``: runs x
+    grid, NaN where a run has none; runs without any data are left out).
+    """
+    if reduce not in REDUCERS:
+        raise ValueError(f"reduce {reduce!r}: one of {', '.join(REDUCERS)}")
+    pods = {run: _pod_curves(evals.where(run=run), x, y) for run in (evals.unique("run") if len(evals) else [])}
+    pods = {run: c for run, c in pods.items() if c}
+    if not pods:
+        return {"x": np.array([]), "runs": [], "curves": np.zeros((0, 0))}
+    grid = _grid([c for cs in pods.values() for c in cs], max_points)
+    curves = np.array([_reduce(_on_grid(cs, grid), reduce, min_share) for cs in pods.values()])
+    return {"x": grid, "runs": list(pods), "curves": curves}
 
 
 def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_points: int = 400,
-               min_share: float = 0.5) -> dict[str, np.ndarray]:
-    """Mean and 95% confidence band of ``y`` over the units (run x pod) of ``evals``.
+               min_share: float = 0.5, reduce: str = "mean", min_runs: int = MIN_RUNS_FOR_BAND) -> dict[str, Any]:
+    """Mean and 95% confidence band of ``y`` over the *runs* of ``evals`` (the independent
+    samples: seeds), each run's pods reduced first (:func:`run_curves`, ``reduce``: ``"mean"`` of
+    its pods or its ``"best"`` pod).
 
-    Each unit's curve is interpolated linearly on a common grid (the union of the units' ``x``
-    values, thinned to ``max_points``), only inside its own range; grid points where fewer than
-    ``min_share`` of the units have data are dropped (so that the mean does not jump where units
-    end). At each grid point: ``n`` units with data, ``mean``, and ``lo``/``hi`` = mean -/+
-    t(0.975, n-1) * sd / sqrt(n) (NaN where n < 2). Returns ``{x, mean, lo, hi, n}``.
+    Grid points where fewer than ``min_share`` of the runs have data are dropped (so that the
+    mean does not jump where runs end). At each grid point: ``n`` runs with data, ``mean``, and
+    ``lo``/``hi`` = mean -/+ t(0.975, n-1) * sd / sqrt(n) over the runs, NaN where n < ``min_runs``
+    (3: draw the runs themselves then). Returns ``{x, mean, lo, hi, n, runs, curves, reduce}``
+    (``curves``: the runs' reduced curves on ``x``, one row per run in ``runs``).
     """
-    units = []
-    for run in evals.unique("run") if len(evals) else []:
-        t = evals.where(run=run)
-        for p in t.unique("pod"):
-            u = t.where(pod=p)
-            xs, ys = u[x].astype(float), u[y].astype(float)
-            ok = np.isfinite(xs) & np.isfinite(ys)
-            xs, ys = xs[ok], ys[ok]
-            if len(xs):
-                o = np.argsort(xs, kind="stable")
-                units.append((xs[o], ys[o]))
-    if not units:
+    rc = run_curves(evals, x, y, reduce, max_points, min_share)
+    grid, curves = rc["x"], rc["curves"]
+    if not len(grid):
         e = np.array([])
-        return {"x": e, "mean": e, "lo": e, "hi": e, "n": e.astype(int)}
-    grid = np.unique(np.concatenate([u[0] for u in units]))
-    if len(grid) > max_points:
-        grid = np.unique(np.concatenate([np.linspace(grid[0], grid[-1], max_points), [u[0][-1] for u in units]]))
-    vals = np.full((len(units), len(grid)), np.nan)
-    for i, (xs, ys) in enumerate(units):
-        inside = (grid >= xs[0]) & (grid <= xs[-1])
-        vals[i, inside] = np.interp(grid[inside], xs, ys)
-    n = np.isfinite(vals).sum(axis=0)
-    keep = n >= max(1, math.ceil(min_share * len(units)))
-    grid, vals, n = grid[keep], vals[:, keep], n[keep]
-    cols = [v[np.isfinite(v)] for v in vals.T]
-    mean = np.array([c.mean() if len(c) else np.nan for c in cols])
-    sd = np.array([c.std(ddof=1) if len(c) > 1 else np.nan for c in cols])
-    half = np.array([t95(k - 1) for k in n]) * sd / np.sqrt(np.maximum(n, 1))
-    return {"x": grid, "mean": mean, "lo": mean - half, "hi": mean + half, "n": n}
+        return {"x": e, "mean": e, "lo": e, "hi": e, "n": e.astype(int), "runs": [], "curves": curves,
+                "reduce": reduce}
+    keep = _enough(curves, min_share)
+    grid, curves = grid[keep], curves[:, keep]
+    has = np.isfinite(curves).any(axis=1)  # a run with data only where too few runs had: not drawn
+    runs, curves = [r for r, h in zip(rc["runs"], has) if h], curves[has]
+    n = np.isfinite(curves).sum(axis=0)
+    mean = np.nansum(curves, axis=0) / n
+    sd = np.sqrt(np.nansum((curves - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
+    half = _t975(n - 1.0) * sd / np.sqrt(n)
+    half[n < max(2, min_runs)] = math.nan
+    return {"x": grid, "mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "runs": runs,
+            "curves": curves, "reduce": reduce}
 
 
 # ---------------------------------------------------------------------- scaling

@@ -2,7 +2,7 @@
 
     python -m analysis.make_figures RUN_DIR [RUN_DIR ...] --out figures/ \\
         [--label NAME=RUN_DIR ...] [--target -250 | --target TASK=RETURN ...] [--formats png pdf] \\
-        [--metric return|cumulative_return] [--reference SYSTEM]
+        [--metric return|cumulative_return] [--reference SYSTEM] [--reduce mean|best]
 
 A RUN_DIR may also be a folder of run directories (e.g. ``runs/bench-learning``). A labelled
 run directory (``--label``) need not be repeated as a RUN_DIR; its curves carry NAME (else the
@@ -13,7 +13,9 @@ run's config name). Writes into ``--out``:
 - ``scaling.csv`` and ``scaling.md``: one row per system x task x pods (time to target over seeds,
   throughput, speed-up, efficiency, ratio to ``--reference``, default the first system);
 - ``tournament.csv``: one row per run x pod x tournament round (when a run has a tournament);
-- ``learning_curves.{png,pdf}``, ``scaling.{png,pdf}``;
+- ``learning_curves.{png,pdf}`` (mean and 95% t-interval over runs, each run's pods reduced by
+  ``--reduce``: their mean, default, or the best pod; the runs themselves with fewer than 3),
+  ``scaling.{png,pdf}``;
 - ``lineage_<run>.{png,pdf}`` per tournament run, ``hparams_<run>.{png,pdf}`` per run whose
   hyperparameters changed (PBT).
 
@@ -28,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .aggregate import (METRICS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table,
+from .aggregate import (METRICS, REDUCERS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table,
                         scaling_markdown, scaling_table, tournament_table)
 
 __all__ = ["make_figures", "main"]
@@ -41,14 +43,16 @@ def _slug(s: str) -> str:
 def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
                  labels: Mapping[str, str | Path] | Sequence[str] | None = None,
                  target: Targets = None, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150,
-                 metric: str = "return", reference: str | None = None, per_run: bool = True) -> list[Path]:
+                 metric: str = "return", reference: str | None = None, per_run: bool = True,
+                 reduce: str = "mean") -> list[Path]:
     """Write the tables and figures of the given runs into ``out``; returns the written paths.
 
     ``target``: a value of ``metric`` for every task, or ``{task: value}``; ``metric``: ``return``
     (evaluation return) or ``cumulative_return`` (stock trading: the evaluation episodes'
     cumulative return on the training window, a fraction). ``reference``: the system the
     scaling table's ``time_ratio`` divides by (default: the first). ``per_run=False`` leaves out
-    the per-run figures (lineage, hyperparameters): a study's report has many runs."""
+    the per-run figures (lineage, hyperparameters): a study's report has many runs. ``reduce``:
+    how the learning curves make one curve of a run's pods (``"mean"`` or ``"best"``)."""
     from . import plots  # matplotlib only when drawing
 
     out = Path(out)
@@ -73,7 +77,8 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
             fig.savefig(path, dpi=dpi)
             written.append(path)
 
-    save(plots.learning_curves(evals, target=target if metric == "return" else None), "learning_curves")
+    save(plots.learning_curves(evals, target=target if metric == "return" else None, reduce=reduce),
+         "learning_curves")
     save(plots.scaling(table, evals, target=target, reference=reference), "scaling")
     for run in runs if per_run else []:
         if run.mode == "none" or not len(tour) or not (tour["run"] == run.run).any():
@@ -102,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                         "episodes' cumulative return on the training window, as a fraction (0.5 = +50%%)")
     p.add_argument("--reference", default=None, metavar="SYSTEM",
                    help="the system the scaling table's time ratio divides by (default: the first)")
+    p.add_argument("--reduce", default="mean", choices=list(REDUCERS),
+                   help="learning curves: one curve per run from its pods' mean (default) or its best pod at each "
+                        "point; the band is then over runs")
     p.add_argument("--formats", nargs="+", default=["png", "pdf"], help="figure formats (default: png pdf)")
     p.add_argument("--dpi", type=int, default=150)
     a = p.parse_args(argv)
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")  # files only, no display needed
     try:
         paths = make_figures(a.run_dirs, a.out, a.label, parse_targets(a.target), a.formats, a.dpi, a.metric,
-                             a.reference)
+                             a.reference, reduce=a.reduce)
     except (RunDirError, ValueError) as e:
         print(f"make_figures: {e}", file=sys.stderr)
         return 2

@@ -4,8 +4,9 @@ Every function returns a :class:`matplotlib.figure.Figure` built without pyplot 
 state; it displays in a notebook and saves with ``fig.savefig``) and laid out with
 ``constrained_layout`` so that no text overlaps:
 
-- :func:`learning_curves`: evaluation return vs env steps and vs wall time; per system the mean
-  over its pods/seeds and a 95% confidence band; one row per task;
+- :func:`learning_curves`: evaluation return vs env steps and vs wall time, one row per task;
+  per system (x resource point in a scaling study) the mean over its runs (seeds; each run's pods
+  reduced first) and a 95% t-interval over runs, or the runs themselves when fewer than 3;
 - :func:`scaling`: per system (the ``--label`` names), time to a target vs resources (median and
   band over seeds, ideal scaling), throughput vs resources, and scaling efficiency;
 - :func:`lineage`: which pod took which agent at each tournament round, the winner's ancestry;
@@ -21,9 +22,10 @@ from typing import Any, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from .aggregate import Table, Targets, mean_curve, target_for
+from .aggregate import MIN_RUNS_FOR_BAND, REDUCERS, Table, Targets, mean_curve, target_for
 
 __all__ = ["learning_curves", "scaling", "lineage", "hparam_trajectories", "fmt_steps", "text_overlaps"]
 
@@ -56,20 +58,87 @@ def _empty(ax: Any, msg: str) -> None:
     ax.set_yticks([])
 
 
+def _series(evals: Table, systems: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The learning-curve series: one per system, or, for a system whose runs are at several
+    resource points (a scaling study's ``pods``), one per system x point: runs at different
+    points are different experiments, the runs at one point its seeds. ``(name, where)`` each."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for system in systems:
+        s = evals.where(system=system)
+        points = sorted({int(p) for p in s["pods"].tolist()}) if "pods" in s and len(s) else []
+        if len(points) > 1:
+            out += [(f"{system}, {p} pod{'s' * (p != 1)}", {"system": system, "pods": p}) for p in points]
+        else:
+            out.append((str(system), {"system": system}))
+    return out
+
+
+def _runs_label(counts: set[int]) -> str:
+    """``3 runs``, or ``2-3 runs per task`` when the tasks differ."""
+    lo, hi = min(counts), max(counts)
+    return f"{lo} run{'s' * (lo != 1)}" if lo == hi else f"{lo}-{hi} runs per task"
+
+
+def _draw_series(ax: Any, c: dict[str, Any], color: str) -> tuple[str, Any]:
+    """One series on one panel: with at least :data:`MIN_RUNS_FOR_BAND` runs the mean over runs
+    and its t-interval where that many have data; with fewer each run's (reduced) curve.
+    Returns what was drawn (``"band"``, ``"mean"`` or ``"runs"``) and a line for the legend."""
+    marker = "o" if len(c["x"]) < 30 else None
+    if len(c["runs"]) < MIN_RUNS_FOR_BAND:
+        lines = [ax.plot(c["x"], row, color=color, lw=1.1, alpha=0.9, marker=marker, ms=2.5)[0]
+                 for row in c["curves"]]
+        return "runs", lines[0]
+    (line,) = ax.plot(c["x"], c["mean"], color=color, lw=1.8, marker=marker, ms=3)
+    band = np.isfinite(c["lo"])
+    if not band.any():
+        return "mean", line
+    ax.fill_between(c["x"], c["lo"], c["hi"], where=band, color=color, alpha=0.18, lw=0)
+    return "band", line
+
+
+def _drawn_notes(drawn: set[str], reduce: str) -> list[tuple[str, Any]]:
+    """Legend entries saying what the curves are: only for what some panel drew."""
+    each = REDUCERS[reduce]
+    notes = []
+    if drawn & {"band", "mean"}:
+        notes.append((f"thick line: mean over runs (each run: {each})", Line2D([], [], color="0.4", lw=1.8)))
+    if "band" in drawn:
+        notes.append((f"shaded: its 95% t-interval over runs (where ≥ {MIN_RUNS_FOR_BAND} have data)",
+                      Patch(color="0.5", alpha=0.3, lw=0)))
+    if "runs" in drawn:
+        notes.append((f"thin lines: each run ({each}); < {MIN_RUNS_FOR_BAND} runs, no band",
+                      Line2D([], [], color="0.4", lw=1.1)))
+    return notes
+
+
+def _legend_columns(labels: Sequence[str], width_in: float, fontsize: float = 9.0) -> int:
+    """As many columns (at most 3) as the longest label lets fit across the figure."""
+    per_label_pt = 0.55 * fontsize * max(len(s) for s in labels) + 45  # characters, handle and gap
+    return max(1, min(3, len(labels), int(width_in * 72 * 0.95 // per_label_pt)))
+
+
 def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str] | None = None,
-                    width: float = 11.0, row_height: float = 4.2) -> Figure:
+                    width: float = 11.0, row_height: float = 4.2, reduce: str = "mean") -> Figure:
     """Evaluation return vs env steps (left) and vs wall-clock seconds (right), one row per task.
 
-    Per system: the mean over its units (pods of all its runs) and a shaded 95% t-interval
-    (:func:`analysis.aggregate.mean_curve`). A dashed line marks the task's target (``target``:
-    one number, or ``{task: number}``).
+    The samples are runs (seeds), not pods: a tournament's pods copy each other. Each run's pods
+    are reduced to one curve first (``reduce``: ``"mean"`` of its pods, or ``"best"`` pod at each
+    point; :func:`analysis.aggregate.run_curves`). Per series (a system; a system x resource
+    point when its runs are at several, as in a scaling study) with at least 3 runs: the mean
+    over runs and a shaded 95% t-interval over runs (:func:`analysis.aggregate.mean_curve`); with
+    fewer, each run's curve as a thin line and no band. The legend names each series with its
+    number of runs and says only what is drawn. A dashed line marks the task's target
+    (``target``: one number, or ``{task: number}``).
     """
     tasks = evals.unique("task") if len(evals) else [""]
     systems = list(systems) if systems is not None else (evals.unique("system") if len(evals) else [])
-    fig = Figure(figsize=(width, row_height * len(tasks) + 0.6 + 0.25 * math.ceil(len(systems) / 3)),
+    series = _series(evals, systems) if len(evals) else []
+    fig = Figure(figsize=(width, row_height * len(tasks) + 0.9 + 0.25 * math.ceil(len(series) / 2)),
                  layout="constrained")
     axes = fig.subplots(len(tasks), 2, squeeze=False)
-    handles: dict[str, Any] = {}
+    entries: dict[str, dict[str, Any]] = {}  # series name -> its legend line and run counts (per task)
+    drawn: set[str] = set()
+    target_line = None
     for row, task in enumerate(tasks):
         t = evals.where(task=task) if len(evals) else evals
         for col, (x, xlabel) in enumerate((("env_steps", "environment steps per pod"),
@@ -78,24 +147,18 @@ def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str]
             if not len(t):
                 _empty(ax, "no evaluations in these runs yet")
                 continue
-            for i, system in enumerate(systems):
-                s = t.where(system=system)
-                if not len(s):
+            for i, (name, where) in enumerate(series):
+                s = t.where(**where)
+                c = mean_curve(s, x=x, reduce=reduce) if len(s) else None
+                if c is None or not len(c["runs"]):
                     continue
-                c = mean_curve(s, x=x)
-                color = _color(i)
-                n_units, n_runs = int(c["n"].max()) if len(c["n"]) else 0, len(s.unique("run"))
-                label = f"{system} ({n_units} pod{'s' * (n_units != 1)}, {n_runs} run{'s' * (n_runs != 1)})"
-                (line,) = ax.plot(c["x"], c["mean"], color=color, lw=1.8, marker="o" if len(c["x"]) < 30 else None,
-                                  ms=3)
-                band = np.isfinite(c["lo"])
-                if band.any():
-                    ax.fill_between(c["x"], c["lo"], c["hi"], where=band, color=color, alpha=0.18, lw=0)
-                handles.setdefault(label, line)
+                kind, line = _draw_series(ax, c, _color(i))
+                drawn.add(kind)
+                e = entries.setdefault(name, {"line": line, "counts": set()})
+                e["counts"].add(len(c["runs"]))
             goal = target_for(target, task)
             if goal is not None:
-                tl = ax.axhline(goal, color="0.3", ls="--", lw=1)
-                handles.setdefault("target return", tl)
+                target_line = ax.axhline(goal, color="0.3", ls="--", lw=1)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("evaluation return (mean of episodes)")
             ax.set_title(f"{task}: return vs {'env steps' if col == 0 else 'wall time'}", fontsize=11)
@@ -103,11 +166,14 @@ def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str]
                 ax.xaxis.set_major_formatter(STEPS)
             ax.xaxis.set_major_locator(MaxNLocator(6))
             ax.grid(alpha=0.3)
-    if handles:
-        band_note = Line2D([], [], color="0.5", lw=6, alpha=0.3)
-        labels = [*handles, "shaded: 95% confidence interval of the mean over pods"]
-        fig.legend([*handles.values(), band_note], labels, loc="outside lower center",
-                   ncols=min(3, len(labels)), frameon=False, fontsize=9)
+    items = [(f"{name} ({_runs_label(e['counts'])})", e["line"]) for name, e in entries.items()]
+    if target_line is not None:
+        items.append(("target return", target_line))
+    items += _drawn_notes(drawn, reduce)
+    if items:
+        labels = [k for k, _ in items]
+        fig.legend([h for _, h in items], labels, loc="outside lower center",
+                   ncols=_legend_columns(labels, width), frameon=False, fontsize=9)
     return fig
 
 
@@ -144,7 +210,7 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
     keys = [(task, system) for task in tasks for system in sc.where(task=task).unique("system")]
     all_pods: set[int] = set()
     handles: dict[str, Any] = {}
-    missed_any = False
+    missed_any = ideal_drawn = False
     for i, (task, system) in enumerate(keys):
         name = system if len(tasks) == 1 else f"{system} ({task})"
         color = _color(i)
@@ -160,8 +226,10 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
         if len(ks) > 1:
             ax_s.fill_between(ks, lo, hi, color=color, alpha=0.15, lw=0)
         (h,) = ax_s.plot(ks, med, color=color, marker="o", lw=1.8, label=name)
-        handles.setdefault(f"{name}: median over seeds (band: their range)", h)
+        # the range band is drawn only between points: say so only where it is
+        handles.setdefault(f"{name}: median over seeds" + (" (band: their range)" if len(ks) > 1 else ""), h)
         if len(ks) > 1 and np.isfinite(med[0]):
+            ideal_drawn = True
             ax_s.plot(ks, med[0] / ks[0] * np.asarray(ks, dtype=float), color=color, ls=":", lw=1.5,
                       label=f"{name} ideal")
         # efficiency
@@ -190,6 +258,7 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
             k0, t0 = np.asarray(ks)[ok][0], tm[ok][0]
             kk = np.asarray([k for k in ks if k >= k0], dtype=float)
             if len(kk) > 1:
+                ideal_drawn = True
                 ax_t.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
         for k, v in zip(ks, tm):
             if not math.isfinite(v):
@@ -227,9 +296,11 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
         if missed_any:
             handles.setdefault("open triangle: a seed that did not reach it (its training time)",
                                Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6))
-    handles.setdefault("dotted: ideal scaling from the fewest pods", Line2D([], [], color="0.4", ls=":", lw=1.5))
-    handles.setdefault("efficiency: solid time to target, dashed throughput" if has_target
-                       else "efficiency: throughput", Line2D([], [], color="0.4", ls="--", marker="s", ms=4))
+    if ideal_drawn:
+        handles.setdefault("dotted: ideal scaling from the fewest pods", Line2D([], [], color="0.4", ls=":", lw=1.5))
+    if len(sc):
+        handles.setdefault("efficiency: solid time to target, dashed throughput" if has_target
+                           else "efficiency: throughput", Line2D([], [], color="0.4", ls="--", marker="s", ms=4))
     if not len(sc):
         _empty(axes[0], "no runs")
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False,

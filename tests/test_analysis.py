@@ -182,17 +182,98 @@ def test_first_crossing_and_time_to_target():
     assert aggregate.parse_targets(["pendulum=-250", "cartpole=475"]) == {"pendulum": -250.0, "cartpole": 475.0}
 
 
-def test_mean_curve_and_confidence_band():
+def test_mean_curve_reduces_a_runs_pods_first():
     evals = Table({"run": ["a"] * 6, "pod": [0, 0, 0, 1, 1, 1], "env_steps": [10, 20, 30, 10, 20, 40],
                    "return_mean": [0.0, 2.0, 4.0, 2.0, 4.0, 8.0]})
-    c = mean_curve(evals, "env_steps", min_share=1.0)  # only where every unit has data
-    assert c["x"].tolist() == [10, 20, 30]
+    c = mean_curve(evals, "env_steps", min_share=1.0)  # only where every pod (and run) has data
+    assert c["x"].tolist() == [10, 20, 30] and c["runs"] == ["a"] and c["n"].tolist() == [1, 1, 1]
     np.testing.assert_allclose(c["mean"], [1.0, 3.0, 5.0])  # pod 1 at 30 interpolates to 6
-    np.testing.assert_allclose(c["hi"] - c["mean"], 12.706 * np.std([0, 2], ddof=1) / np.sqrt(2) * np.ones(3))
-    np.testing.assert_allclose(c["mean"] - c["lo"], c["hi"] - c["mean"])
-    c = mean_curve(evals, "env_steps")  # default: where at least half the units have data
-    assert c["x"].tolist() == [10, 20, 30, 40] and c["n"].tolist() == [2, 2, 2, 1]
-    assert c["mean"][-1] == 8.0 and math.isnan(c["lo"][-1])  # one unit: no band
+    assert np.isnan(c["lo"]).all() and np.isnan(c["hi"]).all()  # one run: no band, however many pods
+    c = mean_curve(evals, "env_steps")  # default: where at least half the pods have data
+    assert c["x"].tolist() == [10, 20, 30, 40] and c["mean"][-1] == 8.0
+    best = mean_curve(evals, "env_steps", min_share=1.0, reduce="best")  # the best pod at each point
+    np.testing.assert_allclose(best["mean"], [2.0, 4.0, 6.0])
+    with pytest.raises(ValueError, match="reduce"):
+        mean_curve(evals, reduce="median")
+
+
+# Two-sided 95% t quantiles from a printed table (3 decimals): the old lookup gave 1.96 from df 31.
+@pytest.mark.parametrize("df, table", [(1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (31, 2.040),
+                                       (45, 2.014), (60, 2.000), (1000, 1.962)])
+def test_t95_is_the_exact_student_t_quantile(df, table):
+    from scipy import stats
+
+    assert aggregate.t95(df) == pytest.approx(table, abs=1e-3)
+    assert aggregate.t95(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-12)
+
+
+def test_t95_of_no_degrees_of_freedom_is_nan():
+    assert math.isnan(aggregate.t95(0)) and aggregate.t95(math.inf) == pytest.approx(1.95996, abs=1e-5)
+
+
+def _copied_pods(levels: list[float], pods: int = 4, system: str = "sys", pod_count: int | None = None) -> Table:
+    """Runs whose ``pods`` pods are identical copies (as after a tournament): run k returns
+    ``levels[k] + env_steps / 100`` at env steps 0, 100, 200; wall_s = env_steps / 10 + k."""
+    rows = []
+    for k, level in enumerate(levels):
+        for p in range(pods):
+            for steps in (0, 100, 200):
+                rows.append({"system": system, "task": "pendulum", "run": f"{system}-{pod_count}-r{k}", "pod": p,
+                             "pods": pod_count or pods, "env_steps": steps, "wall_s": steps / 10 + k,
+                             "return_mean": level + steps / 100})
+    return Table.from_rows(rows)
+
+
+def test_the_band_is_over_runs_not_over_copied_pods():
+    two = mean_curve(_copied_pods([0.0, 3.0]))
+    assert two["n"].tolist() == [2, 2, 2] and np.isnan(two["lo"]).all()  # 2 runs x 4 pods: no band
+    np.testing.assert_allclose(two["curves"], [[0, 1, 2], [3, 4, 5]])  # the runs, to be drawn instead
+    levels = [0.0, 1.0, 5.0]
+    three = mean_curve(_copied_pods(levels))
+    half = aggregate.t95(2) * np.std(levels, ddof=1) / math.sqrt(3)  # 3 runs, not 12 pods (t95(11), sqrt(12))
+    np.testing.assert_allclose(three["hi"] - three["mean"], [half] * 3)
+    np.testing.assert_allclose(three["mean"], np.mean(levels) + np.array([0, 1, 2]))
+    assert three["n"].tolist() == [3, 3, 3] and three["runs"] == ["sys-None-r0", "sys-None-r1", "sys-None-r2"]
+
+
+def _legend(fig) -> list[str]:
+    return [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def _bands(fig) -> int:
+    from matplotlib.collections import PolyCollection
+
+    return sum(isinstance(c, PolyCollection) for ax in fig.axes for c in ax.collections)
+
+
+@pytest.mark.parametrize("levels, band", [([0.0, 3.0], False), ([0.0], False), ([0.0, 1.0, 5.0], True)])
+def test_the_learning_curve_legend_claims_no_band_it_does_not_draw(levels, band):
+    fig = plots.learning_curves(_copied_pods(levels))
+    legend = _legend(fig)
+    runs = f"{len(levels)} run{'s' * (len(levels) != 1)}"
+    assert legend[0] == f"sys ({runs})"
+    assert (_bands(fig) > 0) == band
+    assert any(s.startswith("shaded: ") and "95% t-interval over runs" in s for s in legend) == band
+    assert any(s.startswith("thin lines: each run (the mean of its pods)") for s in legend) == (not band)
+    assert sum(len(ax.lines) for ax in fig.axes) == 2 * (1 if band else len(levels))  # the mean, else each run
+    assert not any("pods" in s and "interval" in s for s in legend)  # never a band over pods
+    assert plots.text_overlaps(fig) == []
+
+
+def test_a_study_systems_series_is_one_legend_entry_per_resource_point():
+    evals = _concat(_copied_pods([0.0, 1.0, 2.0], pods=1, pod_count=1), _copied_pods([1.0, 2.0], pods=2, pod_count=2))
+    fig = plots.learning_curves(evals, target=2.0)
+    legend = _legend(fig)
+    assert legend[:3] == ["sys, 1 pod (3 runs)", "sys, 2 pods (2 runs)", "target return"]
+    assert sum(s.startswith("sys") for s in legend) == 2  # one entry per series, not per panel or pod count
+    assert any(s.startswith("shaded") for s in legend) and any(s.startswith("thin lines") for s in legend)
+    assert plots.text_overlaps(fig) == []
+    best = _legend(plots.learning_curves(evals, reduce="best"))
+    assert any("its best pod at each point" in s for s in best)
+
+
+def _concat(*tables: Table) -> Table:
+    return Table.from_rows([r for t in tables for r in t.rows()])
 
 
 def test_learning_curve_figure_has_no_overlapping_text(loaded, tmp_path):
@@ -203,8 +284,8 @@ def test_learning_curve_figure_has_no_overlapping_text(loaded, tmp_path):
     assert ax.get_xlabel() == "environment steps per pod" and "return" in ax.get_ylabel()
     assert "(s)" in fig.axes[1].get_xlabel()
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert any(s.startswith("pendulum (2 pods, 2 runs)") for s in legend)
-    assert any(s.startswith("PBT x2") for s in legend) and "target return" in legend
+    assert legend[:3] == ["pendulum (2 runs)", "PBT x2 (1 run)", "target return"]  # runs are the samples
+    assert not any("shaded" in s or "interval" in s for s in legend)  # too few runs: no band, none claimed
     # the checker itself sees an overlap, and a text cut by the figure's edge
     ax.text(0.5, 0.5, "XXXXXXXX", transform=ax.transAxes)
     ax.text(0.5, 0.5, "YYYYYYYY", transform=ax.transAxes)
@@ -220,6 +301,8 @@ def test_other_figures_have_no_overlapping_text(loaded):
             plots.hparam_trajectories(tour, "pbt", rs[2].config["tournament"]["hparam_space"])]
     for fig in figs:
         assert fig is not None and plots.text_overlaps(fig) == []
+    legend = _legend(figs[0])  # each system at one point: no range band, no ideal line drawn, none claimed
+    assert "pendulum: median over seeds" in legend and not any("band" in s or "ideal" in s for s in legend)
     assert plots.hparam_trajectories(tour.where(run="nope"), "nope") is None
 
 
