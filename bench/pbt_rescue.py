@@ -1,13 +1,17 @@
-"""PBT rescue: 4 pods started at a learning rate far too small (3e-6), quickstart budget, a round
-every 25k env steps. Does PBT with its default space end better than independent pods?
+"""PBT rescue: 4 pods started at a learning rate far too small (3e-6), the quickstart budget (500k
+env steps a pod), a round every 25k env steps (20 rounds). Does PBT end better than independent pods?
 
-    python bench/pbt_rescue.py                   # seeds 0 and 1; pbt, pbt without 'ready', none
-    python bench/pbt_rescue.py --seeds 0 --modes pbt none
+    python bench/pbt_rescue.py                   # seeds 0-2: pbt (only the learning rate declared), none
+    python bench/pbt_rescue.py --modes pbt pbt-default-space pbt-no-ready none --seeds 0
 
 Each system runs ``mpiexec -n 4 podracer train jobs/quickstart.yaml`` with the same settings but
-``tournament.mode`` (and ``tournament.ready_rounds`` for the ablation). Reported per run: the
-best and the mean of the 4 pods' final deterministic evaluations (20 episodes each), and the
-learning rates the pods ended with. Prints a table, then one line of JSON.
+the tournament's. ``pbt``: ``tournament.hparam_space={learning_rate: [1e-6, 1e-2, log]}`` (issue
+24's scenario); ``pbt-default-space``: the default PPO space; ``pbt-no-ready``: ``ready_rounds=0``.
+Reported per run, from its summary: the best pod by the run's verdict (every pod evaluated once
+more on one common set of 100 episodes, eval.final_episodes) with its 95% interval, the pool's
+mean on the same set (podracer evaluate with the summary's seed), the copies and the learning
+rates the pods ended with; then PBT's best minus the independent best per seed. Prints a table,
+then one line of JSON.
 """
 
 from __future__ import annotations
@@ -32,17 +36,19 @@ from podracer_hpc.rundir import RunDir  # noqa: E402
 
 COMMON = ["agent.learning_rate=3e-6", "tournament.interval_env_steps=25000", "eval.interval_env_steps=100000",
           "threads=1", "log.progress_interval_s=0"]
+LR_ONLY = "tournament.hparam_space={learning_rate: [1.0e-6, 1.0e-2, true]}"
 SYSTEMS = {
-    "pbt": ["tournament.mode=pbt"],  # the default space: learning_rate, ent_coef, clip_coef, gae_lambda
-    "pbt-no-ready": ["tournament.mode=pbt", "tournament.ready_rounds=0"],
+    "pbt": ["tournament.mode=pbt", LR_ONLY],
+    "pbt-default-space": ["tournament.mode=pbt"],  # learning_rate, ent_coef, clip_coef, gae_lambda
+    "pbt-no-ready": ["tournament.mode=pbt", LR_ONLY, "tournament.ready_rounds=0"],
     "none": ["tournament.mode=none"],
 }
 PODS = 4
 
 
-def run(system: str, seed: int, out: Path) -> dict:
+def run(system: str, seed: int, out: Path, extra: list[str]) -> dict:
     d = out / f"{system}-s{seed}"
-    sets = [*COMMON, *SYSTEMS[system], f"seed={seed}"]
+    sets = [*COMMON, *SYSTEMS[system], f"seed={seed}", *extra]
     cmd = [find_mpiexec(), "-n", str(PODS), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
            "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in sets), [])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -52,28 +58,35 @@ def run(system: str, seed: int, out: Path) -> dict:
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{system} seed {seed} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
-    finals, lrs, copies = [], [], 0
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    lrs, copies = [], 0
     for k in range(PODS):
-        log = read_log(RunDir(d, "quickstart").log(k))
-        finals.append(float(log["eval"]["return_mean"][-1]))
-        recs = read_records(log["tournament"])
+        recs = read_records(read_log(RunDir(d, "quickstart").log(k))["tournament"])
         copies += sum(x.action in ("copy_pod", "load_entry") for x in recs)
         lrs.append(recs[-1].new_hparams.get("learning_rate", 3e-6) if recs else 3e-6)
-    return {"system": system, "seed": seed, "best": max(finals), "mean": statistics.mean(finals), "finals": finals,
-            "final_lrs": lrs, "copies": copies, "wall_s": wall}
+    # every pod on the verdict's start states (the summary names only the best pod's)
+    ev = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "evaluate", str(d), "--top", "0", "--episodes",
+                         str(summary["final_episodes"]), "--seed", str(summary["final_eval_seed"])],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    pods = [x["return_mean"] for x in json.loads(ev.stdout.strip().splitlines()[-1])["results"]]
+    return {"system": system, "seed": seed, "best": summary["best_return"], "ci95": summary["best_return_ci95"],
+            "mean": statistics.mean(pods), "pods": pods, "final_lrs": lrs, "copies": copies, "wall_s": wall}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--modes", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--modes", nargs="+", default=["pbt", "none"], choices=list(SYSTEMS))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="another override for every run")
     ap.add_argument("--out", default="", help="keep the run directories here (default: a temporary folder)")
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="podracer-pbt-rescue-"))
-    rows = [run(m, s, out) for s in args.seeds for m in args.modes]
-    head = ("system", "seed", "best final eval", "mean final eval", "copies", "final learning rates", "wall s")
-    table = [(r["system"], r["seed"], f"{r['best']:.1f}", f"{r['mean']:.1f}", r["copies"],
-              " ".join(f"{x:.1e}" for x in r["final_lrs"]), f"{r['wall_s']:.0f}") for r in rows]
+    rows = [run(m, s, out, args.set) for s in args.seeds for m in args.modes]
+    head = ("system", "seed", "best pod (verdict)", "95% interval", "pool mean", "copies", "final learning rates",
+            "wall s")
+    table = [(r["system"], r["seed"], f"{r['best']:.1f}", f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}]",
+              f"{r['mean']:.1f}", r["copies"], " ".join(f"{x:.1e}" for x in r["final_lrs"]), f"{r['wall_s']:.0f}")
+             for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
     print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
     print("-|-".join("-" * w for w in widths))

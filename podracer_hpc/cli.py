@@ -1,4 +1,4 @@
-"""The ``podracer`` console script: train | mpirun | submit | status | backtest | data | bench | config | study."""
+"""The ``podracer`` console script: train | mpirun | submit | status | evaluate | backtest | data | bench | config | study."""
 
 from __future__ import annotations
 
@@ -244,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("mpirun", add_help=False,  # parsed by podracer_hpc.mpirun.main
                    help="mpiexec behind a signal relay: USR1/USR2/TERM/Ctrl-C to the job stop every pod with a "
                         "checkpoint (exit 75), e.g. podracer mpirun -n 4 podracer train jobs/quickstart.yaml")
+    sub.add_parser("evaluate", add_help=False,  # parsed by podracer_hpc.evaluate.main
+                   help="agents (a checkpoint, a leaderboard entry, a run's pods and top entries) on the same start "
+                        "states: mean, standard error, 95%% interval (podracer evaluate --help)")
     sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.trading.backtest.main
                    help="stock trading: run a checkpoint's policy on held-out data (podracer backtest --help)")
 
@@ -285,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         from .mpirun import main as mpirun_main
 
         return mpirun_main(argv[1:])
+    if argv[:1] == ["evaluate"]:  # its own argument parser (podracer_hpc/evaluate.py)
+        from .evaluate import main as evaluate_main
+
+        return evaluate_main(argv[1:])
     if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/trading/backtest.py)
         from .trading.backtest import main as backtest_main
 

@@ -127,7 +127,10 @@ class PPOConfig:
 @dataclass
 class EvalConfig:
     interval_env_steps: int = F(100_000, "evaluate every this many env steps (and always at the end)")
-    episodes: int = F(20, "episodes per evaluation, deterministic policy, fixed start states")
+    episodes: int = F(20, "episodes per evaluation: deterministic policy, start states common to every pod of the "
+                          "run (drawn from seed, not the pod's seed; new for each round)")
+    final_episodes: int = F(100, "episodes of the run's last evaluation, every pod on one common set: the summary's "
+                                 "best_pod and best_return (with its interval) come from it; 0 = none")
 
 
 @dataclass
@@ -189,6 +192,8 @@ class TournamentConfig:
     resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
     perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
     steps_tolerance: float = F(0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)")
+    margin_se: float = F(1.0, "elegantrl: take a candidate only if its paired mean return difference on common start "
+                              "states exceeds this many standard errors (0: any better mean); pbt copies any better source")
     hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters; "
                                                  "{} = the default PPO space (DEFAULT_PBT_SPACE)")
     ready_rounds: int = F(2, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready')")
@@ -216,6 +221,8 @@ class TournamentConfig:
             raise ValueError(f"tournament.perturb_factors must be positive numbers, got {self.perturb_factors}")
         if not 0.0 <= self.steps_tolerance <= 1.0:
             raise ValueError(f"tournament.steps_tolerance must be in [0, 1], got {self.steps_tolerance}")
+        if not (math.isfinite(self.margin_se) and self.margin_se >= 0):
+            raise ValueError(f"tournament.margin_se must be a number >= 0, got {self.margin_se}")
         self.hparam_space = normalize_space(self.hparam_space)
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
@@ -446,6 +453,7 @@ def validate(cfg: Config) -> Config:
     need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
          f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
+    within(cfg.eval.final_episodes, 0, MAX_EVAL_EPISODES, "eval.final_episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")

@@ -24,11 +24,14 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
 # source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
 # rows get empty source columns, which records.read_records reads from the legacy ``source``).
-READABLE_VERSIONS = (1, 2)
+# Version 3 (2026-12-01) added what a comparison on common start states used: the evaluation's
+# seed and standard error (/eval, /tournament) and the paired difference (/tournament); older
+# rows get NaN / -1.
+READABLE_VERSIONS = (1, 2, 3)
 
 TRAIN_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -56,6 +59,8 @@ EVAL_COLUMNS: dict[str, Any] = {
     "return_min": np.float64,
     "return_max": np.float64,
     "episodes": np.int64,
+    "return_se": np.float64,  # standard error of return_mean
+    "eval_seed": np.int64,  # the start states' seed (fitness.eval_seed: the same for every pod of the run)
 }
 TOURNAMENT_COLUMNS: dict[str, Any] = {
     "round": np.int64,
@@ -71,6 +76,14 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "new_hparams": h5py.string_dtype("utf-8"),  # JSON
     "tournament_s": np.float64,  # seconds in the round's collectives, publish, load and prune
     "fs_ops": np.int64,  # leaderboard filesystem operations of this pod in the round
+    "fitness_se": np.float64,  # standard error of fitness
+    "eval_seed": np.int64,  # the round's start states (every pod of the round: the same)
+    "episodes": np.int64,  # episodes behind fitness
+    "source_score": np.float64,  # the candidate's (or source's) score as the rule saw it
+    "diff_mean": np.float64,  # paired mean return difference candidate - own on common start states
+    "diff_se": np.float64,  # its standard error
+    "margin_se": np.float64,  # the margin the rule asked for, in standard errors
+    "verified": np.int64,  # 1: the candidate was evaluated again on this round's start states before it was taken
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 

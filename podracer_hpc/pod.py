@@ -26,7 +26,7 @@ STATE_KIND = "pod-state"
 # of the pod state (env physics, the environments' running returns, RNG streams, counters)
 # belongs to the pod's own run.
 STATE_VERSION = 1
-EVAL_SEED_OFFSET = 1_000_003  # eval start states come from their own streams
+EVAL_SEED_OFFSET = 1_000_003  # the eval envs' construction seed; their start states come from evaluate(seed)
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -84,6 +84,7 @@ class Pod:
         # the task registry builds the env from cfg.env: its name, time limit and option section
         self.env = build_env(e, e.num_envs, self.device, self.seed)
         self.eval_env = build_env(e, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET)
+        self._verdict_env = None  # built on first use (eval.final_episodes, podracer evaluate --episodes)
         check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = self._new_agent()
@@ -196,16 +197,25 @@ class Pod:
 
     # --- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self) -> torch.Tensor:
-        """Returns of ``eval.episodes`` deterministic episodes from fixed start states."""
+    def evaluate(self, seed: int, agent: PPOAgent | None = None, episodes: int = 0) -> torch.Tensor:
+        """Returns of deterministic episodes from the start states of ``seed`` (episode i from the
+        state the task draws for ``seed`` and index i: every pod that passes the same seed meets
+        the same states; fitness.eval_seed gives a run's seeds). ``agent``: another agent than the
+        pod's own (a candidate evaluated before it is taken); ``episodes``: other than
+        ``eval.episodes`` (the run's final verdict), on an env of its own built once."""
+        agent = agent or self.agent
         env = self.eval_env
-        obs = env.reset(self.seed + EVAL_SEED_OFFSET)
+        if episodes and episodes != env.num_envs:
+            if self._verdict_env is None or self._verdict_env.num_envs != episodes:
+                self._verdict_env = build_env(self.cfg.env, episodes, self.device, self.seed + EVAL_SEED_OFFSET)
+            env = self._verdict_env
+        obs = env.reset(seed)
         n = env.num_envs
         returns = torch.zeros(n, dtype=torch.float64, device=self.device)
         running = torch.ones(n, dtype=torch.bool, device=self.device)
         check_every = 1 if self.device.type == "cpu" else 64  # a host sync on an accelerator
         for t in range(env.max_episode_steps):
-            action = self.agent.act_deterministic(self.agent.normalize_obs(obs, update=False))
+            action = agent.act_deterministic(agent.normalize_obs(obs, update=False))
             obs, _, _, _, info = env.step(self.to_env_action(action))
             finished = info["done"] & running
             returns = torch.where(finished, info["episode_return"], returns)
@@ -229,6 +239,18 @@ class Pod:
         meta.update(env_steps=self.env_steps, updates=self.updates, rank=self.rank, seed=self.seed,
                     config=to_dict(self.cfg))
         return t, meta
+
+    def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> PPOAgent:
+        """Another agent (a leaderboard entry) in an agent of its own, to evaluate it before taking
+        it; the pod's agent, environments and random streams are untouched."""
+        self._check_compatible(meta, source)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            agent = self._new_agent()
+        try:
+            agent.load(tensors, meta, hparams=False, optimizer=False)
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise safeio.StateFileError(f"{source}: does not fit this pod ({e}). Was the network changed?") from None
+        return agent
 
     def load_agent(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry",
                    load_hparams: bool = True) -> None:

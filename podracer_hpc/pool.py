@@ -26,10 +26,11 @@ from typing import Any, Callable
 from . import safeio
 from .comm import Comm
 from .config import Config
+from .fitness import Fitness, better
 from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops
 from .pod import Pod
-from .records import RoundRecord, Source
+from .records import Comparison, RoundRecord, Source
 from .rundir import RunDir
 from .tournament import Decision, PodReport, decide, effective_space
 
@@ -72,8 +73,21 @@ class Pool:
     def hparams(self) -> dict[str, float]:
         return self.pod.hparams(self.space) if self.space else self.pod.hparams()
 
-    def report(self, fitness: float) -> PodReport:
-        return PodReport(self.comm.rank, float(fitness), self.pod.env_steps, self.hparams(), self.last_copy_round)
+    def report(self, fitness: Fitness) -> PodReport:
+        return PodReport(self.comm.rank, fitness.mean, self.pod.env_steps, self.hparams(), self.last_copy_round,
+                         fitness.returns)
+
+    @staticmethod
+    def comparable(listing: list[tuple], fitness: Fitness) -> list[tuple]:
+        """The rule's view of listed entries: ``(id, score, env_steps, returns)``, with the entry's
+        episodes only when they were on ``fitness``'s start states (else None: not comparable
+        episode by episode; a candidate is then evaluated again before it is taken)."""
+        out = []
+        for e in listing:
+            ev = Fitness.from_json(e[3]) if len(e) > 3 else None
+            out.append((e[0], e[1], e[2] if len(e) > 2 else None,
+                        ev.returns if ev is not None and ev.key == fitness.key else None))
+        return out
 
     def listing(self, index: int) -> list[tuple]:
         """Rank 0's view of the leaderboard for collective round ``index``, the same on a redo.
@@ -89,54 +103,80 @@ class Pool:
             pass
         except (OSError, ValueError, TypeError) as e:
             self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
-        entries = self.board.candidates(with_steps=True)
+        entries = [(e.id, e.score, e.env_steps, e.meta.get("eval")) for e in self.board.list()]
         # (no directory fsync: only a machine crash could lose the name, and then the redo lists again)
         safeio.atomic_write_bytes(path, json.dumps(entries).encode(), sync_dir=False)
         return entries
 
-    def publish(self, fitness: float, index: int, hp: dict[str, float]) -> str | None:
-        """This pod's agent as a leaderboard entry (None if it could not be written: logged, not fatal)."""
+    def publish(self, fitness: Fitness, index: int, hp: dict[str, float]) -> str | None:
+        """This pod's agent as a leaderboard entry, with the evaluation it was scored on (None if it
+        could not be written: logged, not fatal)."""
         tensors, meta = self.pod.agent_tensors()
-        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp)
+        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp, eval=fitness.to_json())
         try:
-            return self.board.publish(tensors, float(fitness), meta, content_id=True)
+            return self.board.publish(tensors, fitness.mean, meta, content_id=True)
         except OSError as e:
             self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
             return None
 
-    def take(self, eid: str, index: int) -> Source:
+    def take(self, eid: str, index: int, verify: Fitness | None = None) -> tuple[Source, Comparison | None]:
         """Load entry ``eid`` into the pod, keeping its own hyperparameters; a source that is gone
-        or fails its checks is rejected (the pod keeps its agent) and said."""
+        or fails its checks is rejected (the pod keeps its agent) and said. ``verify``: the pod's
+        own evaluation; the entry is first evaluated on the same start states and taken only if
+        better by ``tournament.margin_se`` (then the comparison is returned; a loss keeps the
+        pod's agent, ``Source.rejected`` False and the comparison says why)."""
         try:
             _, tensors, meta = self.board.load_best_available([eid], device=self.pod.device, skip_corrupt=False)
-            self.pod.load_agent(tensors, meta, source=f"leaderboard entry {eid}", load_hparams=False)
+            what = f"leaderboard entry {eid}"
+            compared = None
+            if verify is not None:
+                cand = self.pod.evaluate(verify.seed, agent=self.pod.candidate(tensors, meta, source=what))
+                margin = self.tcfg.margin_se
+                ok, m, se = better(verify.returns, cand.cpu().tolist(), margin)
+                compared = Comparison(verify.se, verify.seed, verify.episodes, float(cand.mean()), m, se, margin, True)
+                if not ok:
+                    self.say(f"round {index}: kept own agent: entry {eid} on this round's start states "
+                             f"{m:+.4g} +- {se:.3g} (needs > {margin:g} standard errors)")
+                    return Source(), compared
+            self.pod.load_agent(tensors, meta, source=what, load_hparams=False)
             self.last_copy_round = index
-            return Source("entry", eid)
+            return Source("entry", eid), compared
         except (EntryGone, EntryCorrupt, safeio.StateFileError) as e:
             self.say(f"round {index}: kept own agent, source rejected: {e}")
-            return Source("entry", eid, rejected=True)
+            return Source("entry", eid, rejected=True), None
 
-    def apply(self, d: Decision, index: int, source_entry: str | None) -> tuple[str, Source]:
-        """Carry out one decision: load its source (or reset), then its hyperparameters."""
-        action, source = d.action, Source()
+    def apply(self, d: Decision, index: int, source_entry: str | None,
+              fitness: Fitness | None = None) -> tuple[str, Source, Comparison | None]:
+        """Carry out one decision: load its source (or reset), then its hyperparameters; returns
+        what was done, from where, and a candidate's evaluation when it was verified first."""
+        action, source, compared = d.action, Source(), None
         if d.action in ("load_entry", "copy_pod"):
             if source_entry is None:  # the source pod's publish failed
                 action, source = "keep", Source("pod", str(d.source_rank), rejected=True)
             else:
-                source = self.take(source_entry, index)
-                action = "keep" if source.rejected else d.action
+                source, compared = self.take(source_entry, index, verify=fitness if d.verify else None)
+                action = "keep" if source.rejected or not source.kind else d.action
         elif d.action == "reset":
             self.say(f"round {index}: fitness {d.fitness} and no finite source anywhere: re-initializing the agent")
             self.pod.reset_agent()
             source = Source("fresh")
         if d.new_hparams is not None and action == d.action:  # not when the source was rejected
             self.pod.set_hparams(d.new_hparams)
-        return action, source
+        return action, source, compared
 
-    def record(self, index: int, fitness: float, wall_s: float, action: str, source: Source,
-               hp: dict[str, float], t0: float, ops0: int) -> RoundRecord:
-        rec = RoundRecord(index, self.pod.env_steps, wall_s, float(fitness), action, source, hp, self.hparams(),
-                          time.perf_counter() - t0, fs_ops() - ops0)
+    def record(self, index: int, fitness: Fitness, wall_s: float, action: str, source: Source,
+               hp: dict[str, float], t0: float, ops0: int, d: Decision | None = None,
+               compared: Comparison | None = None) -> RoundRecord:
+        """The round's log row, with the numbers its decision used."""
+        if compared is None:
+            nan = float("nan")
+            score = d.source_score if d is not None and d.source_score is not None else nan
+            compared = Comparison(fitness.se, fitness.seed, fitness.episodes, score,
+                                  d.diff_mean if d is not None and d.diff_mean is not None else nan,
+                                  d.diff_se if d is not None and d.diff_se is not None else nan,
+                                  self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0, False)
+        rec = RoundRecord(index, self.pod.env_steps, wall_s, fitness.mean, action, source, hp, self.hparams(),
+                          time.perf_counter() - t0, fs_ops() - ops0, compared)
         if self.log is not None:
             self.log.append("tournament", rec.to_row(), flush=True)
         return rec
@@ -175,7 +215,7 @@ class Pool:
         return eid
 
     # --- a collective round ---------------------------------------------------------------
-    def collective_round(self, index: int, fitness: float, wall_s: float, reports: list[PodReport],
+    def collective_round(self, index: int, fitness: Fitness, wall_s: float, reports: list[PodReport],
                          met_at: float | None = None) -> RoundRecord:
         """Round ``index`` with every pod's report (gathered at the meeting that began at
         ``met_at``, a perf_counter time, counted in the round's time): same decisions on every rank."""
@@ -183,13 +223,13 @@ class Pool:
         hp = self.hparams()
         # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
         entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
-        decisions = decide(reports, entries, index, self.cfg.seed, self.tcfg)
+        decisions = decide(reports, self.comparable(entries, fitness), index, self.cfg.seed, self.tcfg)
         self.last_decisions = decisions
         d = decisions[comm.rank]
         mine = self.publish(fitness, index, hp) if d.publish else None
         entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
         src = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank] if d.action == "copy_pod" else None
-        action, source = self.apply(d, index, src)
+        action, source, compared = self.apply(d, index, src, fitness)
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
         if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
             needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
@@ -200,29 +240,30 @@ class Pool:
             seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index)
                      for r, eid in enumerate(entry_of_rank) if eid]
             self.board.prune(self.tcfg.top_k, keep=needed, listing=seen)
-        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)
+        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
     # --- an asynchronous round ------------------------------------------------------------
-    def async_round(self, index: int, fitness: float, wall_s: float) -> RoundRecord:
-        """Round ``index`` of this pod alone, against the leaderboard as it is now."""
+    def async_round(self, index: int, fitness: Fitness, wall_s: float) -> RoundRecord:
+        """Round ``index`` of this pod alone, against the leaderboard as it is now. Asynchronous pods
+        are scored on one set of start states for the whole tournament (``eval_seed(seed, "async")``),
+        so every entry of the run compares with every pod episode by episode."""
         t0, ops0 = time.perf_counter(), fs_ops()
         hp, me = self.hparams(), self.report(fitness)
         infos = self.board.list()
+        listed = self.comparable([(e.id, e.score, e.env_steps, e.meta.get("eval")) for e in infos], fitness)
         if self.tcfg.mode == "pbt":
-            d, src = self._async_pbt(me, infos, index)
+            d, src = self._async_pbt(me, infos, listed, index)
         else:
-            entries = [(e.id, e.score, e.env_steps) for e in infos]
-            d = decide([PodReport(0, me.fitness, me.env_steps, me.hparams, me.last_copy_round)], entries, index,
-                       self.cfg.seed, self.tcfg, rng_ranks=[self.comm.rank])[0]
+            d = decide([replace(me, rank=0)], listed, index, self.cfg.seed, self.tcfg, rng_ranks=[self.comm.rank])[0]
             src = d.source_entry
         mine = self.publish(fitness, index, hp) if d.publish else None
-        action, source = self.apply(d, index, src)
+        action, source, compared = self.apply(d, index, src, fitness)
         keep = {src} | {mine} | self._latest_per_pod(infos) if self.tcfg.mode == "pbt" else {src, mine}
         try:  # on the listing read above: entries published since stay until a later prune
             self.board.prune(self.tcfg.top_k, keep=keep - {None}, listing=infos)
         except OSError as e:
             self.say(f"round {index}: could not prune the leaderboard ({e})")
-        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0)
+        return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
     def _latest_per_pod(self, infos: list[EntryInfo]) -> set[str]:
         latest: dict[tuple, EntryInfo] = {}
@@ -232,14 +273,18 @@ class Pool:
                 latest[key] = e
         return {e.id for e in latest.values()}
 
-    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], index: int) -> tuple[Decision, str | None]:
-        """PBT against the population the leaderboard shows: each other pod's latest entry."""
-        others = [e for e in infos if not (e.job == self.job and e.pod == self.comm.rank)]
+    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], listed: list[tuple],
+                   index: int) -> tuple[Decision, str | None]:
+        """PBT against the population the leaderboard shows: each other pod's latest entry scored on
+        this pod's start states (episode by episode comparable; others are not the population)."""
+        rets = {e[0]: e[3] for e in listed}
+        others = [e for e in infos if not (e.job == self.job and e.pod == self.comm.rank) and rets.get(e.id) is not None]
         latest = self._latest_per_pod(others)
         pop = [e for e in others if e.id in latest]
-        reports = [PodReport(0, me.fitness, me.env_steps, me.hparams, me.last_copy_round)]
-        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams)) for i, e in enumerate(pop)]
-        d = decide(reports, [(e.id, e.score, e.env_steps) for e in infos], index, self.cfg.seed, self.tcfg,
+        reports = [replace(me, rank=0)]
+        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets[e.id])
+                    for i, e in enumerate(pop)]
+        d = decide(reports, listed, index, self.cfg.seed, self.tcfg,
                    rng_ranks=[self.comm.rank] + [10_000 + i for i in range(len(pop))])[0]
         # everyone publishes (the population must be visible); a copy is of another pod's entry
         d = replace(d, publish=True)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["EntryName", "RoundRecord", "Source", "parse_entry_id", "read_records"]
+__all__ = ["Comparison", "EntryName", "RoundRecord", "Source", "parse_entry_id", "read_records"]
 
 SOURCE_KINDS = ("", "pod", "entry", "fresh")  # none | another pod of this round | a leaderboard entry | a new agent
 _ENTRY_RE = re.compile(r"^(?P<job>.+)-(?P<pod>\d+)-(?P<round>\d+)-(?P<hex>[0-9a-f]{12})$")
@@ -76,6 +76,21 @@ class Source:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """What a round's decision was based on: the pod's fitness on the round's start states, and
+    the paired comparison with the candidate (NaN / -1 where there was none)."""
+
+    fitness_se: float = math.nan  # standard error of the pod's fitness
+    eval_seed: int = -1  # the round's start states
+    episodes: int = -1  # episodes behind the fitness
+    source_score: float = math.nan  # the candidate's score as the rule saw it
+    diff_mean: float = math.nan  # paired mean difference candidate - own, on common start states
+    diff_se: float = math.nan  # its standard error
+    margin_se: float = math.nan  # the margin asked for (standard errors)
+    verified: bool = False  # the candidate was evaluated on this round's start states before being taken
+
+
+@dataclass(frozen=True)
 class RoundRecord:
     """One row of a rank's ``/tournament`` log: a round's decision and what came of it."""
 
@@ -89,14 +104,18 @@ class RoundRecord:
     new_hparams: dict[str, float] = field(default_factory=dict)
     tournament_s: float = math.nan  # seconds spent in the round's collectives and file I/O
     fs_ops: int = -1  # leaderboard filesystem operations of this pod in the round (-1: not counted)
+    compared: Comparison = field(default_factory=lambda: Comparison())  # the numbers the decision used
 
     def to_row(self) -> dict[str, Any]:
         """The HDF5 columns (h5log.TOURNAMENT_COLUMNS)."""
+        c = self.compared
         return {"round": self.round, "env_steps": self.env_steps, "wall_s": self.wall_s, "fitness": self.fitness,
                 "action": self.action, "source": self.source.legacy(), "source_kind": self.source.kind,
                 "source_id": self.source.id, "source_rejected": int(self.source.rejected),
                 "old_hparams": json.dumps(self.old_hparams), "new_hparams": json.dumps(self.new_hparams),
-                "tournament_s": self.tournament_s, "fs_ops": self.fs_ops}
+                "tournament_s": self.tournament_s, "fs_ops": self.fs_ops, "fitness_se": c.fitness_se,
+                "eval_seed": c.eval_seed, "episodes": c.episodes, "source_score": c.source_score,
+                "diff_mean": c.diff_mean, "diff_se": c.diff_se, "margin_se": c.margin_se, "verified": int(c.verified)}
 
 
 def _hparams(s: Any) -> dict[str, float]:
@@ -126,5 +145,18 @@ def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
             old_hparams=_hparams(columns["old_hparams"][i]), new_hparams=_hparams(columns["new_hparams"][i]),
             tournament_s=float(columns["tournament_s"][i]) if "tournament_s" in columns else math.nan,
             fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
+            compared=_comparison(columns, i, n),
         ))
     return out
+
+
+def _comparison(columns: Mapping[str, Sequence[Any]], i: int, n: int) -> Comparison:
+    """Row ``i``'s comparison columns (schema 3); the defaults for a log written before them."""
+    def col(name: str, default: Any, kind: type) -> Any:
+        c = columns.get(name)
+        return kind(c[i]) if c is not None and len(c) == n else default
+
+    return Comparison(col("fitness_se", math.nan, float), col("eval_seed", -1, int), col("episodes", -1, int),
+                      col("source_score", math.nan, float), col("diff_mean", math.nan, float),
+                      col("diff_se", math.nan, float), col("margin_se", math.nan, float),
+                      bool(col("verified", 0, int)))

@@ -54,6 +54,7 @@ from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
 from .device import DeviceError, resolve_device, set_cpu_threads, start_line
+from .fitness import Fitness, eval_seed
 from .pod import Pod
 from .pool import Meeting, Pool
 from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
@@ -125,7 +126,8 @@ class RankRun:
         self.ckpt_epochs: tuple[int | None, int | None] = (None, None)  # rounds of the checkpoint and its .prev
         self.round_index = 0
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
-        self.pending_fitness: float | None = None  # a round's evaluation whose meeting ended the run
+        self.pending_fitness: Fitness | None = None  # a round's evaluation whose meeting ended the run
+        self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
         self.inject_nan, self.slow = _nan_injection(comm.rank), _slow_injection(comm.rank)
         self.inject_signal = _signal_injection(comm.rank)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
@@ -187,7 +189,7 @@ class RankRun:
         self.round_index = int(self.state.get("round", 0))
         pending = self.state.get("pending_round")
         if isinstance(pending, list) and len(pending) == 2 and pending[0] == self.round_index:
-            self.pending_fitness = float(pending[1]) if pending[1] is not None else math.nan
+            self.pending_fitness = _fitness_from_meta(pending[1])
         self.next_round = round_env_steps(cfg.tournament, self.round_index)
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
         self.best = float(self.state.get("best_return", -math.inf))
@@ -305,22 +307,25 @@ class RankRun:
     def eval_due(self) -> bool:
         return self.pod.env_steps >= self.next_eval or self.trained()
 
-    def evaluate(self) -> float:
-        """Deterministic episodes from fixed starts; one log row; NaN for a frozen pod."""
+    def evaluate(self, seed: int | None = None) -> Fitness:
+        """Deterministic episodes from the start states of ``seed`` (default: the run's set for this
+        env-step point, common to every pod); one log row; NaN for a frozen pod."""
         pod = self.pod
-        r = pod.evaluate().cpu().numpy()
+        seed = eval_seed(self.cfg.seed, "eval", pod.env_steps) if seed is None else seed
+        r = pod.evaluate(seed).cpu().numpy()
         if self.poisoned:
             r = r * math.nan
-        self.last_eval = float(r.mean())
+        fit = Fitness(tuple(r.tolist()), seed)
+        self.last_eval = fit.mean
         self.best = max(self.best, self.last_eval)
         self.log.append("eval", {
             "update": pod.updates, "env_steps": pod.env_steps, "wall_s": self.wall(),
             "return_mean": self.last_eval, "return_std": float(r.std()), "return_min": float(r.min()),
-            "return_max": float(r.max()), "episodes": len(r),
+            "return_max": float(r.max()), "episodes": len(r), "return_se": fit.se, "eval_seed": seed,
         }, flush=True)
         while self.next_eval <= pod.env_steps:
             self.next_eval += self.eval_every
-        return self.last_eval
+        return fit
 
     def round_due(self) -> bool:
         return self.pool is not None and self.pod.env_steps >= self.next_round
@@ -329,8 +334,9 @@ class RankRun:
         """Tournament round: evaluate, then decide with the others (collective) or alone (async)."""
         if self.pending_fitness is not None:  # evaluated before a stop: the same value, not a second row
             fitness, self.pending_fitness = self.pending_fitness, None
-        else:
-            fitness = self.evaluate()
+        else:  # every pod of round i on the same start states (common random numbers; fitness.py)
+            fitness = self.evaluate(eval_seed(self.cfg.seed, "round", self.round_index) if self.pool.collective
+                                    else eval_seed(self.cfg.seed, "async"))
         if self.pool.collective:
             met_at = time.perf_counter()
             everyone = self.meet("round", self.pool.report(fitness))
@@ -367,7 +373,8 @@ class RankRun:
         extra = {"best_return": self.best, "last_eval_return": self.last_eval, "next_eval": self.next_eval,
                  "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size,
                  "last_copy_round": self.pool.last_copy_round if self.pool is not None else -1,
-                 "pending_round": [self.round_index, self.pending_fitness] if self.pending_fitness is not None else None,
+                 "pending_round": [self.round_index, _fitness_to_meta(self.pending_fitness)]
+                 if self.pending_fitness is not None else None,
                  "collectives": dict(self.comm.calls),  # this process's collective calls so far (tests count them)
                  "log_rows": self.log.rows()}  # what the (flushed) log holds: a resume cuts it back to this
         self.pod.save(self.ckpt, extra)
@@ -409,7 +416,8 @@ class RankRun:
         of the summary; unless everyone came for a round, this meeting is the last one (anyone's
         ``stop`` stops everyone) and :attr:`met` keeps it."""
         part = {"env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
-                "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start}
+                "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start,
+                "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
         everyone = self.comm.allgather(Meeting(kind, report, self.comm.announced, part))
         kinds = {m.kind for m in everyone}
         if kinds == {"round", "done"}:
@@ -422,7 +430,13 @@ class RankRun:
         return everyone
 
     def finish(self) -> RunResult:
-        """Checkpoint, the ranks' last meeting (everyone's summary part), rank 0 writes summary.json."""
+        """The final verdict (a trained pod on the run's common final set), checkpoint, the ranks'
+        last meeting (everyone's summary part), rank 0 writes summary.json."""
+        n = self.cfg.eval.final_episodes
+        if n and self.trained() and not self.stopped_by and self.met is None:
+            seed = eval_seed(self.cfg.seed, "final")
+            r = self.pod.evaluate(seed, episodes=n).cpu().numpy() * (math.nan if self.poisoned else 1.0)
+            self.verdict = Fitness(tuple(r.tolist()), seed)
         if self.stopped_by or self.updates_here or not self.ckpt.exists():
             self.checkpoint()
         if self.met is None:
@@ -448,11 +462,19 @@ class RankRun:
             "final_return": max(finals) if finals else None,
             "git_revision": self.revision,
         }
+        best_pod = max(range(len(parts)), key=lambda r: parts[r]["best"] if math.isfinite(parts[r]["best"]) else -math.inf)
+        verdicts = [p.get("verdict") for p in parts]
+        if complete and all(v is not None for v in verdicts):  # the verdict on common ground
+            best_pod = max(range(len(parts)), key=lambda r: verdicts[r][0] if math.isfinite(verdicts[r][0]) else -math.inf)
+            mean, se, (lo, hi) = verdicts[best_pod]
+            summary.update(peak_return=summary["best_return"], best_return=_finite_or_none(mean),
+                           best_return_se=_finite_or_none(se), best_return_ci95=[_finite_or_none(lo), _finite_or_none(hi)],
+                           final_episodes=self.cfg.eval.final_episodes, final_eval_seed=eval_seed(self.cfg.seed, "final"))
         if not complete:
             summary["complete"] = False
+        if self.pool is not None or "final_episodes" in summary:
+            summary["best_pod"] = best_pod
         if self.pool is not None:
-            summary["best_pod"] = max(range(len(parts)), key=lambda r: parts[r]["best"] if math.isfinite(parts[r]["best"])
-                                      else -math.inf)
             summary["rounds"] = self.round_index
             if complete and self.comm.rank == 0:  # every rank checkpointed: the last round's sources may go
                 self.pool.board.prune(self.cfg.tournament.top_k)
@@ -511,6 +533,22 @@ def _signal_injection(rank: int) -> int:
     """``PODRACER_INJECT_SIGNAL=RANK:UPDATE[,...]``: that rank sends itself a real SIGUSR2 right
     after that update (a warning signal at an exact point of the schedule, through the real handler)."""
     return int(_injection("SIGNAL", rank) or 0)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _fitness_to_meta(f: Fitness) -> dict[str, Any]:
+    """An evaluation as checkpoint JSON (NaN, a frozen pod's returns, as null)."""
+    return {"seed": f.seed, "returns": [x if math.isfinite(x) else None for x in f.returns]}
+
+
+def _fitness_from_meta(d: Any) -> Fitness:
+    """The evaluation a checkpoint kept; a plain number (checkpoints before 2026-12-01) has no episodes."""
+    if isinstance(d, dict) and isinstance(d.get("returns"), list):
+        return Fitness(tuple(math.nan if x is None else float(x) for x in d["returns"]), int(d.get("seed", -1)))
+    return Fitness((math.nan if d is None else float(d),))
 
 
 def _fmt_steps(n: float) -> str:

@@ -286,11 +286,17 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
     if len(pods) > 1:
         ok = [p for p in pods if not p.error]
         best = max((p for p in ok if math.isfinite(p.best_eval)), key=lambda p: p.best_eval, default=None)
+        best_cell, best_note = _num(best.best_eval if best else math.nan), f"best: pod {best.rank}" if best else ""
+        if summary is not None and summary.get("final_episodes") and summary.get("best_return") is not None:
+            # the run's verdict: every pod once more on one common set (eval.final_episodes)
+            lo, hi = summary.get("best_return_ci95") or (None, None)
+            best_cell = _num(summary["best_return"])
+            best_note = (f"best: pod {summary.get('best_pod')} (verdict: {summary['final_episodes']} episodes on common "
+                         f"start states, 95% [{_num(lo)}, {_num(hi)}])")
         rows.append(["all", "", "", f"{sum(p.env_steps for p in ok):,}",
                      _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
                      _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
-                     _num(best.best_eval if best else math.nan), "", "",
-                     f"best: pod {best.rank}" if best else ""])
+                     best_cell, "", "", best_note])
     header = ["rank", "seed", "rounds", "env steps", "steps/s", "last eval", "best eval", "train time", "log written",
               "last tournament action"]
     lines.append("")

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from .config import MODES, HParamRange, TournamentConfig, normalize_space
+from .fitness import better
 
 __all__ = [
     "ACTIONS",
@@ -85,6 +86,7 @@ class PodReport:
     env_steps: int  # environment steps this pod's agent has been trained on
     hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
     last_copy_round: int = -1  # the last round at which this pod took another agent (-1: never)
+    returns: tuple[float, ...] = ()  # the episodes behind ``fitness``, on the round's common start states
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ class Decision:
     old_hparams: dict[str, float] | None = None  # hyperparameters before the decision
     new_hparams: dict[str, float] | None = None  # hyperparameters after (None: unchanged)
     reason: str = ""  # one line for the log
+    verify: bool = False  # load_entry: the entry's score is from other start states; the pod evaluates
+    #                       it on its own set and takes it only if it is better there by the margin
+    diff_mean: float | None = None  # paired mean return difference source - own on common start states
+    diff_se: float | None = None  # its standard error
 
     @property
     def action_code(self) -> int:
@@ -216,6 +222,24 @@ def _ranking(fitness: Sequence[float]) -> list[int]:
     return sorted(range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if _finite(fitness[r]) else (1, 0.0, r))
 
 
+def _compare(own_fit: float, own_ret: Sequence[float], score: float, cand_ret: Sequence[float] | None,
+             margin_se: float) -> tuple[str, float | None, float | None]:
+    """Whether a pod takes a candidate: ``"take"``, ``"keep"`` or ``"verify"``, and the paired
+    difference used. A pod with NaN fitness takes anything. With the pod's episodes and the
+    candidate's on the same start states: better by ``margin_se`` standard errors of the paired
+    difference. A candidate scored on other start states (``cand_ret`` None) whose score looks
+    better is ``"verify"``: the pod evaluates it on its own set first. Without the pod's episodes
+    (a caller with scores only): strictly better score."""
+    if not _finite(own_fit):
+        return "take", None, None
+    if own_ret and cand_ret is not None and len(cand_ret) == len(own_ret):
+        ok, m, se = better(own_ret, cand_ret, margin_se)
+        return ("take" if ok else "keep"), m, se
+    if not score > own_fit:
+        return "keep", None, None
+    return ("verify" if own_ret else "take"), None, None
+
+
 def explore(
     hparams: Mapping[str, float],
     space: Mapping[str, Any],
@@ -262,16 +286,22 @@ def elegantrl_select(
     env_steps: Sequence[int | None] | None = None,
     steps_tolerance: float | None = None,
     rng_ranks: Sequence[int] | None = None,
+    returns: Sequence[Sequence[float]] | None = None,
+    margin_se: float = 0.0,
 ) -> list[Decision]:
     """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
 
-    Candidates: the finite-score ``entries`` (``(entry_id, score)`` or
-    ``(entry_id, score, env_steps)``, e.g. a leaderboard listing) plus, if ``include_pods``,
-    this round's finite-fitness pods; ordered by score descending (ties: pods by rank, then
-    entries by id) and cut to ``top_k``. Each pod draws one candidate with probabilities
-    :func:`softmax_zscore` (Generator seeded by (seed, round, rank)) and replaces its state only
-    if the candidate's score is strictly greater than its own fitness (a NaN pod always takes
-    its draw). A pod publishes when it is in the candidate pool.
+    Candidates: the finite-score ``entries`` (``(entry_id, score)``, ``(entry_id, score,
+    env_steps)`` or ``(entry_id, score, env_steps, returns)``, e.g. a leaderboard listing;
+    ``returns``: the entry's episodes when they are on this round's start states, else None)
+    plus, if ``include_pods``, this round's finite-fitness pods; ordered by score descending
+    (ties: pods by rank, then entries by id) and cut to ``top_k``. Each pod draws one candidate
+    with probabilities :func:`softmax_zscore` (Generator seeded by (seed, round, rank)) and
+    replaces its state only if the candidate is better (:func:`_compare`): with ``returns`` (each
+    pod's episodes on the round's common start states), by ``margin_se`` standard errors of the
+    paired difference; an entry scored on other start states whose score is better is taken
+    with ``verify`` (the pod evaluates it on its own set first). A NaN pod always takes its draw.
+    A pod publishes when it is in the candidate pool.
 
     Freshness (when ``steps_tolerance`` is given with the pods' ``env_steps``): a pod never goes
     back in time. An entry trained on fewer than ``env_steps[r] * (1 - steps_tolerance)`` steps is
@@ -288,6 +318,9 @@ def elegantrl_select(
     steps = list(env_steps) if env_steps is not None else [None] * n
     if len(steps) != n:
         raise ValueError(f"env_steps has {len(steps)} rows for {n} pods")
+    rets = [tuple(x) for x in returns] if returns is not None else [()] * n
+    if len(rets) != n:
+        raise ValueError(f"returns has {len(rets)} rows for {n} pods")
 
     def min_steps(r: int) -> float | None:
         """Fewest env steps a candidate may have to be fresh for pod r (None: no limit)."""
@@ -298,20 +331,22 @@ def elegantrl_select(
     def fresh(c_steps: int | None, limit: float | None) -> bool:
         return limit is None or c_steps is None or c_steps >= limit
 
-    # (score, tiebreak key, kind, ref, env_steps): kind "pod" refs a rank, "entry" an entry id.
-    cands: list[tuple[float, tuple, str, Any, int | None]] = []
+    # (score, tiebreak key, kind, ref, env_steps, returns on this round's start states or None):
+    # kind "pod" refs a rank, "entry" an entry id.
+    cands: list[tuple[float, tuple, str, Any, int | None, tuple | None]] = []
     if include_pods:
-        cands += [(f, (0, r, ""), "pod", r, steps[r]) for r, f in enumerate(fit) if _finite(f)]
+        cands += [(f, (0, r, ""), "pod", r, steps[r], rets[r]) for r, f in enumerate(fit) if _finite(f)]
     seen: set[str] = set()
     limits = [min_steps(r) for r in range(n)]
     loosest = None if any(x is None for x in limits) or not limits else min(limits)
     for item in entries:
         eid, score = str(item[0]), item[1]
         e_steps = item[2] if len(item) > 2 else None
+        e_rets = tuple(item[3]) if len(item) > 3 and item[3] is not None else None
         if eid in seen or not _finite(score) or not fresh(e_steps, loosest):
             continue
         seen.add(eid)
-        cands.append((float(score), (1, 0, eid), "entry", eid, e_steps))
+        cands.append((float(score), (1, 0, eid), "entry", eid, e_steps, e_rets))
     cands.sort(key=lambda c: (-c[0], c[1]))
     if top_k is not None:
         cands = cands[: max(int(top_k), 0)]
@@ -329,12 +364,20 @@ def elegantrl_select(
             continue
         probs = softmax_zscore([c[0] for c in mine], temperature)
         i = int(make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_ELEGANTRL).choice(len(mine), p=probs))
-        score, _, kind, ref, _ = mine[i]
+        score, _, kind, ref, _, c_rets = mine[i]
         what = f"pod {ref}" if kind == "pod" else f"entry {ref}"
-        if _finite(fit[r]) and not score > fit[r]:
-            out.append(Decision(action="keep", reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}", **base))
+        verdict, dm, dse = _compare(fit[r], rets[r], score, c_rets, margin_se)
+        diff = f" (paired difference {dm:+.4g} +- {dse:.3g})" if dm is not None else ""
+        if verdict == "keep":
+            out.append(Decision(action="keep", source_score=score, diff_mean=dm, diff_se=dse,
+                                reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}"
+                                       + (f" by {margin_se:g} standard errors" if dm is not None else "") + diff,
+                                **base))
             continue
-        why = "own fitness is NaN" if not _finite(fit[r]) else f"better than own {fit[r]:.6g}"
+        if verdict == "verify":
+            why = f"scored {score:.6g} on other start states: evaluated on this round's first"
+        else:
+            why = "own fitness is NaN" if not _finite(fit[r]) else f"better than own {fit[r]:.6g}{diff}"
         out.append(
             Decision(
                 action="copy_pod" if kind == "pod" else "load_entry",
@@ -342,6 +385,9 @@ def elegantrl_select(
                 source_entry=ref if kind == "entry" else None,
                 source_score=score,
                 reason=f"drew {what} ({score:.6g}), {why}",
+                verify=verdict == "verify",
+                diff_mean=dm,
+                diff_se=dse,
                 **base,
             )
         )
@@ -420,8 +466,9 @@ def pbt_select(
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
         eligible = [s for s in sources if reports[s].env_steps >= min_steps]
-        if _finite(fit[r]):
-            eligible = [s for s in eligible if fit[s] > fit[r]]
+        if _finite(fit[r]):  # on common start states: better in the paired sense (any margin > 0)
+            eligible = [s for s in eligible if _compare(fit[r], me.returns, fit[s], reports[s].returns or None,
+                                                        0.0)[0] == "take"]
         elif not eligible and finite:
             eligible = [finite[0]]
         if eligible:
@@ -429,12 +476,15 @@ def pbt_select(
             drawn.add(s)
             new = explore(reports[s].hparams, space, rng, resample_prob, perturb_factors)
             why = "fitness is NaN" if not _finite(fit[r]) else "bottom quantile"
+            _, dm, dse = _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)
             decisions[r] = Decision(
                 action="copy_pod",
                 source_rank=s,
                 source_score=fit[s],
                 new_hparams=new,
                 reason=f"{why}: copy pod {s} ({fit[s]:.6g}) and explore",
+                diff_mean=dm,
+                diff_se=dse,
                 **base,
             )
             continue
@@ -494,16 +544,18 @@ def decide(
 ) -> list[Decision]:
     """All pods' decisions for one round (index = rank), by ``cfg.mode``.
 
-    ``entries`` are ``(entry_id, score)`` or ``(entry_id, score, env_steps)`` items of the
-    leaderboard before this round's publications (``Leaderboard.candidates(with_steps=True)``);
-    pass the same list on every rank (list on rank 0, then broadcast).
+    ``entries`` are ``(entry_id, score)``, ``(entry_id, score, env_steps)`` or ``(entry_id,
+    score, env_steps, returns)`` items of the leaderboard before this round's publications
+    (``returns``: the entry's episodes if they were on this round's start states, else None);
+    pass the same list on every rank (list on rank 0, then broadcast). The reports' ``returns``
+    are each pod's episodes on the round's common start states: comparisons are paired.
 
     ``rng_ranks``: the MPI rank of each report's pod, when the reports are not ranks 0..n-1 of
     one world (an asynchronous pod deciding alone: it is index 0 of its own table, and its
     random draws must still be its own).
     """
     reports = _check_reports(reports)
-    entries = [(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None) for e in entries]
+    entries = [(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None) for e in entries]
     if cfg.mode == "elegantrl":
         return elegantrl_select(
             [p.fitness for p in reports],
@@ -516,6 +568,8 @@ def decide(
             env_steps=[p.env_steps for p in reports],
             steps_tolerance=cfg.steps_tolerance,
             rng_ranks=rng_ranks,
+            returns=[p.returns for p in reports],
+            margin_se=cfg.margin_se,
         )
     if cfg.mode == "pbt":
         return pbt_select(
@@ -527,7 +581,7 @@ def decide(
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
             steps_tolerance=cfg.steps_tolerance,
-            entries=[(e, sc) for e, sc, _ in entries],
+            entries=[(e, sc) for e, sc, _, _ in entries],
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,

@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from podracer_hpc.h5log import read_log
 
 FAST = ["--set", "total_env_steps=4096", "--set", "env.num_envs=64", "--set", "agent.rollout_steps=16",
@@ -18,10 +20,15 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return",
-                            "git_revision"}
+                            "git_revision", "peak_return", "best_return_se", "best_return_ci95", "final_episodes",
+                            "final_eval_seed", "best_pod"}
     assert summary["git_revision"] == log_revision(tmp_path)
     assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
-    assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["best_return"] < 0
+    assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["peak_return"] < 0
+    # the verdict: the final evaluation on the run's common set, with its interval
+    lo, hi = summary["best_return_ci95"]
+    assert summary["final_episodes"] == 100 and summary["best_pod"] == 0 and lo < summary["best_return"] < hi < 0
+    assert hi - lo == pytest.approx(2 * 1.984217 * summary["best_return_se"], rel=1e-5)  # t(0.975, 99)
     assert "steps/s" in r.stderr and "ETA" in r.stderr  # progress lines
     # the start line says where the pod runs: device, threads, env backend, torch build, code revision
     assert re.search(r"pod 0/1 on \S+ \(local 0\): CPU .*\d+ threads? \| env backend torch \| torch .* \| code ", r.stderr)

@@ -207,7 +207,7 @@ def test_unreadable_log_is_refused_untouched(tmp_path):
 
 def test_a_schema_1_log_is_read_typed_and_continued(tmp_path):
     """Logs written before the typed source columns: read through records.read_records (the one
-    place that parses the old 'source' strings), and continued (upgraded in place to version 2)."""
+    place that parses the old 'source' strings), and continued (upgraded in place to the current version)."""
     from podracer_hpc.records import RoundRecord, Source, read_records
 
     p = tmp_path / "v1.h5"
@@ -228,7 +228,7 @@ def test_a_schema_1_log_is_read_typed_and_continued(tmp_path):
         w.append("tournament", RoundRecord(4, 40, 1.0, -5.0, "copy_pod", Source("entry", "x-3-4-0123456789ab"),
                                            {}, {}, 0.1).to_row())
     log = read_log(p)
-    assert log["attrs"]["schema_version"] == 2
+    assert log["attrs"]["schema_version"] == SCHEMA_VERSION  # upgraded in place (to 3: the comparison columns too)
     recs = read_records(log["tournament"])
     assert len(recs) == 5 and recs[1].source == Source("pod", "1") and recs[4].source.pod == 3
     assert recs[4].action == "copy_pod" and recs[4].fitness == -5.0

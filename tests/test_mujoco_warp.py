@@ -225,5 +225,5 @@ def test_pod_trains_and_resumes_exactly_on_warp():
     pod2.load_state(tensors, meta)
     m2 = pod2.train_iteration()
     assert all(torch.equal(torch.as_tensor(m1[k]), torch.as_tensor(m2[k])) for k in m1)
-    r = pod.evaluate()
+    r = pod.evaluate(0)
     assert r.shape == (2,) and torch.isfinite(r).all()

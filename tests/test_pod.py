@@ -146,8 +146,9 @@ def test_eval_is_deterministic_and_does_not_disturb_training():
     p1, p2 = Pod(cfg), Pod(cfg)
     p1.train_iteration()
     p2.train_iteration()
-    r1 = p1.evaluate()
-    assert torch.equal(r1, p1.evaluate())  # same start states, same deterministic policy
+    r1 = p1.evaluate(7)
+    assert torch.equal(r1, p1.evaluate(7))  # same start states, same deterministic policy
+    assert not torch.equal(r1, p1.evaluate(8))  # other start states
     p1.train_iteration()
     p2.train_iteration()
     assert torch.equal(p1.agent.net.actor[0].weight, p2.agent.net.actor[0].weight)

@@ -319,7 +319,7 @@ def test_a_new_task_is_one_file_plus_one_line(reach_task, tmp_path):
     assert {"trading", "mujoco"} <= set(to_dict(cfg)["env"])  # the other sections stay
     fresh = Pod(cfg)
     assert fresh.env.target == -0.6 and fresh.eval_env.num_envs == 16  # the section reached both envs
-    before = float(fresh.evaluate().mean())
+    before = float(fresh.evaluate(0).mean())
 
     result = train(cfg, tmp_path / "run", quiet=True)  # the real rank program: 20 updates, 2 evaluations
     assert result.complete and result.summary["task"] == "reach" and result.summary["env_steps"] == 25600

@@ -390,7 +390,7 @@ def test_a_pod_trains_saves_and_resumes_on_stock_trading(tmp_path):
     pod = Pod(cfg)
     m = pod.train_iteration()
     assert math.isfinite(float(m["loss"]))
-    ret = pod.evaluate()
+    ret = pod.evaluate(0)
     assert ret.shape == (2,) and torch.isfinite(ret).all()
     pod.save(tmp_path / "ck.safetensors")
     again = Pod(cfg)
