@@ -196,7 +196,8 @@ class TournamentConfig:
                               "states exceeds this many standard errors (0: any better mean); pbt copies any better source")
     hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters; "
                                                  "{} = the default PPO space (DEFAULT_PBT_SPACE)")
-    ready_rounds: int = F(2, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready')")
+    ready_rounds: int = F(3, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
+                             "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)")
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
 
     def __post_init__(self) -> None:
