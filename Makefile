@@ -1,4 +1,4 @@
-# Set-up and checks for a fresh machine (Linux, Python >= 3.10). Everything lives in $(VENV).
+# Set-up and checks for a fresh machine (Linux, Python >= 3.11). Everything lives in $(VENV).
 PY     ?= python3
 VENV   ?= .venv
 # A CPU build is enough here; on a GPU cluster use environment.yml (CUDA build) instead.
@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test bench clean
+.PHONY: setup quickstart test test-lowest bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,9 +33,13 @@ quickstart: setup
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=40 $(PYTEST_ARGS)
 
+## test-lowest: the lowest versions pyproject.toml allows (its own venv, .venv-lowest), and the core tests
+test-lowest:
+	PY=$(PY) bash scripts/lowest_versions.sh
+
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup
 	bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .venv-lowest runs .pytest_cache

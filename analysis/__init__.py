@@ -1,5 +1,9 @@
 """Analysis of podracer-hpc runs: tidy tables from the per-rank HDF5 logs, and figures.
 
+The code lives in the package (``podracer_hpc.report``: what the package itself imports must be
+inside it, and the wheel installs no top-level ``analysis``); the modules here are its names for
+scripts, the notebook and users of a checkout.
+
 - :mod:`analysis.aggregate`: load run directories, build tables (one row per run x pod x
   evaluation; per run; per tournament decision), time to a target return, mean curves over runs
   with t-intervals (each run's pods reduced first), CSV/Parquet output;
@@ -8,7 +12,7 @@
 - :mod:`analysis.make_figures`: ``python -m analysis.make_figures RUN_DIR ... --out figures/``.
 """
 
-from .aggregate import (
+from podracer_hpc.report.aggregate import (
     Run,
     Table,
     eval_table,

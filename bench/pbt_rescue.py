@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from podracer_hpc.h5log import read_log  # noqa: E402
-from podracer_hpc.launch import find_mpiexec  # noqa: E402
+from _pool import print_table, train_pool  # noqa: E402  (bench/_pool.py)
 from podracer_hpc.records import read_records  # noqa: E402
 from podracer_hpc.rundir import RunDir  # noqa: E402
 
@@ -48,27 +45,13 @@ PODS = 4
 
 def run(system: str, seed: int, out: Path, extra: list[str]) -> dict:
     d = out / f"{system}-s{seed}"
-    sets = [*COMMON, *SYSTEMS[system], f"seed={seed}", *extra]
-    cmd = [find_mpiexec(), "-n", str(PODS), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-           "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in sets), [])]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PODRACER_COMM", None)
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise SystemExit(f"{system} seed {seed} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    summary, pods, wall = train_pool(d, PODS, [*COMMON, *SYSTEMS[system], f"seed={seed}", *extra],
+                                     what=f"{system} seed {seed}")
     lrs, copies = [], 0
     for k in range(PODS):
         recs = read_records(read_log(RunDir(d, "quickstart").log(k))["tournament"])
         copies += sum(x.action in ("copy_pod", "load_entry") for x in recs)
         lrs.append(recs[-1].new_hparams.get("learning_rate", 3e-6) if recs else 3e-6)
-    # every pod on the verdict's start states (the summary names only the best pod's)
-    ev = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "evaluate", str(d), "--top", "0", "--episodes",
-                         str(summary["final_episodes"]), "--seed", str(summary["final_eval_seed"])],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    pods = [x["return_mean"] for x in json.loads(ev.stdout.strip().splitlines()[-1])["results"]]
     return {"system": system, "seed": seed, "best": summary["best_return"], "ci95": summary["best_return_ci95"],
             "mean": statistics.mean(pods), "pods": pods, "final_lrs": lrs, "copies": copies, "wall_s": wall}
 
@@ -87,11 +70,7 @@ def main() -> int:
     table = [(r["system"], r["seed"], f"{r['best']:.1f}", f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}]",
               f"{r['mean']:.1f}", r["copies"], " ".join(f"{x:.1e}" for x in r["final_lrs"]), f"{r['wall_s']:.0f}")
              for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("-|-".join("-" * w for w in widths))
-    for t in table:
-        print(" | ".join(str(x).ljust(w) for x, w in zip(t, widths)))
+    print_table(head, table)
     by = {m: [r for r in rows if r["system"] == m] for m in args.modes}
     summary = {m: {"best_mean": statistics.mean(r["best"] for r in v), "pod_mean": statistics.mean(r["mean"] for r in v)}
                for m, v in by.items() if v}

@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from podracer_hpc.h5log import read_log  # noqa: E402
-from podracer_hpc.launch import find_mpiexec  # noqa: E402
+from _pool import print_table, train_pool  # noqa: E402  (bench/_pool.py)
 from podracer_hpc.records import read_records  # noqa: E402
 from podracer_hpc.rundir import RunDir  # noqa: E402
 
@@ -37,21 +34,8 @@ COMMON = ["threads=1", "log.progress_interval_s=0", "tournament.interval_env_ste
 
 def one(margin: float, seed: int, out: Path, extra: list[str]) -> dict:
     d = out / f"m{margin:g}-s{seed}"
-    sets = [*COMMON, f"tournament.margin_se={margin}", f"seed={seed}", *extra]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PODRACER_COMM", None)
-    t0 = time.perf_counter()
-    r = subprocess.run([find_mpiexec(), "-n", str(PODS), sys.executable, "-m", "podracer_hpc.cli", "train",
-                        "jobs/quickstart.yaml", "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in sets), [])],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    if r.returncode != 0:
-        raise SystemExit(f"margin {margin} seed {seed} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
-    ev = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "evaluate", str(d), "--top", "0", "--episodes",
-                         str(summary["final_episodes"]), "--seed", str(summary["final_eval_seed"])],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
-    pods = [x["return_mean"] for x in json.loads(ev.stdout.strip().splitlines()[-1])["results"]]
+    summary, pods, wall = train_pool(d, PODS, [*COMMON, f"tournament.margin_se={margin}", f"seed={seed}", *extra],
+                                     what=f"margin {margin} seed {seed}")
     moved = verified = 0
     for k in range(PODS):
         for rec in read_records(read_log(RunDir(d, "quickstart").log(k))["tournament"]):
@@ -73,11 +57,7 @@ def main() -> int:
     head = ("margin_se", "seed", "best pod (verdict)", "pool mean", "rounds replaced", "re-evaluated first", "wall s")
     table = [(f"{r['margin']:g}", r["seed"], f"{r['best']:.1f}", f"{r['pool_mean']:.1f}", r["replaced"], r["verified"],
               f"{r['wall_s']:.0f}") for r in rows]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
-    print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("-|-".join("-" * w for w in widths))
-    for t in table:
-        print(" | ".join(str(x).ljust(w) for x, w in zip(t, widths)))
+    print_table(head, table)
     by = {m: [r for r in rows if r["margin"] == m] for m in args.margins}
     print(json.dumps({"bench": "tournament_margin", "pods": PODS, "seeds": args.seeds, "margins": {
         f"{m:g}": {"best_mean": statistics.mean(r["best"] for r in v), "pool_mean": statistics.mean(r["pool_mean"] for r in v),

@@ -361,6 +361,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
+# What a file read on its own needs of the run's config (a checkpoint, a leaderboard entry:
+# podracer evaluate, export, backtest rebuild the task and the agent from it). The whole config is
+# written once per run (config.yaml, and the log's attributes), not into every checkpoint and entry.
+AGENT_SECTIONS = ("name", "seed", "env", "agent")
+
+
+def agent_config(cfg: Config) -> dict[str, Any]:
+    """The sections of ``cfg`` that a checkpoint or an entry carries (:data:`AGENT_SECTIONS`)."""
+    d = to_dict(cfg)
+    return {k: d[k] for k in AGENT_SECTIONS}
+
+
 def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     cur = d
@@ -471,13 +483,22 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def job_file(path: str | os.PathLike) -> Path:
+    """The job file a path names: as given, else (``jobs/<name>.yaml``) the copy podracer-hpc ships
+    (shipped.py: an installed wheel has no checkout to look in)."""
+    from .shipped import find
+
+    p = Path(path)
+    return p if p.exists() else (find(p) or p)
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
     """Load a job file (or the defaults), apply ``key=value`` overrides, validate."""
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
+        p = job_file(path)
         if not p.is_file():
-            raise ConfigError(f"job file {str(p)!r} not found (jobs live in jobs/*.yaml)")
+            raise ConfigError(f"job file {str(path)!r} not found (jobs live in jobs/*.yaml)")
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:

@@ -77,16 +77,24 @@ def find_agents(path: Path, top: int) -> list[Agent]:
         return [_load_file(path)]
     run = RunDir(path)
     agents = [_load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
-    shared = ""
-    if agents:
-        shared = agents[0].meta.get("config", {}).get("tournament", {}).get("leaderboard_dir", "")
-    board = Leaderboard(run.leaderboard(shared))
+    board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
     for e in board.list()[:max(top, 0)]:
         agents.append(_load_file(board.tensors_path(e.id)))
     if not agents:
         raise EvaluateError(f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
                             "directory, a checkpoint or a leaderboard entry")
     return agents
+
+
+def _shared_leaderboard(config_yaml: Path) -> str:
+    """The run's ``tournament.leaderboard_dir`` (its config.yaml), "" for the run's own."""
+    import yaml
+
+    try:
+        d = yaml.safe_load(config_yaml.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return ""
+    return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
 def _config_of(agent: Agent, episodes: int) -> Config:

@@ -1,4 +1,5 @@
-"""Per-rank HDF5 logs: a SWMR writer and a reader. The only module that imports h5py.
+"""Per-rank HDF5 logs: a SWMR writer and a reader. With h5recover.py (a log a killed writer left
+open) and h5arrays.py (named arrays, no log schema), the only modules that import h5py.
 
 One file per rank, ``<run>/logs/<job>_rank<r>.h5``. Schema version 1 (docs/hdf5-schema.md):
 
@@ -16,7 +17,6 @@ flushed every few seconds and on every evaluation.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -127,9 +127,12 @@ class H5Writer:
     """Appends rows to one rank's log; reopening an existing log continues it (resume)."""
 
     def __init__(self, path: str | Path, attrs: dict[str, Any], flush_interval_s: float = 2.0,
-                 say: Callable[[str], None] | None = None):
-        """Open (or create) the log at ``path``; ``say`` reports a recovery (default: silent)."""
+                 say: Callable[[str], None] | None = None, recover: Callable[[Path], int] | None = None):
+        """Open (or create) the log at ``path``. A log that a killed writer left marked open is
+        rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
+        ``say`` reports; without it such a log is a :class:`LogError`."""
         self.path = Path(path)
+        self._recover = recover
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
@@ -172,9 +175,12 @@ class H5Writer:
         # A writer killed with the file open (SIGKILL, node failure) leaves the superblock's
         # "open for write / SWMR write" flags set, and HDF5 then refuses to open it for writing.
         # What it flushed is intact (SWMR keeps the file consistent for readers at every
-        # moment): read that, write it to a fresh file, and put the fresh file in its place.
+        # moment): the recovery reads that, writes it to a fresh file and puts it in its place.
+        if self._recover is None:
+            raise LogError(f"{self.path}: cannot be opened for writing ({first}); if a killed writer left it open, "
+                           "podracer_hpc.h5recover.open_log rebuilds it")
         try:
-            rows = recover(self.path)
+            rows = self._recover(self.path)
         except LogError as e:
             raise LogError(f"{e}; it cannot be continued (opening it for writing said: {first}). "
                            "Move it away or use a new --run-dir") from None
@@ -288,192 +294,3 @@ def read_log(path: str | Path) -> dict[str, Any]:
                 cols = {k: a[:n] for k, a in cols.items()}
             out[group] = cols
         return out
-
-
-_M32 = 0xFFFFFFFF
-
-
-def _rot(x: int, k: int) -> int:
-    return ((x << k) | (x >> (32 - k))) & _M32
-
-
-def lookup3(data: bytes, initval: int = 0) -> int:
-    """Bob Jenkins' lookup3 hash (``hashlittle``): the checksum HDF5 keeps on its metadata."""
-    n = len(data)
-    v = [(0xDEADBEEF + n + initval) & _M32] * 3  # a, b, c
-
-    def add(block: bytes) -> None:
-        for j in range(3):
-            v[j] = (v[j] + int.from_bytes(block[4 * j:4 * j + 4], "little")) & _M32
-
-    i = 0
-    while n - i > 12:  # every full 12-byte block but the last: add, then mix
-        add(data[i:i + 12])
-        for x, y, z, k in ((0, 2, 1, 4), (1, 0, 2, 6), (2, 1, 0, 8), (0, 2, 1, 16), (1, 0, 2, 19), (2, 1, 0, 4)):
-            v[x] = ((v[x] - v[y]) & _M32) ^ _rot(v[y], k)
-            v[y] = (v[y] + v[z]) & _M32
-        i += 12
-    if n == i:
-        return v[2]
-    add(data[i:] + bytes(12 - (n - i)))  # the last 1-12 bytes, zero-padded (the same sums)
-    for x, y, k in ((2, 1, 14), (0, 2, 11), (1, 0, 25), (2, 1, 16), (0, 2, 4), (1, 0, 14), (2, 1, 24)):
-        v[x] = ((v[x] ^ v[y]) - _rot(v[y], k)) & _M32  # the final mix
-    return v[2]
-
-
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def clear_open_flags(path: str | Path) -> bool:
-    """Clear the "open for write / SWMR write" flags a killed writer left in an HDF5 file's
-    superblock (what ``h5clear -s`` does), so that it can be read. Only for a file no process
-    has open. Superblock versions 2 and 3 (``libver="latest"``): signature, version, the sizes
-    of offsets and lengths, the flags byte, four addresses, a lookup3 checksum of all before it.
-    Returns True if flags were set and are now cleared, False if there was nothing to clear.
-    """
-    with open(path, "r+b") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        base = 0
-        while base + 12 <= size:  # the superblock sits at 0, 512, 1024, 2048, ... (a user block)
-            fh.seek(base)
-            head = fh.read(12)
-            if head[:8] == _SIGNATURE:
-                break
-            base = 512 if base == 0 else base * 2
-        else:
-            raise LogError(f"{path}: no HDF5 superblock found")
-        version, offsets, flags = head[8], head[9], head[11]
-        if version < 2:
-            raise LogError(f"{path}: HDF5 superblock version {version}; only versions 2-3 are cleared")
-        if flags == 0:
-            return False
-        fh.seek(base)
-        block = bytearray(fh.read(12 + 4 * offsets + 4))
-        if int.from_bytes(block[-4:], "little") != lookup3(bytes(block[:-4])):
-            raise LogError(f"{path}: the HDF5 superblock's checksum does not match; not touched")
-        block[11] = 0
-        block[-4:] = lookup3(bytes(block[:-4])).to_bytes(4, "little")
-        fh.seek(base)
-        fh.write(block)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return True
-
-
-def _read_unclean(path: Path) -> dict[str, Any]:
-    """Read a log whose writer died. SWMR kept it consistent if the writer had switched to SWMR;
-    one killed before that (while creating or reopening the log) left plain "open for write"
-    flags, which no reader gets past: read a copy with the flags cleared (the original stays).
-    Whatever fails on the copy, the error raised is the reader's own, naming the log."""
-    try:
-        return read_log(path)
-    except LogError as e:
-        error = e
-    copy = path.with_name(f".{path.name}.clear.tmp")
-    try:
-        copy.write_bytes(path.read_bytes())
-        if clear_open_flags(copy):
-            return read_log(copy)
-    except LogError:  # not HDF5 at all, a superblock we do not touch, or unreadable all the same
-        pass
-    finally:
-        copy.unlink(missing_ok=True)
-    raise error from None
-
-
-def recover(path: str | Path) -> int:
-    """Rebuild the log at ``path`` from what a reader sees (its rows up to the last flush).
-
-    Used when a killed writer left the file marked open (in SWMR mode, or before it switched
-    to it). The rebuilt file replaces ``path`` atomically; the original is kept beside it as
-    ``<name>.unclean``. Returns the number of rows kept; raises :class:`LogError` if the file
-    cannot be read at all.
-    """
-    path = Path(path)
-    log = _read_unclean(path)
-    tmp = path.with_name(f".{path.name}.recover.tmp")
-    with h5py.File(tmp, "w", libver="latest") as f:
-        for k, v in log["attrs"].items():
-            f.attrs[k] = _attr(v)
-        for group, cols in GROUPS.items():
-            g = f.create_group(group)
-            have = log.get(group, {})
-            n = min((len(have[c]) for c in cols if c in have), default=0)
-            for name, dtype in cols.items():
-                data = have.get(name)
-                if data is None:  # a column this version added: fill it like append() does
-                    data = _fill(dtype, n)
-                g.create_dataset(name, data=list(data[:n]) if dtype not in (np.float64, np.int64)
-                                 else np.asarray(data[:n], dtype=dtype),
-                                 shape=(n,), maxshape=(None,), dtype=dtype, chunks=(256,))
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    unclean = path.with_name(path.name + ".unclean")
-    unclean.unlink(missing_ok=True)
-    os.link(path, unclean)  # the log's name always holds a whole file, the old one or the new one
-    os.replace(tmp, path)
-    return sum(len(next(iter(log[g].values()), [])) for g in GROUPS if log.get(g))
-
-
-# --------------------------------------------------------------------------------------
-# Named arrays (the prepared-market cache, columnar market files): generic, no log schema
-# --------------------------------------------------------------------------------------
-class ArrayFileError(ValueError):
-    """An HDF5 file of named arrays is missing, unreadable or lacks a group; the message says which."""
-
-
-def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any] | None = None) -> None:
-    """Write ``arrays`` to a new HDF5 file at ``path`` (replaced if it exists), ``attrs`` as its attributes.
-
-    Every numeric array is one contiguous, uncompressed dataset, so that :func:`read_arrays` can
-    memory-map it; an array of ``str`` is stored as UTF-8 strings. Attribute values that are not a
-    number or a string are stored as JSON. The caller makes the write atomic (a temporary name,
-    then a rename) if readers may look at ``path`` meanwhile."""
-    with h5py.File(path, "w", libver="latest") as f:
-        for name, a in arrays.items():
-            a = np.asarray(a)
-            if a.dtype.kind in "OU":
-                f.create_dataset(name, data=np.array([str(x) for x in a.reshape(-1)], dtype=object).reshape(a.shape),
-                                 dtype=h5py.string_dtype("utf-8"))
-            else:
-                f.create_dataset(name, data=np.ascontiguousarray(a))
-        for k, v in (attrs or {}).items():
-            f.attrs[k] = v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
-
-
-def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "", mmap: bool = False
-                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, attributes) of an HDF5 file: the datasets of ``group`` (default the root), all or ``names``.
-
-    With ``mmap``, a contiguous numeric dataset comes back as a copy-on-write memory map of the file
-    (no read until used; processes on one node share the pages; writing to it never reaches the
-    file); other datasets are read. Strings come back as h5py gives them (bytes). JSON attributes
-    are decoded. The file is opened read-only without HDF5's file locking, which some shared
-    filesystems refuse (the caller only opens files that are complete: written, then renamed)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ArrayFileError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r", locking=False)
-    except OSError as e:
-        raise ArrayFileError(f"{path}: not a readable HDF5 file ({e})") from None
-    with f:
-        try:
-            g = f[group] if group else f
-        except KeyError:
-            raise ArrayFileError(f"{path}: no group {group!r} (it has {', '.join(f) or 'nothing'})") from None
-        if not isinstance(g, h5py.Group):
-            raise ArrayFileError(f"{path}: {group!r} is a dataset, not a group of columns")
-        want = [n for n in g if isinstance(g[n], h5py.Dataset)] if names is None else names  # all: datasets only
-        out: dict[str, np.ndarray] = {}
-        for name in want:
-            ds = g.get(name)
-            if not isinstance(ds, h5py.Dataset):
-                raise ArrayFileError(f"{path}: no dataset {name!r} in {group or 'the root'}")
-            offset = ds.id.get_offset() if mmap and ds.dtype.kind in "biuf" and ds.chunks is None else None
-            if offset is not None and ds.size:
-                out[name] = np.memmap(path, dtype=ds.dtype, mode="c", offset=offset, shape=ds.shape)
-            else:
-                out[name] = ds[()]
-        attrs = _read_attrs(f)
-    return out, attrs

@@ -17,7 +17,7 @@ import torch
 
 from . import safeio
 from .agents.ppo import PPOAgent, compute_gae
-from .config import MUTABLE_HPARAMS, Config, to_dict
+from .config import MUTABLE_HPARAMS, Config, agent_config
 from .device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
 from .envs import build_env
 
@@ -237,7 +237,7 @@ class Pod:
         """The agent alone (networks, optimizer, statistics, hyperparameters): a leaderboard entry."""
         t, meta = self.agent.state()
         meta.update(env_steps=self.env_steps, updates=self.updates, rank=self.rank, seed=self.seed,
-                    config=to_dict(self.cfg))
+                    config=agent_config(self.cfg))
         return t, meta
 
     def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> PPOAgent:
@@ -295,7 +295,7 @@ class Pod:
             "seed": self.seed,
             "env_exact": env_exact,
             **agent_meta,
-            "config": to_dict(self.cfg),
+            "config": agent_config(self.cfg),  # the task and the agent; the whole config is the run's config.yaml
         }
         return t, meta
 
@@ -330,10 +330,15 @@ class Pod:
         return safeio.save(path, t, meta, STATE_KIND, STATE_VERSION)
 
     def load(self, path) -> dict[str, Any]:
+        """Restore from a checkpoint file; returns its meta."""
         tensors, meta, version = safeio.load(path, STATE_KIND)
+        self.restore(tensors, meta, version, source=str(path))
+        return meta
+
+    def restore(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], version: int, source: str) -> None:
+        """Restore from a checkpoint read already (safeio.load's three parts)."""
         if version != STATE_VERSION:
             raise safeio.StateFileError(
-                f"{path}: pod-state layout version {version}, this podracer-hpc reads {STATE_VERSION}"
+                f"{source}: pod-state layout version {version}, this podracer-hpc reads {STATE_VERSION}"
             )
-        self.load_state(tensors, meta, source=str(path))
-        return meta
+        self.load_state(tensors, meta, source=source)

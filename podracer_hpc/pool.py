@@ -32,9 +32,32 @@ from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops
 from .pod import Pod
 from .records import Comparison, RoundRecord, Source
 from .rundir import RunDir
-from .tournament import Decision, PodReport, decide, effective_space
+from .tournament import Candidate, Decision, PodReport, decide, effective_space
 
-__all__ = ["Meeting", "Pool"]
+__all__ = ["Listed", "Meeting", "Pool"]
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One leaderboard entry as a collective round lists it (kept in ``rounds/<i>.json`` for an
+    exact redo): what the rules and the prune need of its sidecar, and the evaluation it was
+    scored on (``fitness.Fitness.to_json``; None for an entry written before 2026-12-01)."""
+
+    id: str
+    score: float
+    env_steps: int | None = None
+    eval: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, e: EntryInfo) -> "Listed":
+        return cls(e.id, e.score, e.env_steps, e.meta.get("eval"))
+
+    def to_json(self) -> list[Any]:
+        return [self.id, self.score, self.env_steps, self.eval]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> "Listed":
+        return cls(str(row[0]), float(row[1]), row[2] if len(row) > 2 else None, row[3] if len(row) > 3 else None)
 
 
 @dataclass(frozen=True)
@@ -78,18 +101,17 @@ class Pool:
                          fitness.returns)
 
     @staticmethod
-    def comparable(listing: list[tuple], fitness: Fitness) -> list[tuple]:
-        """The rule's view of listed entries: ``(id, score, env_steps, returns)``, with the entry's
-        episodes only when they were on ``fitness``'s start states (else None: not comparable
-        episode by episode; a candidate is then evaluated again before it is taken)."""
+    def comparable(listing: list[Listed], fitness: Fitness) -> list[Candidate]:
+        """The rule's view of listed entries, with an entry's episodes only when they were on
+        ``fitness``'s start states (else None: a candidate is evaluated again before it is taken)."""
         out = []
         for e in listing:
-            ev = Fitness.from_json(e[3]) if len(e) > 3 else None
-            out.append((e[0], e[1], e[2] if len(e) > 2 else None,
-                        ev.returns if ev is not None and ev.key == fitness.key else None))
+            ev = Fitness.from_json(e.eval)
+            out.append(Candidate(e.id, e.score, e.env_steps, ev.returns if ev is not None and ev.key == fitness.key
+                                 else None))
         return out
 
-    def listing(self, index: int) -> list[tuple]:
+    def listing(self, index: int) -> list[Listed]:
         """Rank 0's view of the leaderboard for collective round ``index``, the same on a redo.
 
         A round redone after a kill (its checkpoint predates it) must decide on what the first
@@ -98,14 +120,14 @@ class Pool:
         """
         path = self.rundir.round_listing(index)
         try:
-            return [tuple(e) for e in json.loads(path.read_text())]
+            return [Listed.from_json(e) for e in json.loads(path.read_text())]
         except FileNotFoundError:
             pass
-        except (OSError, ValueError, TypeError) as e:
+        except (OSError, ValueError, TypeError, KeyError) as e:
             self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
-        entries = [(e.id, e.score, e.env_steps, e.meta.get("eval")) for e in self.board.list()]
+        entries = [Listed.of(e) for e in self.board.list()]
         # (no directory fsync: only a machine crash could lose the name, and then the redo lists again)
-        safeio.atomic_write_bytes(path, json.dumps(entries).encode(), sync_dir=False)
+        safeio.atomic_write_bytes(path, json.dumps([e.to_json() for e in entries]).encode(), sync_dir=False)
         return entries
 
     def publish(self, fitness: Fitness, index: int, hp: dict[str, float]) -> str | None:
@@ -236,7 +258,7 @@ class Pool:
                       for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
             # on the listing this round decided on plus this round's entries: no sidecar is read
             # again (entries other jobs published meanwhile stay until a later prune)
-            seen = [EntryInfo(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, None, None, None) for e in entries]
+            seen = [EntryInfo(e.id, e.score, e.env_steps, None, None, None) for e in entries]
             seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index)
                      for r, eid in enumerate(entry_of_rank) if eid]
             self.board.prune(self.tcfg.top_k, keep=needed, listing=seen)
@@ -250,7 +272,7 @@ class Pool:
         t0, ops0 = time.perf_counter(), fs_ops()
         hp, me = self.hparams(), self.report(fitness)
         infos = self.board.list()
-        listed = self.comparable([(e.id, e.score, e.env_steps, e.meta.get("eval")) for e in infos], fitness)
+        listed = self.comparable([Listed.of(e) for e in infos], fitness)
         if self.tcfg.mode == "pbt":
             d, src = self._async_pbt(me, infos, listed, index)
         else:
@@ -273,11 +295,11 @@ class Pool:
                 latest[key] = e
         return {e.id for e in latest.values()}
 
-    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], listed: list[tuple],
+    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], listed: list[Candidate],
                    index: int) -> tuple[Decision, str | None]:
         """PBT against the population the leaderboard shows: each other pod's latest entry scored on
         this pod's start states (episode by episode comparable; others are not the population)."""
-        rets = {e[0]: e[3] for e in listed}
+        rets = {e.id: e.returns for e in listed}
         others = [e for e in infos if not (e.job == self.job and e.pod == self.comm.rank) and rets.get(e.id) is not None]
         latest = self._latest_per_pod(others)
         pop = [e for e in others if e.id in latest]

@@ -16,6 +16,7 @@ wrong and what to do. Nothing is deleted: a file set aside is renamed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,9 @@ class Choice:
     updates: tuple[int, ...] = ()  # per rank: the update it resumes at (0 when fresh)
     epoch: int = 0  # the epoch the ranks resume in (collective)
     notes: tuple[str, ...] = ()  # what was set aside and why (said on stderr)
+    # this rank's checkpoint and .prev epochs after the choice was carried out (agree: the files
+    # are read once there, not again by the rank program)
+    epochs: tuple[int | None, int | None] = (None, None)
 
     @property
     def use_prev(self) -> tuple[bool, ...]:
@@ -185,6 +189,7 @@ def agree(allgather: Callable[[Any], list[Any]], rank: int, size: int, ckpt: Pat
         for n in choice.notes:
             say(n)
     use = choice.use[rank] if choice.use else "fresh"
+    epochs: tuple[int | None, int | None] = (None, None)
     if choice.fresh or use == "fresh":
         for p in (ckpt, prev_of(ckpt)):
             if p.exists():
@@ -193,7 +198,10 @@ def agree(allgather: Callable[[Any], list[Any]], rank: int, size: int, ckpt: Pat
         if ckpt.exists():
             _set_aside(ckpt, "corrupt" if mine.ckpt.error else "ahead")
         os.replace(prev_of(ckpt), ckpt)
-    return choice
+        epochs = (mine.prev.epoch, None)
+    else:
+        epochs = (mine.ckpt.epoch, mine.prev.epoch if mine.prev.usable else None)
+    return dataclasses.replace(choice, epochs=epochs)
 
 
 def _set_aside(p: Path, why: str) -> None:

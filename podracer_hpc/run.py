@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import yaml
@@ -53,6 +53,7 @@ from . import __version__, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, to_dict
 from .h5log import H5Writer
+from .h5recover import open_log
 from .device import DeviceError, resolve_device, set_cpu_threads, start_line
 from .fitness import Fitness, eval_seed
 from .pod import Pod
@@ -77,6 +78,9 @@ class RunResult:
 
     complete: bool
     summary: dict[str, Any] = field(default_factory=dict)
+    rank: int = 0  # this process's rank
+    # every rank waits here until all have called it (a job's rank 0 requeues it first); MPI stays in comm.py
+    wait_for_all: Callable[[], None] = field(default=lambda: None, repr=False)
 
 
 def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
@@ -174,7 +178,7 @@ class RankRun:
         if fresh:
             self.prepare_fresh()
         else:
-            self.resume()
+            self.resume(choice.epochs)
         self.open_log(device)
         if cfg.tournament.mode != "none":
             self.pool = Pool(cfg, comm, self.pod, self.rundir, job_id(), self.say, self.log)
@@ -201,18 +205,20 @@ class RankRun:
         if not self.state:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
-    def resume(self) -> None:
-        _, meta0, _ = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
-        diffs = _diff_config(meta0.get("config", {}), to_dict(self.cfg), to_dict(Config()))
+    def resume(self, epochs: tuple[int | None, int | None]) -> None:
+        """Load the checkpoint (read once: verified, config compared, restored) of the epochs that
+        ``resume.agree`` found it and its .prev in."""
+        tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
+        written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
+        diffs = _diff_config(written, to_dict(self.cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
                 f"{self.rundir.root} holds a run with another config; it cannot be resumed with this one:\n  "
                 + "\n  ".join(diffs) + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
             )
-        self.state = self.pod.load(self.ckpt)
-        epoch = int(self.state.get("round", 0))
-        prev = resume.describe(resume.prev_of(self.ckpt))
-        self.ckpt_epochs = (epoch, prev.epoch if prev.usable else None)
+        self.pod.restore(tensors, meta, version, source=str(self.ckpt))
+        self.state = meta
+        self.ckpt_epochs = (int(meta.get("round", 0)) if epochs[0] is None else epochs[0], epochs[1])
         self.say(f"resuming from {self.ckpt} at {_fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
         if not self.state.get("env_exact", True):
             self.say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
@@ -235,7 +241,7 @@ class RankRun:
             "seed": pod.seed, "rank": comm.rank, "world_size": comm.size, "slurm": slurm_ids(),
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
         }
-        self.log = H5Writer(self.rundir.log(comm.rank), attrs, say=self.say)
+        self.log = open_log(self.rundir.log(comm.rank), attrs, say=self.say)
         rows = self.state.get("log_rows")
         if isinstance(rows, dict):  # the rows the checkpoint's log held (exact)
             dropped = self.log.truncate_to(rows)
@@ -446,7 +452,8 @@ class RankRun:
         if not complete:
             self.say(f"stopped by {self.stopped_by or 'another rank'} at {_fmt_steps(self.pod.env_steps)} env steps; "
                      "checkpoint saved, run again to resume")
-        return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete))
+        return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete),
+                         rank=self.comm.rank, wait_for_all=self.comm.barrier)
 
     def summarize(self, parts: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
         finals = [p["final"] for p in parts if math.isfinite(p["final"])]
@@ -492,6 +499,15 @@ class RankRun:
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
+def _run_config(path: Path) -> dict[str, Any] | None:
+    """The run's config.yaml (written once, at the run's first start), or None if unreadable."""
+    try:
+        d = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
 def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
     """Keys whose values differ between a checkpoint's config and this run's. A key the checkpoint
     does not have (added to podracer-hpc since) is no difference if this run has its default."""

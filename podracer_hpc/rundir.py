@@ -9,6 +9,9 @@
     leaderboard/                      the default leaderboard (tournament.leaderboard_dir overrides)
     rounds/<i>.json                   the leaderboard listing round i decided on (exact redo)
     slurm/<job id>/                   submitit's per-task stdout/stderr
+    code/<id>/                        the code snapshot a submitted job runs (launch/snapshot.py)
+    launch.log                        a local run's mpiexec output (podracer submit --executor local)
+    task<i>/                          array task i's own run directory (podracer submit --array)
 
 Nothing here imports torch, h5py or MPI.
 """
@@ -90,6 +93,16 @@ class RunDir:
     def summary(self) -> Path:
         return self.root / "summary.json"
 
+    def summary_signature(self) -> tuple[int, int, int] | None:
+        """Identity of the summary.json there now (None if none): taken at submission, so that an
+        earlier run's summary in a reused run directory is never taken for a new job's (no clocks
+        compared: a shared filesystem's server clock may differ from this host's)."""
+        try:
+            st = self.summary.stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
     @property
     def logs_dir(self) -> Path:
         return self.root / "logs"
@@ -141,3 +154,23 @@ class RunDir:
 
     def round_listing(self, index: int) -> Path:
         return self.root / "rounds" / f"{index}.json"
+
+    @property
+    def slurm_folder(self) -> Path:
+        """submitit's folder: per-job (``%j``) task logs and pickles."""
+        return self.root / "slurm" / "%j"
+
+    def slurm_logs(self, job: str) -> Path:
+        return self.root / "slurm" / str(job)
+
+    @property
+    def code_dir(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def launch_log(self) -> Path:
+        return self.root / "launch.log"
+
+    def task(self, index: int) -> Path:
+        """Array task ``index``'s own run directory."""
+        return self.root / f"task{index}"

@@ -47,9 +47,11 @@ import numpy as np
 
 from .config import MODES, HParamRange, TournamentConfig, normalize_space
 from .fitness import better
+from .hparams import DEFAULT_PBT_SPACE, describe_space, effective_space, explore  # noqa: F401  (this module's API)
 
 __all__ = [
     "ACTIONS",
+    "Candidate",
     "ACTION_CODES",
     "DEFAULT_PBT_SPACE",
     "Decision",
@@ -75,6 +77,17 @@ ACTION_CODES = {a: i for i, a in enumerate(ACTIONS)}  # integer codes for the HD
 # Stream tags keep the rules' random streams apart for the same (seed, round, rank).
 _STREAM_ELEGANTRL = 1
 _STREAM_PBT = 2
+
+
+class Candidate(NamedTuple):
+    """A leaderboard entry as a rule sees it: its score, the env steps it was trained on, and its
+    episodes when they were on this round's start states (None: scored elsewhere, not comparable
+    episode by episode). A tuple, so a plain ``(id, score[, env_steps[, returns]])`` works too."""
+
+    id: str
+    score: float
+    env_steps: int | None = None
+    returns: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,29 +145,6 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (for logs)."""
         return asdict(self)
-
-
-# What PBT explores when tournament.hparam_space is empty: the PPO settings that matter most and
-# are safe to change while a pod trains (names as in config.MUTABLE_HPARAMS). Ray Tune and Isaac
-# Gym's PBT ship default mutation sets too; these bounds are the usual tuned ranges of PPO.
-DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
-    "learning_rate": HParamRange(1e-5, 1e-2, True),
-    "ent_coef": HParamRange(0.0, 0.02),
-    "clip_coef": HParamRange(0.05, 0.4),
-    "gae_lambda": HParamRange(0.8, 0.99),
-}
-
-
-def effective_space(cfg: TournamentConfig) -> dict[str, HParamRange]:
-    """The hyperparameter space a run explores: the configured one, or PBT's default."""
-    if cfg.hparam_space or cfg.mode != "pbt":
-        return dict(cfg.hparam_space)
-    return dict(DEFAULT_PBT_SPACE)
-
-
-def describe_space(space: Mapping[str, HParamRange]) -> str:
-    """One line: ``learning_rate [1e-05, 0.01] log, ent_coef [0, 0.02], ...``."""
-    return ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
 
 
 def round_env_steps(cfg: TournamentConfig, index: int) -> int:
@@ -238,37 +228,6 @@ def _compare(own_fit: float, own_ret: Sequence[float], score: float, cand_ret: S
     if not score > own_fit:
         return "keep", None, None
     return ("verify" if own_ret else "take"), None, None
-
-
-def explore(
-    hparams: Mapping[str, float],
-    space: Mapping[str, Any],
-    rng: np.random.Generator,
-    resample_prob: float = 0.25,
-    perturb_factors: Sequence[float] = (0.8, 1.2),
-) -> dict[str, float]:
-    """PBT explore step: each hyperparameter in ``space`` is resampled from its prior (uniform,
-    or log-uniform for log-scale ranges) with probability ``resample_prob``, else multiplied by a
-    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. A value outside
-    its range (a run started elsewhere, e.g. a learning rate of 3e-6 against [1e-5, 1e-2]) is
-    always resampled: nudging it by x1.2 would only pin it to the bound. Names outside the space
-    are copied unchanged; names in the space missing from ``hparams`` are sampled."""
-    space = normalize_space(space)
-    out = {k: float(v) for k, v in hparams.items()}
-    for name in sorted(space):  # fixed order: identical draws on every rank
-        r = space[name]
-        u = rng.random()
-        factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
-        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
-        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
-            if r.log_scale:
-                v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
-            else:
-                v = float(rng.uniform(r.low, r.high))
-        else:
-            v = out[name] * factor
-        out[name] = float(min(max(v, r.low), r.high))
-    return out
 
 
 # ----------------------------------------------------------------------------- elegantrl
@@ -555,7 +514,8 @@ def decide(
     random draws must still be its own).
     """
     reports = _check_reports(reports)
-    entries = [(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None) for e in entries]
+    entries = [Candidate(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None)
+               for e in entries]
     if cfg.mode == "elegantrl":
         return elegantrl_select(
             [p.fitness for p in reports],
@@ -581,7 +541,7 @@ def decide(
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
             steps_tolerance=cfg.steps_tolerance,
-            entries=[(e, sc) for e, sc, _, _ in entries],
+            entries=[(e.id, e.score) for e in entries],
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from podracer_hpc import comm as comm_mod
+from podracer_hpc import mpich as mpich_mod
 from podracer_hpc.comm import Comm, get_comm, launcher_env
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
@@ -181,7 +182,7 @@ def test_world_of_one_bcast_root() -> None:
     ],
 )
 def test_slurm_pmi2_netmod(env: dict, wheel: bool, expected: str | None, netmod: str | None, capsys) -> None:
-    from podracer_hpc.comm import slurm_pmi2_netmod
+    from podracer_hpc.mpich import slurm_pmi2_netmod
 
     env = dict(env)
     assert slurm_pmi2_netmod(env, wheel=wheel) == expected
@@ -191,7 +192,7 @@ def test_slurm_pmi2_netmod(env: dict, wheel: bool, expected: str | None, netmod:
 
 def test_the_venvs_mpi_is_the_pypi_wheel() -> None:
     """This repo's .venv runs the mpich wheel (pyproject's test extra), so pmi2 gets the OFI netmod."""
-    from podracer_hpc.comm import pypi_mpich
+    from podracer_hpc.mpich import pypi_mpich
 
     lib = pypi_mpich()
     assert lib is None or lib.endswith("libmpi.so.12")
@@ -221,7 +222,7 @@ def _segment(shm: Path, name: str) -> Path:
 
 
 def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
-    from podracer_hpc.comm import clean_stale_mpich_segments, mpich_world_id
+    from podracer_hpc.mpich import clean_stale_mpich_segments, mpich_world_id
 
     assert mpich_world_id("1.0") == "eb421bf2"  # seen on the local cluster: job 1 step 0
     shm = tmp_path
@@ -242,7 +243,7 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
-        fd, comm_mod._shm_lock_fd = comm_mod._shm_lock_fd, None
+        fd, mpich_mod._shm_lock_fd = mpich_mod._shm_lock_fd, None
     try:
         # this job step's segments go at once (an earlier start's); a dead run's old one too
         assert sorted(removed) == sorted([f"mpich_shm_{own}_0", f"mpich_vci_{own}_1", f"mpich_shm_{dead}_0"])
@@ -253,7 +254,7 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
         # start must not remove what the first one has created
         _segment(shm, f"mpich_shm_{own}_0")
         other_rank = subprocess.run(
-            [sys.executable, "-c", "import sys; from podracer_hpc.comm import clean_stale_mpich_segments as c; "
+            [sys.executable, "-c", "import sys; from podracer_hpc.mpich import clean_stale_mpich_segments as c; "
              f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))"],
             capture_output=True, text=True, timeout=60)
         assert other_rank.returncode == 0 and other_rank.stdout.strip() == "[]", other_rank.stderr
@@ -262,7 +263,7 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
         os.close(fd)  # the rank exits: its lock goes with it
     # the next start (every rank of the earlier one is gone) removes it, and says so
     nxt = subprocess.run(
-        [sys.executable, "-c", "from podracer_hpc.comm import clean_stale_mpich_segments as c; "
+        [sys.executable, "-c", "from podracer_hpc.mpich import clean_stale_mpich_segments as c; "
          f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))"],
         capture_output=True, text=True, timeout=60)
     assert nxt.stdout.strip() == f"['mpich_shm_{own}_0']", nxt.stderr
@@ -273,7 +274,7 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
 
 
 def test_stale_mpich_cleanup_leaves_other_users_and_missing_dirs_alone(tmp_path: Path) -> None:
-    from podracer_hpc.comm import clean_stale_mpich_segments, mpich_world_id
+    from podracer_hpc.mpich import clean_stale_mpich_segments, mpich_world_id
 
     assert clean_stale_mpich_segments({"PMI_JOBID": "1.0"}, shm_dir=str(tmp_path / "none")) == []
     if os.geteuid() != 0:
@@ -282,5 +283,5 @@ def test_stale_mpich_cleanup_leaves_other_users_and_missing_dirs_alone(tmp_path:
     os.chown(p, 65534, 65534)
     assert clean_stale_mpich_segments({"PMI_JOBID": "5.0"}, shm_dir=str(tmp_path), orphan_age_s=0) == []
     assert p.exists()
-    os.close(comm_mod._shm_lock_fd)
-    comm_mod._shm_lock_fd = None
+    os.close(mpich_mod._shm_lock_fd)
+    mpich_mod._shm_lock_fd = None

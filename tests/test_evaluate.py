@@ -3,25 +3,13 @@ files it must refuse (exit 2, a message, no traceback). Agents play the same sta
 run's verdict is reproduced exactly by the seed and episode count its summary names."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from helpers import mpiexec_or_skip
+from helpers import REPO, mpiexec_or_skip, run_cli
 from podracer_hpc import safeio
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """`podracer ARGS` in a fresh process, as a user runs it (the conftest's run_cli is not importable
-    by name once tests/slurm's conftest is collected too)."""
-    env = {k: v for k, v in os.environ.items() if k != "PODRACER_COMM"}
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", *args], capture_output=True, text=True,
-                          timeout=300, cwd=REPO, env=env)
 
 SETS = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
         "eval.interval_env_steps=4096", "tournament.interval_env_steps=4096", "threads=1", "log.progress_interval_s=0",

@@ -132,7 +132,10 @@ def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
     ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
     assert ref.returncode == 0, ref.stderr
     d = tmp_path / "killed"
-    p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=env(),
+    # updates 5x as long (a sleep: the results are the same), so that the kill lands mid-run on a fast
+    # machine too (with torch 2.4 the whole run took less time than this test's polling)
+    slow = {**env(), "PODRACER_INJECT_SLOW": "0:5,1:5"}
+    p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=slow,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         def mid_run() -> bool:

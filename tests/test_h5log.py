@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from podracer_hpc.h5log import SCHEMA_VERSION, H5Writer, LogError, clear_open_flags, lookup3, read_log
+from podracer_hpc.h5log import SCHEMA_VERSION, H5Writer, LogError, read_log
+from podracer_hpc.h5recover import clear_open_flags, lookup3, open_log
 
 
 def test_rows_roundtrip_and_defaults(tmp_path):
@@ -107,8 +108,10 @@ def test_a_log_left_open_by_a_killed_writer_is_recovered_and_continued(tmp_path)
     assert subprocess.run([sys.executable, "-c", code]).returncode == -signal.SIGKILL
     with pytest.raises(OSError):
         h5py.File(p, "a")  # what the chaos run hit
+    with pytest.raises(LogError, match="h5recover.open_log rebuilds it"):
+        H5Writer(p, {"seed": 5})  # the writer alone does not rebuild a log (h5recover does)
     said = []
-    with H5Writer(p, {"seed": 5}, say=said.append) as w:
+    with open_log(p, {"seed": 5}, say=said.append) as w:
         assert w.truncate_after(400) == 2  # rows 5 and the round at 500
         w.append("train", {"update": 5, "env_steps": 500})
     assert len(said) == 1 and "left open by a killed writer: recovered" in said[0]
@@ -178,7 +181,7 @@ def test_a_log_killed_while_it_was_reopened_is_recovered_and_continued(tmp_path)
         with pytest.raises(OSError, match="open for"):
             h5py.File(p, "r", libver="latest", swmr=swmr)  # what the requeued rank hit
     said = []
-    with H5Writer(p, {"seed": 5}, say=said.append) as w:
+    with open_log(p, {"seed": 5}, say=said.append) as w:
         w.append("train", {"update": 4, "env_steps": 400})
     assert len(said) == 1 and "recovered 3 rows" in said[0], said
     assert (tmp_path / "dead.h5.unclean").exists() and not list(tmp_path.glob(".*tmp"))
@@ -201,7 +204,7 @@ def test_unreadable_log_is_refused_untouched(tmp_path):
     q = tmp_path / "junk.h5"
     q.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\x00" * 64)
     with pytest.raises(LogError, match="cannot be continued"):
-        H5Writer(q, {})
+        open_log(q, {})
     assert q.read_bytes() == b"\x89HDF\r\n\x1a\n" + b"\x00" * 64
 
 

@@ -148,24 +148,28 @@ def test_dry_run_needs_no_slurm(monkeypatch, capsys):
 
 
 def test_pmix_with_the_mpich_wheel_is_refused(monkeypatch):
-    monkeypatch.setattr(launch, "comm_pypi_mpich", lambda: "/venv/lib/libmpi.so.12")
-    monkeypatch.setattr(launch, "_slurm_here", lambda: True)
-    monkeypatch.setattr(launch, "_check_against_slurm", lambda r: None)
+    from podracer_hpc.launch import slurm
+
+    monkeypatch.setattr(slurm, "pypi_mpich", lambda: "/venv/lib/libmpi.so.12")
+    monkeypatch.setattr(slurm, "slurm_here", lambda: True)
+    monkeypatch.setattr(slurm, "_check_against_slurm", lambda r: None)
     with pytest.raises(launch.LaunchError, match="--mpi pmi2 with the wheel"):
         launch.validate(req(executor="slurm", mpi="pmix"))
     launch.validate(req(executor="slurm", mpi="pmi2"))
 
 
 def test_sinfo_checks_cpus_gpus_and_mpi_plugins(monkeypatch):
+    from podracer_hpc.launch import slurm
+
     answers = {"%P": ["debug*"], "%D": ["4"], "%l": ["infinite"], "%c": ["2"], "%G": ["gpu:2(S:0)"]}
-    monkeypatch.setattr(launch, "_sinfo", lambda fmt, part="": answers[fmt])
-    monkeypatch.setattr(launch.shutil, "which", lambda name: None)  # no srun: plugins not listed
+    monkeypatch.setattr(slurm, "_sinfo", lambda fmt, part="": answers[fmt])
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # no srun: plugins not listed
     with pytest.raises(launch.LaunchError, match="= 4 CPUs per node: .* at most 2"):
-        launch._check_against_slurm(req(executor="slurm", tasks_per_node=2, cpus_per_task=2))
+        slurm._check_against_slurm(req(executor="slurm", tasks_per_node=2, cpus_per_task=2))
     with pytest.raises(launch.LaunchError, match="at most 2 GPUs"):
-        launch._check_against_slurm(req(executor="slurm", tasks_per_node=1, gpus_per_node=4))
-    launch._check_against_slurm(req(executor="slurm", tasks_per_node=2, gpus_per_node=2))
-    assert launch._gres_gpus("gpu:h100:8(S:0-1),nvme:1") == 8 and launch._gres_gpus("(null)") == 0
+        slurm._check_against_slurm(req(executor="slurm", tasks_per_node=1, gpus_per_node=4))
+    slurm._check_against_slurm(req(executor="slurm", tasks_per_node=2, gpus_per_node=2))
+    assert slurm._gres_gpus("gpu:h100:8(S:0-1),nvme:1") == 8 and slurm._gres_gpus("(null)") == 0
 
 
 def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
@@ -176,7 +180,8 @@ def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
     snap = launch.make_snapshot(plan)
     meta = json.loads((snap.path / "SNAPSHOT.json").read_text())
     assert meta["revision"] == snap.revision and meta["dirty"] == snap.revision.endswith("-dirty")
-    assert (snap.path / "podracer_hpc" / "launch.py").read_bytes() == Path(launch.__file__).read_bytes()
+    assert (snap.path / "podracer_hpc" / "launch" / "slurm.py").read_bytes() == \
+        (Path(launch.__file__).parent / "slurm.py").read_bytes()
     assert not list(snap.path.rglob("__pycache__")) and snap.job_file.read_text() == "name: snap\n"
     assert launch.plan_snapshot(tmp_path / "run", str(job)).id == snap.id  # same code, same snapshot
     job.write_text("name: snap2\n")
@@ -389,17 +394,17 @@ def _scripted(monkeypatch, states):
     def fake(job_id):
         return seq.pop(0) if len(seq) > 1 else seq[0]
 
-    monkeypatch.setattr(launch, "slurm_job_state", fake)
+    from podracer_hpc.launch import slurm
+
+    monkeypatch.setattr(slurm, "slurm_job_state", fake)  # what the watcher asks (launch/watch.py)
 
 
 def _slurm_launched(tmp_path, stale=None):
-    from types import SimpleNamespace
 
     err = tmp_path / "slurm" / "7" / "7_0_log.err"
     err.parent.mkdir(parents=True)
     err.write_text("last line of the job's stderr\n")
-    job = SimpleNamespace(job_id="7", paths=SimpleNamespace(stderr=err))
-    return launch.Launched("slurm", [tmp_path], jobs=[job], logs=[err], stale_summaries=[stale])
+    return launch.Launched("slurm", [tmp_path], jobs=[launch.Job("7", err)], logs=[err], stale_summaries=[stale])
 
 
 def _summary(tmp_path, **kw):

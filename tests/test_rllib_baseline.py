@@ -197,7 +197,7 @@ def test_rllib_trading_run_writes_the_schema_and_its_policy_backtests(tmp_path):
     assert res["agent"]["cumulative_return"] is not None and res["bars"] > 100
     assert res["agent"] != res["equal_weight"]
     # the same policy in this process, through the Python API: the checkpoint's own rules (weights)
-    from podracer_hpc.trading.backtest import backtest, load_policy
+    from podracer_hpc.backtest import backtest, load_policy
 
     pol, cfg = load_policy(policy)
     assert cfg["env"]["trading"]["actions"] == "weights" and pol.tickers == ["SYN000", "SYN001", "SYN002"]

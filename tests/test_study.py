@@ -55,10 +55,10 @@ def study(*args: str) -> int:
 
 @pytest.mark.parametrize("edit,message", [
     ({"points": [0, 2]}, "points must be >= 1"),
-    ({"points": "many"}, "points must be a non-empty list of integers"),
+    ({"points": "many"}, "points: expected a list, got 'many'"),
     ({"target": None}, "target is required"),
     ({"metric": "cumulative_return"}, "metric cumulative_return is the stock-trading target"),
-    ({"sytems": {}}, "unknown key 'sytems'. Did you mean 'systems'?"),
+    ({"sytems": {}}, "unknown config key 'sytems'. Did you mean 'systems'?"),
     ({"systems": {"mine": {"job": "jobs/pendulum_fast.yaml"}}}, "kind must be one of podracer, rllib"),
     ({"systems": {"podracer": {"job": "jobs/nope.yaml"}}}, "jobs/nope.yaml not found"),
     ({"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "set": ["agent.learning_rat=1"]}}},

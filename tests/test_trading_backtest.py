@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from podracer_hpc.trading import from_arrays, synthetic_market
-from podracer_hpc.trading.backtest import backtest, infer_periods_per_year, main, metrics, min_variance_weights
+from podracer_hpc.backtest import backtest, infer_periods_per_year, main, metrics, min_variance_weights
 
 
 # torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
@@ -163,7 +163,7 @@ def test_a_policy_read_for_acting_builds_no_optimizer(tmp_path):
     obs = torch.randn(5, pod.env.obs_dim, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = pod.agent.act_deterministic(pod.agent.normalize_obs(obs, update=False)).clamp(-1, 1)
-    code = (f"import sys, json, torch; from podracer_hpc.trading.backtest import load_policy; "
+    code = (f"import sys, json, torch; from podracer_hpc.backtest import load_policy; "
             f"p, _ = load_policy({str(ck)!r}); obs = torch.randn(5, {pod.env.obs_dim}, "
             f"generator=torch.Generator().manual_seed(0)); "
             f"print(json.dumps([p(obs).tolist(), 'torch._dynamo' in sys.modules]))")

@@ -258,7 +258,7 @@ def test_env_and_backtest_read_the_cache(tmp_path, monkeypatch):
     assert env.market.data.meta["cache"].startswith(str(tmp_path / "cache"))
     fresh = prepare_market(load_market(p), "cpu", torch.float32, 30)
     assert torch.equal(env.market.market_obs, fresh.market_obs) and int(env.data_id) == fresh.fingerprint
-    from podracer_hpc.trading.backtest import backtest
+    from podracer_hpc.backtest import backtest
 
     r = backtest(lambda obs: torch.zeros(obs.shape[0], 3), str(p), turbulence_window=30, plot=None)
     assert r["bars"] == 300 - 60 - 1 and r["agent"]["cumulative_return"] == 0.0

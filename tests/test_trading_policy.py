@@ -10,7 +10,7 @@ import torch
 
 from podracer_hpc.agents.ppo import PPOAgent
 from podracer_hpc.config import ConfigError, PPOConfig, load_config
-from podracer_hpc.trading.backtest import backtest, main
+from podracer_hpc.backtest import backtest, main
 from podracer_hpc.trading.data import from_arrays
 from podracer_hpc.trading.env import StockTradingEnv
 

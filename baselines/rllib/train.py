@@ -341,7 +341,7 @@ class Evaluator:
 
 def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Path) -> Path:
     """Write the learner's deterministic policy as a self-contained TorchScript file that
-    ``podracer backtest`` reads (podracer_hpc/trading/backtest.py, ``load_policy``): observations
+    ``podracer backtest`` reads (podracer_hpc/backtest.py, ``load_policy``): observations
     in, the action distribution's mean out, the env runners' observation filter (MeanStdFilter)
     baked in; beside it, as the extra file ``podracer.json``, the run's config in podracer's shape
     (task, env.trading settings) and the tickers, in order."""

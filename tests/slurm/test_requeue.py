@@ -63,8 +63,9 @@ def rank_pids(job: str) -> list[int]:
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
-        try:
-            if not (p / "comm").read_text().startswith("python"):
+        try:  # argv[0], not comm: torch renames its main thread ("pt_main_thread")
+            argv0 = (p / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if not Path(argv0).name.startswith("python"):
                 continue
             env = dict(kv.split("=", 1) for kv in (p / "environ").read_text().split("\0") if "=" in kv)
         except OSError:

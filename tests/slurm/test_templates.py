@@ -443,8 +443,8 @@ def test_tournament_runs_on_two_nodes_and_completes(cluster, jobs) -> None:
     # srun got the job's --cpus-per-task (1 here: LOCAL) and ran the code snapshot's job file
     snap = re.search(r"code: snapshot (\S+) \(revision (\S+)\) of " + re.escape(str(REPO)), out)
     assert snap and f"--cpus-per-task=1 podracer train {snap.group(1)}/quickstart.yaml" in out, out
-    code = Path(snap.group(1)) / "podracer_hpc" / "launch.py"
-    assert code.read_bytes() == (REPO / "podracer_hpc" / "launch.py").read_bytes()
+    code = Path(snap.group(1)) / "podracer_hpc" / "launch" / "slurm.py"
+    assert code.read_bytes() == (REPO / "podracer_hpc" / "launch" / "slurm.py").read_bytes()
     assert f"env PYTHONPATH={snap.group(1)}" in out and "env HDF5_USE_FILE_LOCKING=BEST_EFFORT" in out, out
 
 

@@ -40,9 +40,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .data import DataError, MarketData, is_daily
-from ..envs.registry import as_kwargs, options_from
-from .env import Market, StockTradingEnv, TradingOptions, get_market, tickers_from_state
+from .trading.data import DataError, MarketData, is_daily
+from .envs.registry import as_kwargs, options_from
+from .trading.env import Market, StockTradingEnv, TradingOptions, get_market, tickers_from_state
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio", "max_drawdown", "calmar_ratio")
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -163,7 +163,7 @@ def load_exported_policy(path: str | os.PathLike, device: str | torch.device = "
 
     if not zipfile.is_zipfile(path):
         return None
-    from ..safeio import StateFileError
+    from .safeio import StateFileError
 
     extra = {EXPORTED_META: ""}
     try:
@@ -190,10 +190,10 @@ def load_exported_policy(path: str | os.PathLike, device: str | torch.device = "
 def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
     """The deterministic policy of a pod checkpoint, a leaderboard entry or an exported policy
     (:func:`load_exported_policy`): (policy, run config dict)."""
-    from .. import safeio
-    from ..agents.ppo import PPOAgent
-    from ..config import PPOConfig, from_dict
-    from ..leaderboard import ENTRY_KIND
+    from . import safeio
+    from .agents.ppo import PPOAgent
+    from .config import PPOConfig, from_dict
+    from .leaderboard import ENTRY_KIND
 
     dev = torch.device(device)
     exported = load_exported_policy(path, dev) if Path(path).is_file() else None
@@ -282,7 +282,7 @@ def backtest(
     if not stocks and trained_on and not isinstance(data, Market):
         stocks = trained_on  # a checkpoint knows its stocks and their order
         if data and not isinstance(data, MarketData):  # the pods' cache (all tickers), if it holds exactly those
-            from .cache import cache_status
+            from .trading.cache import cache_status
 
             if cache_status(data, (), turbulence_window)[1] == "fresh":
                 everything = get_market(data, (), dev, torch.float32, turbulence_window)
@@ -405,7 +405,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     torch.set_num_threads(1)  # one account, one bar at a time: more threads only wait on each other (ms per op under load)
-    from ..safeio import StateFileError
+    from .safeio import StateFileError
 
     try:
         policy, cfg = load_policy(args.checkpoint, args.device)

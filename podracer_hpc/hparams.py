@@ -1,0 +1,75 @@
+"""The hyperparameters PBT explores: the default PPO space, a run's effective space, and the
+explore step (perturb or resample within bounds). Pure; tournament.py's PBT rule uses them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .config import HParamRange, TournamentConfig, normalize_space
+
+__all__ = ["DEFAULT_PBT_SPACE", "describe_space", "effective_space", "explore"]
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+# What PBT explores when tournament.hparam_space is empty: the PPO settings that matter most and
+# are safe to change while a pod trains (names as in config.MUTABLE_HPARAMS). Ray Tune and Isaac
+# Gym's PBT ship default mutation sets too; these bounds are the usual tuned ranges of PPO.
+DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
+    "learning_rate": HParamRange(1e-5, 1e-2, True),
+    "ent_coef": HParamRange(0.0, 0.02),
+    "clip_coef": HParamRange(0.05, 0.4),
+    "gae_lambda": HParamRange(0.8, 0.99),
+}
+
+
+def effective_space(cfg: TournamentConfig) -> dict[str, HParamRange]:
+    """The hyperparameter space a run explores: the configured one, or PBT's default."""
+    if cfg.hparam_space or cfg.mode != "pbt":
+        return dict(cfg.hparam_space)
+    return dict(DEFAULT_PBT_SPACE)
+
+
+def describe_space(space: Mapping[str, HParamRange]) -> str:
+    """One line: ``learning_rate [1e-05, 0.01] log, ent_coef [0, 0.02], ...``."""
+    return ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
+
+
+
+def explore(
+    hparams: Mapping[str, float],
+    space: Mapping[str, Any],
+    rng: np.random.Generator,
+    resample_prob: float = 0.25,
+    perturb_factors: Sequence[float] = (0.8, 1.2),
+) -> dict[str, float]:
+    """PBT explore step: each hyperparameter in ``space`` is resampled from its prior (uniform,
+    or log-uniform for log-scale ranges) with probability ``resample_prob``, else multiplied by a
+    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. A value outside
+    its range (a run started elsewhere, e.g. a learning rate of 3e-6 against [1e-5, 1e-2]) is
+    always resampled: nudging it by x1.2 would only pin it to the bound. Names outside the space
+    are copied unchanged; names in the space missing from ``hparams`` are sampled."""
+    space = normalize_space(space)
+    out = {k: float(v) for k, v in hparams.items()}
+    for name in sorted(space):  # fixed order: identical draws on every rank
+        r = space[name]
+        u = rng.random()
+        factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
+        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
+        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
+            if r.log_scale:
+                v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
+            else:
+                v = float(rng.uniform(r.low, r.high))
+        else:
+            v = out[name] * factor
+        out[name] = float(min(max(v, r.low), r.high))
+    return out

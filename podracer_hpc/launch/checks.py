@@ -1,0 +1,40 @@
+"""``validate``: everything about a request that can be checked before anything is queued: the
+job file and its overrides, each option's own check, the options together, and (for Slurm) the
+cluster as sinfo and srun describe it."""
+
+from __future__ import annotations
+
+import sys
+
+from ..config import Config, job_file, load_config
+from .errors import LaunchError
+from .request import Request, check_fields, parse_sbatch
+
+__all__ = ["validate"]
+
+
+def validate(req: Request, dry_run: bool = False) -> Config:
+    """Check the request and the job file; raises LaunchError/ConfigError before anything is queued.
+
+    ``dry_run``: nothing will be submitted, so Slurm need not be installed: what needs ``sinfo``
+    or ``srun`` is checked only where they exist.
+    """
+    if not job_file(req.job_file).is_file():
+        raise LaunchError(f"job file {req.job_file!r} not found (jobs live in jobs/*.yaml)")
+    cfg = load_config(req.job_file, req.overrides)
+    check_fields(req)
+    if req.gpus_per_node and req.tasks_per_node > req.gpus_per_node:
+        raise LaunchError(
+            f"--tasks-per-node {req.tasks_per_node} > --gpus-per-node {req.gpus_per_node}: a pod is one rank "
+            "on one GPU; ask for as many GPUs as tasks per node (or fewer tasks)"
+        )
+    parse_sbatch(req.sbatch)
+    if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
+        print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
+    if req.executor == "slurm":
+        from .slurm import check_request  # submitit: only when Slurm is asked for
+
+        check_request(req, cfg, dry_run)
+    elif req.nodes > 1:
+        raise LaunchError("--executor local runs on this machine: use --nodes 1 (and --tasks-per-node for the pods)")
+    return cfg

@@ -1,0 +1,271 @@
+"""What ``podracer submit`` is asked for: every option declared once, with its doc.
+
+Each field of :class:`Request` carries, in its metadata, the flag ``podracer submit`` shows, the
+one-line doc, the check of its value, and (for Slurm) the sbatch option it sets. The argparse
+(:func:`add_arguments`), the request built from the command line (:func:`from_args`), the checks
+(:func:`validate`), the sbatch parameters (``slurm.parameters``) and the sbatch options that
+``--sbatch`` must refuse (:func:`own_sbatch`) are all derived from these declarations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import Config, job_file
+from ..rundir import RunDir
+from .errors import LaunchError
+
+__all__ = ["ACTIONS", "Request", "add_arguments", "check_fields", "from_args", "own_sbatch", "parse_array",
+           "parse_sbatch", "run_dir_for", "slurm_minutes", "task_overrides"]
+
+MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
+HDF5_LOCKING = {"best-effort": "BEST_EFFORT", "true": "TRUE", "false": "FALSE"}
+# sbatch options that the launcher sets itself (--sbatch may not), beyond those of the options below
+LAUNCHER_SBATCH = {"output": "", "error": "", "open-mode": "", "signal": "", "requeue": "",
+                   "ntasks": "--nodes and --tasks-per-node", "gpus-per-task": "--gpus-per-node (one bound GPU per pod)"}
+
+
+def _min(n: int) -> Callable[[Any], str]:
+    return lambda v: "" if v >= n else f"must be >= {n}, got {v}"
+
+
+def _no_spaces(v: str) -> str:
+    return "no spaces" if v and re.search(r"\s", v) else ""
+
+
+def _mem(v: str) -> str:
+    ok = not v or re.fullmatch(r"[0-9]+[KMGT]?B?", v.upper())
+    return "" if ok else "expected a size per node such as 64G, 500M or 0 (all of the node's)"
+
+
+def _mail(v: str) -> str:
+    bad = [t for t in v.upper().split(",") if t and t not in MAIL_TYPES]
+    return f"{', '.join(bad)} unknown; use {', '.join(sorted(MAIL_TYPES))}" if bad else ""
+
+
+def opt(default: Any, doc: str, flag: str = "", *, check: Callable[[Any], str] | None = None,
+        sbatch: str = "", choices: tuple[str, ...] = (), metavar: str | None = None, cli: str = "value") -> Any:
+    """One ``podracer submit`` option: a Request field with its flag (``""``: no flag), its doc, a
+    check (returns "" or what is wrong), the sbatch option it sets (``sbatch``: submitit's name of
+    it) and how argparse reads it (``cli``: value | flag (true when given) | inverted (false when
+    given) | append | none)."""
+    meta = {"doc": doc, "flag": flag, "check": check, "sbatch": sbatch, "choices": choices, "metavar": metavar,
+            "cli": cli}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Request:
+    """What ``podracer submit`` was asked for (the resolved, validated form)."""
+
+    job_file: str = opt("", "job file, e.g. jobs/quickstart.yaml", cli="none")
+    overrides: list[str] = opt([], "override a config key (dotted), repeatable", "--set", cli="append",
+                               metavar="KEY=VALUE")
+    executor: str = opt("local", "local: mpiexec here; slurm: submitit (auto: slurm when sbatch exists)", "--executor",
+                        choices=("local", "slurm"))
+    nodes: int = opt(1, "nodes (one MPI world over all of them)", "--nodes", check=_min(1), sbatch="nodes")
+    tasks_per_node: int = opt(1, "pod ranks per node (one per GPU)", "--tasks-per-node", check=_min(1),
+                              sbatch="ntasks_per_node")
+    gpus_per_node: int = opt(0, "GPUs per node (one bound GPU per pod)", "--gpus-per-node", check=_min(0),
+                             sbatch="gpus_per_node")
+    array: list[int] = opt([], "job array: N, A-B or A,B,C tasks, at most P at once (A[%P])", "--array",
+                           metavar="A[%P]", sbatch="array")
+    array_parallelism: int = opt(0, "the %P throttle of --array; 0 = no limit", cli="none", sbatch="array_parallelism")
+    partition: str = opt("", "Slurm partition", "--partition", check=_no_spaces, sbatch="partition")
+    account: str = opt("", "Slurm account", "--account", check=_no_spaces, sbatch="account")
+    time_min: int = opt(60, "time limit in minutes", "--time", check=_min(1), sbatch="time", metavar="MIN")
+    mpi: str = opt("pmix", "srun --mpi plugin matching the MPI of mpi4py: pmix (default; a site's Open MPI/HPC-X, as "
+                           "slurm_templates/site.sh), pmi2 (the PyPI mpich wheel of .venv, MPICH, MVAPICH)", "--mpi",
+                   choices=("pmix", "pmi2", "none"))
+    run_dir: str = opt("", "default runs/<name>; array task i uses <run-dir>/task<i>", "--run-dir")
+    shared_leaderboard: bool = opt(True, "array tasks get a leaderboard each (default: one shared, so later tasks "
+                                         "join)", "--separate-leaderboards", cli="inverted")
+    signal_delay_s: int = opt(90, "seconds before the time limit that Slurm sends the warning signal", cli="none")
+    cpus_per_task: int = opt(0, "CPUs per pod (sbatch and srun; a pod's torch threads follow it); default Slurm's, one",
+                             "--cpus-per-task", check=_min(0), sbatch="cpus_per_task", metavar="N")
+    mem: str = opt("", "memory per node, sbatch syntax: 64G, 0 = all of it", "--mem", check=_mem, sbatch="mem")
+    exclusive: bool = opt(False, "whole nodes (no other jobs on them)", "--exclusive", sbatch="exclusive", cli="flag")
+    qos: str = opt("", "Slurm quality of service", "--qos", check=_no_spaces, sbatch="qos")
+    constraint: str = opt("", "node features, sbatch syntax (e.g. h100)", "--constraint", check=_no_spaces,
+                          sbatch="constraint")
+    job_name: str = opt("", "default podracer-<config name>", "--job-name", check=_no_spaces, sbatch="job_name")
+    mail_type: str = opt("", "e.g. END,FAIL", "--mail-type", check=_mail, sbatch="mail_type")
+    mail_user: str = opt("", "where Slurm mails", "--mail-user", check=_no_spaces, sbatch="mail_user")
+    dependency: str = opt("", "e.g. afterok:12345", "--dependency", check=_no_spaces, sbatch="dependency")
+    sbatch: list[str] = opt([], "any other sbatch option, repeatable: --sbatch reservation=dgx --sbatch "
+                                "hint=nomultithread (a bare KEY is a flag); no wckey is sent unless given here",
+                            "--sbatch", cli="append", metavar="KEY=VALUE")
+    gpu_bind: str = opt("per-task", "per-task (default): srun --gpus-per-task=1, each pod sees and checks its one GPU; "
+                                    "none: each pod sees the node's GPUs and takes GPU <local rank>", "--gpu-bind",
+                        choices=("per-task", "none"))
+    hdf5_locking: str = opt("", "HDF5_USE_FILE_LOCKING of the ranks (default: the environment's, else best-effort, "
+                                "which works on Lustre mounted without flock)", "--hdf5-locking",
+                            choices=("", "best-effort", "true", "false"))
+    cache_dir: str = opt("", "per-node compile caches (Warp kernels, torch.compile) go under DIR/<host>; default "
+                             "/tmp/podracer-cache-$USER on each node", "--cache-dir")
+    snapshot: bool = opt(True, "run the live checkout instead of a copy of the code made at submission (a requeue "
+                               "then runs whatever is checked out at that moment)", "--no-snapshot", cli="inverted")
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+
+# What podracer submit does with the request (not part of it): declared here beside the options.
+ACTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--dry-run", dict(action="store_true", help="print the sbatch script (with its srun line) and the resolved "
+                       "config; submit nothing; needs no Slurm (checks against the cluster only where sinfo exists)")),
+    ("--wait", dict(action="store_true", help="show progress until the job ends (requeues included), then its summary; "
+                    "exit 0 only when it completed its training, 1 when it failed, was cancelled or vanished, 75 when "
+                    "a local run was stopped with checkpoints")),
+    ("--timeout", dict(type=float, default=0, help="seconds --wait waits at most (default: as long as the job is "
+                       "queued or running)")),
+)
+
+
+def _options() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(Request) if f.metadata["cli"] != "none"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``podracer submit``'s arguments, from the declarations."""
+    p.add_argument("config", help=Request.__dataclass_fields__["job_file"].metadata["doc"])
+    for f in _options():
+        m = {**f.metadata, "doc": f.metadata["doc"].replace("%", "%%")}  # argparse formats help with %
+        dest = f"opt_{f.name}"
+        if m["cli"] == "flag":
+            p.add_argument(m["flag"], dest=dest, action="store_true", help=m["doc"])
+        elif m["cli"] == "inverted":
+            p.add_argument(m["flag"], dest=dest, action="store_false", help=m["doc"])
+        elif m["cli"] == "append":
+            p.add_argument(m["flag"], dest=dest, action="append", default=[], metavar=m["metavar"], help=m["doc"])
+        else:
+            kind = int if isinstance(f.default, int) and not isinstance(f.default, bool) else str
+            choices = ("auto", *m["choices"]) if f.name == "executor" else (m["choices"] or None)
+            default = "auto" if f.name == "executor" else "" if f.name == "array" else f.default
+            p.add_argument(m["flag"], dest=dest, type=kind, default=default, choices=choices,
+                           metavar=m["metavar"] or (None if choices else m["flag"].lstrip("-").upper()), help=m["doc"])
+    for flag, kw in ACTIONS:
+        p.add_argument(flag, **kw)
+
+
+def from_args(args: argparse.Namespace, slurm_here: bool) -> Request:
+    """The request an argparse namespace of :func:`add_arguments` describes (``auto`` resolved)."""
+    kw: dict[str, Any] = {"job_file": str(job_file(args.config))}  # jobs/... from a wheel: its shipped copy
+    for f in _options():
+        kw[f.name] = getattr(args, f"opt_{f.name}")
+    if kw["executor"] == "auto":
+        kw["executor"] = "slurm" if slurm_here else "local"
+    kw["array"], kw["array_parallelism"] = parse_array(kw["array"]) if kw["array"] else ([], 0)
+    return Request(**kw)
+
+
+def own_sbatch() -> dict[str, str]:
+    """sbatch option -> the submit option to use instead ("" : set by the launcher itself)."""
+    out = {f.metadata["sbatch"].replace("_", "-"): f.metadata["flag"] for f in dataclasses.fields(Request)
+           if f.metadata["sbatch"] and f.metadata["flag"]}
+    return {**out, **LAUNCHER_SBATCH}
+
+
+def parse_array(spec: str) -> tuple[list[int], int]:
+    """``"3"`` -> [0, 1, 2]; ``"0-4%2"`` -> ([0..4], 2); ``"1,3,5"`` -> [1, 3, 5]."""
+    m = re.fullmatch(r"([0-9,\-]+)(?:%([0-9]+))?", spec.strip())
+    if not m:
+        raise LaunchError(f"--array {spec!r}: expected N, A-B or A,B,C, optionally followed by %P")
+    body, par = m.group(1), int(m.group(2) or 0)
+    ids: list[int] = []
+    if re.fullmatch(r"[0-9]+", body):
+        ids = list(range(int(body)))
+    else:
+        for part in body.split(","):
+            if "-" in part:
+                a, b = part.split("-", 1)
+                if not (a.isdigit() and b.isdigit()) or int(a) > int(b):
+                    raise LaunchError(f"--array {spec!r}: bad range {part!r}")
+                ids += range(int(a), int(b) + 1)
+            elif part.isdigit():
+                ids.append(int(part))
+            else:
+                raise LaunchError(f"--array {spec!r}: bad element {part!r}")
+    if not ids:
+        raise LaunchError(f"--array {spec!r}: no tasks")
+    return sorted(set(ids)), par
+
+
+def parse_sbatch(items: list[str]) -> dict[str, Any]:
+    """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag) items -> {key: value}; refuses keys
+    that have a submit option of their own or that the launcher must set."""
+    own, out = own_sbatch(), {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-").lower()
+        if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
+            raise LaunchError(f"--sbatch {item!r}: expected a long sbatch option name, KEY=VALUE or KEY "
+                              "(e.g. --sbatch reservation=dgx --sbatch hint=nomultithread)")
+        if key in own:
+            use = own[key]
+            raise LaunchError(f"--sbatch {item!r}: " + (f"use podracer submit {use} instead" if use else
+                              f"--{key} is set by podracer submit itself (logs in the run dir, the signal "
+                              "that checkpoints, requeue)"))
+        out[key] = value if eq else True
+    return out
+
+
+def slurm_minutes(text: str) -> int | None:
+    """A Slurm time limit ("infinite", "30", "1:00:00", "2-12:00:00", "1-0") in minutes; None = no limit."""
+    t = text.strip().lower()
+    if t in ("infinite", "unlimited", "n/a", ""):
+        return None
+    days, _, rest = t.rpartition("-")
+    try:
+        d = int(days) if days else 0
+        parts = [int(x) for x in rest.split(":")] if rest else [0]
+    except ValueError:
+        return None
+    if days:  # days-hours[:minutes[:seconds]]
+        parts = parts + [0] * (3 - len(parts))
+        h, m, sec = parts[:3]
+    elif len(parts) == 3:
+        h, m, sec = parts
+    elif len(parts) == 2:
+        h, m, sec = 0, parts[0], parts[1]
+    else:
+        h, m, sec = 0, parts[0], 0
+    return d * 1440 + h * 60 + m  # seconds dropped: a limit of 45:30 admits --time 45, not 46
+
+
+def check_fields(req: Request) -> None:
+    """Each option's own check, then the choices (the message names the flag)."""
+    for f in dataclasses.fields(Request):
+        m, v = f.metadata, getattr(req, f.name)
+        label = m["flag"] or f.name
+        if m["check"] is not None and (why := m["check"](v)):
+            raise LaunchError(f"{label} {v!r}: {why}" if isinstance(v, str) else f"{label} {why}")
+        if m["choices"] and v not in m["choices"] and not (f.name == "hdf5_locking" and v.lower() in m["choices"]):
+            named = [c for c in m["choices"] if c]
+            raise LaunchError(f"{label} must be {', '.join(named[:-1])} or {named[-1]}, got {v!r}")
+
+
+def run_dir_for(req: Request, cfg: Config) -> Path:
+    """The run directory of a request (absolute)."""
+    return Path(req.run_dir or Path("runs") / cfg.name).resolve()
+
+
+def task_overrides(req: Request, cfg: Config, task: int | None) -> tuple[list[str], Path]:
+    """The ``--set`` list and run dir of one (array) task."""
+    base = RunDir(run_dir_for(req, cfg))
+    sets = list(req.overrides)
+    if task is None:
+        return sets, base.root
+    sets.append(f"seed={cfg.seed + 1000 * task}")
+    if req.shared_leaderboard and not cfg.tournament.leaderboard_dir:
+        sets.append(f"tournament.leaderboard_dir={base.leaderboard()}")
+    return sets, base.task(task)

@@ -1,0 +1,255 @@
+"""Watching what was launched: progress from the run directories' logs, the jobs' states, and
+an end that is never a hang (a job that failed, was cancelled, vanished or can never start is an
+error naming its state and log; a requeued job is waited for)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..rundir import EXIT_REQUEUE, RunDir
+from .errors import JobError
+
+__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "progress_line", "read_summary", "summary_signature",
+           "wait"]
+
+# States in which a job will still run, or run again (a requeued job is PENDING again).
+ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED",
+                 "POWER_UP_NODE", "UPDATE_DB"}
+# Pending reasons that no amount of waiting resolves: the request exceeds a partition's, QOS's or
+# association's limit, or names something that does not exist (slurm/src/common/slurm_protocol_defs.c).
+NEVER_STARTS = {
+    "PartitionNodeLimit": "more nodes than the partition allows",
+    "PartitionTimeLimit": "a longer time limit than the partition allows",
+    "PartitionConfig": "a request the partition's configuration cannot meet",
+    "BadConstraints": "constraints no node satisfies",
+    "DependencyNeverSatisfied": "a dependency that can never be satisfied",
+    "InvalidAccount": "an account that does not exist or you may not use",
+    "InvalidQOS": "a QOS that does not exist or you may not use",
+    "QOSMaxWallDurationPerJobLimit": "a longer time limit than the QOS allows",
+    "AssocMaxWallDurationPerJobLimit": "a longer time limit than your association allows",
+    "QOSMaxNodePerJobLimit": "more nodes than the QOS allows",
+    "AssocMaxNodesPerJobLimit": "more nodes than your association allows",
+    "QOSMaxCpuPerJobLimit": "more CPUs than the QOS allows",
+    "AssocMaxCpuPerJobLimit": "more CPUs than your association allows",
+    "QOSMaxGRESPerJob": "more GPUs/GRES than the QOS allows",
+    "AssocMaxGRESPerJob": "more GPUs/GRES than your association allows",
+    "QOSMaxMemoryPerJob": "more memory than the QOS allows",
+}
+
+
+@dataclass
+class Job:
+    """A Slurm job that was submitted: its id and the log that says what became of it."""
+
+    job_id: str
+    log: Path
+
+
+@dataclass
+class Launched:
+    """Handles of what was started, for waiting and reporting."""
+
+    executor: str
+    run_dirs: list[Path]
+    jobs: list[Job] = field(default_factory=list)  # Slurm jobs
+    procs: list[subprocess.Popen] = field(default_factory=list)  # local processes
+    logs: list[Path] = field(default_factory=list)
+    stale_summaries: list[tuple[int, int, int] | None] = field(default_factory=list)  # per run dir, at submission
+    started: float = field(default_factory=time.monotonic)
+    snapshot: Any = None  # the code snapshot (snapshot.Snapshot) of a Slurm submission
+
+    def describe(self) -> str:
+        if self.executor == "slurm":
+            ids = ", ".join(j.job_id for j in self.jobs)
+            code = (f"; code snapshot {self.snapshot.path} (revision {self.snapshot.revision})" if self.snapshot
+                    else "")
+            return (f"submitted Slurm job {ids}; logs {self.logs[0].parent}; run dir "
+                    f"{self.run_dirs[0].parent if len(self.run_dirs) > 1 else self.run_dirs[0]}{code}")
+        return (f"started {len(self.procs)} local mpiexec run(s) (pid {', '.join(str(p.pid) for p in self.procs)}: "
+                f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}")
+
+
+def progress_line(run_dir: Path) -> str:
+    """Rounds, env steps, best evaluation and steps/s of a run, from its HDF5 logs."""
+    from ..h5log import LogError, read_log
+
+    steps, best, sps, rounds, n = 0, float("-inf"), 0.0, 0, 0
+    for p in RunDir(run_dir).rank_logs().values():
+        try:
+            log = read_log(p)
+        except (LogError, OSError, KeyError):
+            continue
+        n += 1
+        tr, ev, to = log["train"], log["eval"], log["tournament"]
+        if len(tr["env_steps"]):
+            steps += int(tr["env_steps"][-1])
+            sps += float(tr["steps_per_s"][-1])
+        if len(ev["return_mean"]):
+            best = max(best, float(ev["return_mean"].max()))
+        if len(to["round"]):
+            rounds = max(rounds, int(to["round"][-1]) + 1)
+    if not n:
+        return f"{run_dir.name}: waiting for the ranks to start"
+    best_text = f"best eval {best:.1f}" if best > float("-inf") else "best eval n/a"
+    return f"{run_dir.name}: {n} pods | {steps:,} env steps | {sps / 1e3:.0f}k steps/s | rounds {rounds} | {best_text}"
+
+
+def summary_signature(run_dir: Path) -> tuple[int, int, int] | None:
+    """:meth:`RunDir.summary_signature` of ``run_dir``."""
+    return RunDir(run_dir).summary_signature()
+
+
+def read_summary(run_dir: Path, stale: tuple[int, int, int] | None = None) -> dict[str, Any] | None:
+    """The run's summary.json, unless it is the one that was there at submission (``stale``)."""
+    sig = summary_signature(run_dir)
+    if sig is None or sig == stale:
+        return None
+    try:
+        return json.loads(RunDir(run_dir).summary.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _complete(summary: dict[str, Any] | None) -> bool:
+    return summary is not None and summary.get("complete", True) is not False
+
+
+def _incomplete_text(summary: dict[str, Any] | None, run_dir: Path) -> str:
+    if summary is None:
+        return f"it wrote no summary ({RunDir(run_dir).summary})"
+    return (f"its summary says it stopped early ({summary.get('env_steps', '?'):,} env steps; \"complete\": false; "
+            f"the checkpoints in {run_dir} resume it)" if isinstance(summary.get("env_steps"), int)
+            else f"its summary says it stopped early (\"complete\": false; {RunDir(run_dir).summary})")
+
+
+@dataclass
+class _Watch:
+    """What wait() remembers about one Slurm job between polls."""
+
+    seen: bool = False
+    last: str = ""
+    restarts: int = 0
+    ended_at: float | None = None  # monotonic time the job was first seen ended or gone
+    ended_state: str = ""
+
+
+def _report_state(job: Job, st: Any, w: _Watch, d: Path, out: Any) -> None:
+    """Print a job's state when it changed, and its requeues."""
+    w.seen = True
+    label = st.state + (f" ({st.reason})" if st.reason and st.reason not in ("None", "") else "")
+    if st.restarts > w.restarts:
+        w.restarts = st.restarts
+        print(f"job {job.job_id}: requeued (start {st.restarts + 1}); it resumes from {d}", file=out, flush=True)
+    if label != w.last:
+        w.last = label
+        print(f"job {job.job_id}: {label}", file=out, flush=True)
+
+
+Done = Callable[[Any], bool]  # a summary (or None) -> whether the run needs no more work
+
+
+def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: float, done: Done) -> bool:
+    """One poll of Slurm job i: True when it completed its training; raises JobError when it will not."""
+    from .slurm import slurm_job_state
+
+    job, d = launched.jobs[i], launched.run_dirs[i]
+    st = slurm_job_state(job.job_id)
+    if st is None:
+        return False  # slurmctld busy: ask again
+    now = time.monotonic()
+    if st.state:
+        _report_state(job, st, w, d, out)
+    if st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"):
+        w.ended_at = None
+        if st.state == "PENDING" and st.reason in NEVER_STARTS:
+            raise JobError(f"Slurm job {job.job_id} cannot start: {st.reason} (it asks for {NEVER_STARTS[st.reason]}). "
+                           f"It stays queued until you cancel it (scancel {job.job_id}) and submit a request that fits.")
+        return False
+    if not st.state and not w.seen and now - launched.started < 30:
+        return False  # not visible yet
+    # Ended (COMPLETED, FAILED, CANCELLED, TIMEOUT, ...), or gone from slurmctld (MinJobAge passed)
+    # and from accounting (none). Confirm once a few seconds later: a requeue passes through
+    # ended-looking states before it is PENDING again.
+    if w.ended_at is None or w.ended_state != st.state:
+        w.ended_at, w.ended_state = now, st.state
+        return False
+    if now - w.ended_at < confirm_s:
+        return False
+    summary = read_summary(d, launched.stale_summaries[i])
+    state = st.state or "gone from the queue, and Slurm keeps no record of it (no accounting)"
+    if st.state == "COMPLETED" or not st.state:
+        if done(summary):
+            return True
+        raise JobError(f"Slurm job {job.job_id} ended {state} without completing its training: "
+                       f"{_incomplete_text(summary, d)}; see {job.log}:\n" + _tail(job.log))
+    code = f", exit code {st.exit_code}" if st.exit_code and st.exit_code != "0:0" else ""
+    raise JobError(f"Slurm job {job.job_id} ended {state}{code}: {_incomplete_text(summary, d)}; see {job.log}:\n"
+                   + _tail(job.log))
+
+
+def _local_step(launched: Launched, i: int, done: Done) -> bool:
+    p, d, log = launched.procs[i], launched.run_dirs[i], launched.logs[i]
+    if p.poll() is None:
+        return False
+    rc = p.returncode
+    summary = read_summary(d, launched.stale_summaries[i])
+    if rc == 0 and done(summary):
+        return True
+    if rc == EXIT_REQUEUE:
+        raise JobError(f"local run {d} stopped early (exit 75): every rank checkpointed; submit the same command "
+                       f"again to resume; see {log}", exit_code=EXIT_REQUEUE)
+    why = f"exit {rc}" if rc >= 0 else f"killed by signal {-rc}"
+    if rc == 0:
+        why += f", but {_incomplete_text(summary, d)}"
+    raise JobError(f"local run {d} failed ({why}); see {log}:\n" + _tail(log))
+
+
+def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = None, confirm_s: float = 4.0,
+         done: Done = _complete, progress: Callable[[Path], str] | None = progress_line) -> list[dict[str, Any]]:
+    """Wait for every job with progress lines; returns the summaries of jobs that completed their
+    training. Raises JobError as soon as one job ends without completing (failed, cancelled,
+    stopped, gone from the queue with no complete summary, or pending for a reason that never
+    resolves), naming its state and log, within ``poll_s + confirm_s`` seconds of Slurm saying so;
+    a requeued job is waited for. Raises JobError after ``timeout_s``.
+
+    ``done``: what counts as finished, from the run's summary (default: ``complete`` is not false);
+    ``progress``: the line printed for a run directory when it changes (None: no progress lines).
+    """
+    out = out or sys.stderr
+    deadline = time.monotonic() + timeout_s
+    last: dict[str, str] = {}
+    watches = [_Watch() for _ in launched.run_dirs]
+    finished: set[int] = set()
+    while len(finished) < len(launched.run_dirs):
+        for i, d in enumerate(launched.run_dirs):
+            if i in finished:
+                continue
+            line = progress(d) if progress is not None else ""
+            if line and last.get(str(d)) != line:
+                print(line, file=out, flush=True)
+                last[str(d)] = line
+            if (_local_step(launched, i, done) if launched.executor == "local"
+                    else _slurm_step(launched, i, watches[i], out, confirm_s, done)):
+                finished.add(i)
+        if len(finished) == len(launched.run_dirs):
+            break
+        if time.monotonic() > deadline:
+            raise JobError(f"gave up waiting after {timeout_s:.0f} s; the job goes on: "
+                           f"podracer status {launched.run_dirs[0]}")
+        time.sleep(poll_s)
+    return [read_summary(d, launched.stale_summaries[i]) for i, d in enumerate(launched.run_dirs)]
+
+
+def _tail(path: Path, n: int = 15) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()[-n:]
+    except OSError:
+        return "  (no log file yet)"
+    return "\n".join("  " + x for x in lines)

@@ -1,0 +1,444 @@
+"""Tidy tables from the per-rank HDF5 logs of one or many run directories.
+
+A run directory (``podracer train --run-dir``) holds ``config.yaml``, ``logs/<name>_rank<r>.h5``
+(``docs/hdf5-schema.md``) and, once the run has ended, ``summary.json``. Logs are read with
+:func:`podracer_hpc.h5log.read_log`, which also reads a file that is still being written.
+
+Tables are :class:`Table` objects: named numpy columns of one length (no pandas needed;
+``Table.to_pandas()`` if you have it):
+
+- :func:`eval_table`: one row per run x pod x evaluation (the tidy table of the learning curves);
+- :func:`run_table`: one row per run (throughput, best and final return, time to a target);
+- :func:`tournament_table`: one row per run x pod x tournament round (action, source, hparams);
+- :func:`scaling_table`: one row per system x task x resource point (pods): time to target over
+  seeds (median, range, how many reached it, the bound when not), throughput, speed-up,
+  efficiency, and the ratio to a reference system at the same resources.
+
+Curves (:func:`run_curves`, :func:`mean_curve`) take runs as the samples, not pods (a
+tournament's pods copy each other): each run's pods are reduced to one curve first (their mean,
+or the best pod), then the mean and the 95% t-interval (:func:`t95`, exact) are over runs.
+
+A run's *resources* (:attr:`Run.resources`: pods, GPUs, CPU cores, nodes) put every system on
+one x axis: podracer's pods are its MPI ranks, RLlib's pods-equivalent its learners
+(``baselines/rllib``), and a study (``podracer study``) writes what it gave each run into
+``<run>/resources.json``.
+
+The *system* of a run (the name its curves carry in a figure) is the label given for it, else
+its config ``name``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from ..records import read_records
+from .curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve, run_curves, t95  # noqa: F401  (this module's API)
+from .runs import Run, RunDirError, expand_run_dirs, is_run_dir, job_id, load_run, load_runs  # noqa: F401
+from .tables import TEXT_COLUMNS, Table, _typed, read_csv  # noqa: F401
+
+__all__ = [
+    "Run",
+    "Table",
+    "RunDirError",
+    "load_run",
+    "load_runs",
+    "expand_run_dirs",
+    "eval_table",
+    "run_table",
+    "tournament_table",
+    "time_to_target",
+    "scaling_table",
+    "scaling_markdown",
+    "cumulative_return_scale",
+    "METRICS",
+    "target_for",
+    "parse_targets",
+    "first_crossing",
+    "mean_curve",
+    "run_curves",
+    "t95",
+    "REDUCERS",
+    "job_id",
+    "read_csv",
+]
+
+
+EVAL_COLUMNS = ("system", "task", "run", "pod", "seed", "pods", "mode", "num_envs", "eval_index", "update",
+                "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max", "episodes",
+                "cumulative_return", "device_type", "host", "git_revision", "run_dir")
+
+# What a target is a value of: the evaluation return, or (stock trading) the cumulative return of
+# the evaluation episodes on the training window, as a fraction of the initial capital.
+METRICS = {"return": "return_mean", "cumulative_return": "cumulative_return"}
+
+
+def cumulative_return_scale(config: Mapping[str, Any]) -> float | None:
+    """Factor from a stock-trading evaluation return to its cumulative return (a fraction of the
+    initial capital), or None for other tasks. The trading env's reward is the change in account
+    value x ``reward_scale`` (0: ``100 / initial_cash``, i.e. percent), so an episode's return is
+    ``(V_end - V_0) x reward_scale`` and its cumulative return ``return / (reward_scale x initial_cash)``."""
+    env = config.get("env") or {}
+    if str(env.get("name", "")) != "stock_trading":
+        return None
+    tr = env.get("trading") or {}
+    cash = float(tr.get("initial_cash", 1_000_000) or 1_000_000)
+    scale = float(tr.get("reward_scale", 0.0) or 0.0) or 100.0 / cash
+    return 1.0 / (scale * cash)
+
+
+def eval_table(runs: Sequence[Run]) -> Table:
+    """One row per run x pod x evaluation (columns ``EVAL_COLUMNS``; values as in the logs).
+
+    ``env_steps`` is the pod's own count; ``wall_s`` its training seconds (cumulative over
+    resumes, excluding start-up).
+    """
+    rows = []
+    for run in runs:
+        cr = cumulative_return_scale(run.config)
+        for rank, log in run.logs.items():
+            a, ev = log["attrs"], log["eval"]
+            for i in range(len(ev.get("env_steps", ()))):
+                rows.append({
+                    "system": run.system, "task": run.task, "run": run.run, "pod": int(a.get("rank", rank)),
+                    "seed": int(a.get("seed", -1)), "pods": run.pods, "mode": run.mode, "num_envs": run.num_envs,
+                    "eval_index": i,
+                    **{k: ev[k][i].item() for k in ("update", "env_steps", "wall_s", "return_mean", "return_std",
+                                                       "return_min", "return_max", "episodes")},
+                    "cumulative_return": float(ev["return_mean"][i]) * cr if cr is not None else math.nan,
+                    "device_type": str(a.get("device_type", "")), "host": str(a.get("host", "")),
+                    "git_revision": str(a.get("git_revision", "")), "run_dir": str(run.path),
+                })
+    return _typed(Table.from_rows(rows, EVAL_COLUMNS), EVAL_COLUMNS)
+
+
+def first_crossing(x: Any, y: Any, target: float) -> float:
+    """The first ``x[i]`` (in the given order) with ``y[i] >= target``; NaN if none (NaN y never crosses)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    hit = np.flatnonzero(np.nan_to_num(y, nan=-np.inf) >= target)
+    return float(x[hit[0]]) if len(hit) else math.nan
+
+
+Targets = Union[float, Mapping[str, float], None]
+
+
+def target_for(targets: Targets, task: str) -> float | None:
+    """The target return of ``task``: ``targets`` is one number for every task, or ``{task: number}``
+    (key ``"*"``: every other task), or None."""
+    if targets is None:
+        return None
+    if isinstance(targets, Mapping):
+        v = targets.get(task, targets.get("*"))
+        return None if v is None else float(v)
+    return float(targets)
+
+
+def parse_targets(specs: Iterable[str | float] | str | float | None) -> Targets:
+    """``["-250"]`` -> -250.0; ``["pendulum=-250", "cartpole=475"]`` -> a dict (``"*"`` for a bare number)."""
+    if specs is None:
+        return None
+    if isinstance(specs, (str, int, float)):
+        specs = [specs]
+    out: dict[str, float] = {}
+    for spec in specs:
+        if isinstance(spec, str) and "=" in spec:
+            k, v = spec.split("=", 1)
+            out[k.strip()] = float(v)
+        else:
+            out["*"] = float(spec)
+    if not out:
+        return None
+    return out["*"] if list(out) == ["*"] else out
+
+
+def time_to_target(evals: Table, target: Targets, x: str = "wall_s", y: str = "return_mean") -> Table:
+    """Per run: the first ``x`` (``wall_s`` or ``env_steps``, the pod's own) at which any pod's
+    evaluation ``y`` (``return_mean``, or ``cumulative_return`` for stock trading) reaches the
+    target of the run's task (NaN if none did), and which pod did. Runs of a task without a
+    target are left out."""
+    rows = []
+    for run in evals.unique("run") if len(evals) else []:
+        t = evals.where(run=run)
+        goal = target_for(target, str(t["task"][0]))
+        if goal is None:
+            continue
+        best, pod = math.inf, -1
+        for p in t.unique("pod"):
+            u = t.where(pod=p)
+            order = np.argsort(u[x], kind="stable")
+            v = first_crossing(u[x][order], u[y][order], goal)
+            if v < best:
+                best, pod = v, int(p)
+        rows.append({"system": t["system"][0], "task": t["task"][0], "run": run, "pods": int(t["pods"][0]),
+                     "target": goal, f"{x}_to_target": best if math.isfinite(best) else math.nan, "pod": pod})
+    return _typed(Table.from_rows(rows), ("system", "task", "run", "pods", "target", f"{x}_to_target", "pod"))
+
+
+RUN_COLUMNS = ("system", "task", "run", "pods", "gpus", "cpus", "nodes", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
+               "steps_per_s_per_pod", "update_steps_per_s", "best_return", "best_return_se", "peak_return",
+               "final_return", "best_pod", "rounds",
+               "complete", "target", "metric", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
+
+
+def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return") -> Table:
+    """One row per run.
+
+    ``env_steps``: summed over pods (last train row of each); ``wall_s``: the slowest pod's
+    training seconds; ``steps_per_s`` = env_steps / wall_s (the pool's throughput, evaluation and
+    tournament included); ``update_steps_per_s``: the sum over pods of their median per-update
+    throughput (training only); ``best_return``, ``best_return_se``, ``best_pod``: the run's verdict
+    (summary.json: every pod evaluated once more on one common set, ``eval.final_episodes``) when
+    the run has one, else the best evaluation of any pod (standard error NaN); ``peak_return``: the
+    best evaluation of any pod at any time; ``final_return``: the best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
+    evaluation of any pod at or above the target of the run's task (a number for all tasks, or
+    ``{task: number}``; NaN if never reached or no target) of ``metric`` (:data:`METRICS`:
+    ``return``, or ``cumulative_return`` for stock trading); ``pods``, ``gpus``, ``cpus``,
+    ``nodes``: :attr:`Run.resources`.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
+    evals = eval_table(runs)
+    y = METRICS[metric]
+    ttt_w = time_to_target(evals, target, "wall_s", y) if target is not None else None
+    ttt_s = time_to_target(evals, target, "env_steps", y) if target is not None else None
+    rows = []
+    for run in runs:
+        steps, walls, upd, best, finals = [], [], [], [], []
+        for log in run.logs.values():
+            tr, ev = log["train"], log["eval"]
+            if len(tr.get("env_steps", ())):
+                steps.append(int(tr["env_steps"][-1]))
+                walls.append(float(tr["wall_s"][-1]))
+                sps = tr["steps_per_s"][np.isfinite(tr["steps_per_s"])]
+                upd.append(float(np.median(sps)) if len(sps) else math.nan)
+            r = ev.get("return_mean", np.array([]))
+            fin = r[np.isfinite(r)] if len(r) else r
+            best.append(float(fin.max()) if len(fin) else -math.inf)
+            finals.append(float(r[-1]) if len(r) and math.isfinite(r[-1]) else -math.inf)
+        env_steps, wall = int(sum(steps)), (max(walls) if walls else math.nan)
+        ranks = list(run.logs)
+        best_i = int(np.argmax(best)) if best else -1
+        res = run.resources
+        row = {
+            "system": run.system, "task": run.task, "run": run.run, "pods": int(res["pods"]),
+            "gpus": float(res["gpus"]), "cpus": float(res["cpus"]), "nodes": int(res["nodes"]), "mode": run.mode,
+            "num_envs": run.num_envs, "seed": int(run.config.get("seed", -1)), "env_steps": env_steps,
+            "wall_s": wall, "steps_per_s": env_steps / wall if wall and wall > 0 else math.nan,
+            "steps_per_s_per_pod": env_steps / wall / max(1, len(steps)) if wall and wall > 0 else math.nan,
+            "update_steps_per_s": float(np.nansum(upd)) if upd else math.nan,
+            "best_return": max(best) if best and math.isfinite(max(best)) else math.nan,
+            "best_return_se": math.nan,
+            "peak_return": max(best) if best and math.isfinite(max(best)) else math.nan,
+            "final_return": max(finals) if finals and math.isfinite(max(finals)) else math.nan,
+            "best_pod": ranks[best_i] if best_i >= 0 and math.isfinite(best[best_i]) else -1,
+            "rounds": _rounds(run),
+            "complete": bool(run.summary is not None and run.summary.get("complete", True)),
+            "target": math.nan if target_for(target, run.task) is None else target_for(target, run.task),
+            "metric": metric,
+            "wall_s_to_target": _lookup(ttt_w, run.run, "wall_s_to_target"),
+            "env_steps_to_target": _lookup(ttt_s, run.run, "env_steps_to_target"),
+            "device_type": str(next(iter(run.attrs.values()), {}).get("device_type", "")),
+            "host": str(next(iter(run.attrs.values()), {}).get("host", "")),
+            "run_dir": str(run.path),
+        }
+        verdict = run.summary if run.summary is not None and run.summary.get("final_episodes") else None
+        if verdict is not None and verdict.get("best_return") is not None:  # the common-ground verdict
+            row.update(best_return=float(verdict["best_return"]), best_pod=int(verdict.get("best_pod", -1)),
+                       best_return_se=float(verdict.get("best_return_se") or math.nan))
+        rows.append(row)
+    return _typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
+
+
+def _rounds(run: Run) -> int:
+    r = [int(log["tournament"]["round"][-1]) + 1 for log in run.logs.values()
+         if len(log["tournament"].get("round", ()))]
+    return max(r) if r else 0
+
+
+def _lookup(t: Table | None, run: str, col: str) -> float:
+    if t is None or not len(t):
+        return math.nan
+    m = t["run"] == run
+    return float(t[col][m][0]) if m.any() else math.nan
+
+
+TOURNAMENT_COLUMNS = ("system", "task", "run", "pod", "pods", "mode", "round", "env_steps", "wall_s", "fitness",
+                      "action", "source", "source_job", "source_pod", "source_round", "source_internal",
+                      "rejected", "tournament_s", "old_hparams", "new_hparams")
+
+
+def tournament_table(runs: Sequence[Run]) -> Table:
+    """One row per run x pod x tournament round, with the source entry id parsed
+    (``source_job``/``source_pod``/``source_round``; ``source_internal``: the entry came from this
+    run's own pods) and the new hyperparameters as ``hp_<name>`` columns."""
+    rows = []
+    for run in runs:
+        job = run.job
+        for rank, log in run.logs.items():
+            to = log["tournament"]
+            for rec in read_records(to):
+                src, name = rec.source, rec.source.entry
+                pod = rec.source.pod
+                internal = pod is not None and (name is None or name.job == job) and pod < run.pods
+                row = {
+                    "system": run.system, "task": run.task, "run": run.run, "pod": int(rank), "pods": run.pods,
+                    "mode": run.mode, "round": rec.round, "env_steps": rec.env_steps,
+                    "wall_s": rec.wall_s, "fitness": rec.fitness,
+                    "action": rec.action, "source": src.id,
+                    "source_job": name.job if name else "",
+                    "source_pod": pod if pod is not None else -1,
+                    "source_round": name.round if name else -1,
+                    "source_internal": internal, "rejected": src.rejected,
+                    "tournament_s": rec.tournament_s,
+                    "old_hparams": json.dumps(rec.old_hparams), "new_hparams": json.dumps(rec.new_hparams),
+                }
+                for k, v in _hparams(row["new_hparams"]).items():
+                    row[f"hp_{k}"] = v
+                rows.append(row)
+    return _typed(Table.from_rows(rows, TOURNAMENT_COLUMNS), TOURNAMENT_COLUMNS)
+
+
+def _hparams(s: str) -> dict[str, float]:
+    try:
+        d = json.loads(s) if s else {}
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
+        if isinstance(d, dict) else {}
+
+
+SCALING_COLUMNS = ("task", "system", "pods", "gpus", "cpus", "nodes", "seeds", "reached", "target", "metric",
+                   "time_to_target_median", "time_to_target_min", "time_to_target_max", "time_to_target_bound",
+                   "env_steps_to_target_median", "steps_per_s_median", "steps_per_s_min", "steps_per_s_max",
+                   "speedup", "efficiency", "throughput_speedup", "throughput_efficiency", "reference",
+                   "time_ratio", "time_ratio_bound")
+
+
+def _censored_median(reached: Sequence[float], n: int) -> float:
+    """Median over ``n`` seeds of which ``reached`` got there (the others count as +inf, never
+    reached): finite when more than half reached, else inf."""
+    vals = sorted(list(reached) + [math.inf] * (n - len(reached)))
+    if not vals:
+        return math.nan
+    m = len(vals)
+    return vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+
+
+def scaling_table(table: Table, reference: str | None = None) -> Table:
+    """One row per task x system x pods of a :func:`run_table` (the runs at a resource point are
+    its seeds).
+
+    - ``time_to_target_median``: median over seeds of ``wall_s_to_target``, a seed that never
+      reached the target counting as +inf (so the median is ``inf`` when half or more did not);
+      ``_min``/``_max``: the range over seeds (``inf`` when one did not reach it); ``reached``:
+      how many did; ``time_to_target_bound``: the longest training time of a seed that did not
+      reach it (the time is at least that), NaN when all did;
+    - ``steps_per_s_median`` / ``_min`` / ``_max``: the pool's throughput (all pods, env steps/s);
+    - ``speedup``: the median time at the system's fewest pods / the median time here;
+      ``efficiency``: speed-up / (pods / fewest pods), 1 for ideal scaling; the same for
+      throughput (``throughput_speedup``, ``throughput_efficiency``);
+    - ``time_ratio``: this system's median time / the ``reference`` system's at the same task and
+      pods (``reference``: the given system, else the first system of the table); ``time_ratio_bound``
+      ``=`` when both reached it, ``>=`` when only the reference did (the ratio uses this
+      system's bound), ``<=`` when only this system did, ``""`` otherwise (ratio NaN).
+    """
+    if not len(table):
+        return _typed(Table.from_rows([]), SCALING_COLUMNS)
+    systems = table.unique("system")
+    ref = reference if reference is not None else systems[0]
+    rows: list[dict[str, Any]] = []
+    for task in table.unique("task"):
+        t = table.where(task=task)
+        for system in [s for s in systems if s in set(t["system"].tolist())]:
+            u = t.where(system=system)
+            for pods in sorted({int(p) for p in u["pods"].tolist()}):
+                v = u.where(pods=pods)
+                ttt = np.asarray(v["wall_s_to_target"], dtype=float)
+                hit = ttt[np.isfinite(ttt)]
+                miss = ~np.isfinite(ttt)
+                n = len(v)
+                target = float(v["target"][0])
+                sps = np.asarray(v["steps_per_s"], dtype=float)
+                sps = sps[np.isfinite(sps)]
+                esteps = np.asarray(v["env_steps_to_target"], dtype=float)
+                rows.append({
+                    "task": str(task), "system": str(system), "pods": pods,
+                    "gpus": float(np.nanmax(v["gpus"])) if np.isfinite(v["gpus"].astype(float)).any() else math.nan,
+                    "cpus": float(np.nanmax(v["cpus"])) if np.isfinite(v["cpus"].astype(float)).any() else math.nan,
+                    "nodes": int(np.max(v["nodes"])), "seeds": n, "reached": int(len(hit)), "target": target,
+                    "metric": str(v["metric"][0]) if "metric" in v else "return",
+                    "time_to_target_median": _censored_median(hit.tolist(), n) if math.isfinite(target) else math.nan,
+                    "time_to_target_min": (float(hit.min()) if len(hit) else math.inf) if math.isfinite(target)
+                    else math.nan,
+                    "time_to_target_max": (math.inf if miss.any() else float(ttt.max())) if math.isfinite(target)
+                    else math.nan,
+                    "time_to_target_bound": float(np.nanmax(np.asarray(v["wall_s"], dtype=float)[miss]))
+                    if miss.any() and math.isfinite(target) else math.nan,
+                    "env_steps_to_target_median": _censored_median(esteps[np.isfinite(esteps)].tolist(), n)
+                    if math.isfinite(target) else math.nan,
+                    "steps_per_s_median": float(np.median(sps)) if len(sps) else math.nan,
+                    "steps_per_s_min": float(sps.min()) if len(sps) else math.nan,
+                    "steps_per_s_max": float(sps.max()) if len(sps) else math.nan,
+                })
+    out = rows
+    for r in out:  # speed-up and efficiency against the same system's fewest pods
+        base = min((q for q in out if q["task"] == r["task"] and q["system"] == r["system"]), key=lambda q: q["pods"])
+        k = r["pods"] / base["pods"]
+        t0, t1 = base["time_to_target_median"], r["time_to_target_median"]
+        r["speedup"] = t0 / t1 if math.isfinite(t0) and math.isfinite(t1) and t1 > 0 else math.nan
+        r["efficiency"] = r["speedup"] / k if math.isfinite(r["speedup"]) else math.nan
+        s0, s1 = base["steps_per_s_median"], r["steps_per_s_median"]
+        r["throughput_speedup"] = s1 / s0 if s0 and math.isfinite(s0) and math.isfinite(s1) else math.nan
+        r["throughput_efficiency"] = r["throughput_speedup"] / k if math.isfinite(r["throughput_speedup"]) else math.nan
+        # against the reference system at the same task and pods
+        r["reference"], r["time_ratio"], r["time_ratio_bound"] = ref, math.nan, ""
+        peer = next((q for q in out if q["task"] == r["task"] and q["system"] == ref and q["pods"] == r["pods"]), None)
+        if peer is None:
+            continue
+        mine, theirs = r["time_to_target_median"], peer["time_to_target_median"]
+        if math.isfinite(mine) and math.isfinite(theirs) and theirs > 0:
+            r["time_ratio"], r["time_ratio_bound"] = mine / theirs, "="
+        elif math.isfinite(theirs) and theirs > 0 and math.isfinite(r["time_to_target_bound"]):
+            r["time_ratio"], r["time_ratio_bound"] = r["time_to_target_bound"] / theirs, ">="
+        elif math.isfinite(mine) and math.isfinite(peer["time_to_target_bound"]) and peer["time_to_target_bound"] > 0:
+            r["time_ratio"], r["time_ratio_bound"] = mine / peer["time_to_target_bound"], "<="
+    return _typed(Table.from_rows(out, SCALING_COLUMNS), SCALING_COLUMNS)
+
+
+def _num(v: float, fmt: str = "{:.1f}") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def scaling_markdown(sc: Table) -> str:
+    """The scaling table as Markdown (one line per task x system x pods), for bench/RESULTS.md
+    and the study's report: time to target as median [min, max] over seeds, or ``not reached
+    (> bound s)``; throughput; speed-up and efficiency; the ratio to the reference system."""
+    if not len(sc):
+        return "(no runs)\n"
+    ref = str(sc["reference"][0])
+    metric = str(sc["metric"][0])
+    lines = [f"| task | system | pods | GPUs | CPUs | nodes | seeds | reached | time to {metric} target (s), median "
+             f"[min, max] | env steps to target (median) | env steps/s (median) | speed-up | efficiency | "
+             f"time / {ref} |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sc.rows():
+        med, lo, hi = r["time_to_target_median"], r["time_to_target_min"], r["time_to_target_max"]
+        if math.isnan(r["target"]):
+            ttt = "no target"
+        elif math.isfinite(med):
+            ttt = f"{med:.1f} [{lo:.1f}, {'not reached' if math.isinf(hi) else f'{hi:.1f}'}]"
+        else:
+            ttt = f"not reached (> {_num(r['time_to_target_bound'])})" + (
+                f"; {r['reached']} seed reached it at {lo:.1f}" if r["reached"] else "")
+        ratio = {"=": "", ">=": "≥ ", "<=": "≤ "}.get(r["time_ratio_bound"])
+        ratio = f"{ratio}{r['time_ratio']:.2f}x" if ratio is not None and r["time_ratio_bound"] else ""
+        steps = _num(r["env_steps_to_target_median"], "{:,.0f}")
+        lines.append(
+            f"| {r['task']} | {r['system']} | {r['pods']} | {_num(r['gpus'], '{:g}')} | {_num(r['cpus'], '{:g}')} | "
+            f"{r['nodes']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {ttt} | "
+            f"{'not reached' if steps == 'inf' else steps} | {_num(r['steps_per_s_median'], '{:,.0f}')} | "
+            f"{_num(r['speedup'], '{:.2f}')} | {_num(r['efficiency'], '{:.2f}')} | {ratio or 'n/a'} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+"""Run directories read for analysis: a run's config, its rank logs (read while they are written),
+its summary and resources; folders of run directories expanded; labels that name systems."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import rundir
+from ..h5log import read_log
+
+__all__ = ["Run", "RunDirError", "expand_run_dirs", "is_run_dir", "job_id", "load_run", "load_runs"]
+
+
+class RunDirError(ValueError):
+    """A path that is not a run directory (nor a folder of run directories)."""
+
+
+# ---------------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """One run directory, its logs read."""
+
+    path: Path
+    system: str  # the label, else the config name
+    run: str  # a short unique id (the directory name, or more of its path if names repeat)
+    config: dict[str, Any]
+    logs: dict[int, dict[str, Any]]  # rank -> read_log() result
+    summary: dict[str, Any] | None = None
+    attrs: dict[int, dict[str, Any]] = field(default_factory=dict)
+    point: dict[str, Any] = field(default_factory=dict)  # <run>/resources.json (a study's resource point)
+
+    @property
+    def task(self) -> str:
+        return str((self.config.get("env") or {}).get("name", ""))
+
+    @property
+    def pods(self) -> int:
+        """Pods, or pods-equivalent (RLlib's learners): the x axis of scaling figures."""
+        return int(self.resources["pods"])
+
+    @property
+    def resources(self) -> dict[str, float]:
+        """``{pods, gpus, cpus, nodes}`` the run had: the ``resources`` root attribute of its log
+        (RLlib's runner records it), else ``<run>/resources.json`` (what a study gave it), else
+        from the logs: pods = MPI world size (else the number of rank logs), GPUs = one per pod
+        on CUDA, nodes = distinct Slurm node ids (else hosts), CPU cores = ``threads`` x pods
+        (NaN with ``threads: 0``, i.e. the node's cores shared)."""
+        attrs = [a for a in self.attrs.values()]
+        logged = next((a["resources"] for a in attrs if isinstance(a.get("resources"), dict)), None)
+        ws = [int(a["world_size"]) for a in attrs if a.get("world_size") is not None]
+        pods = max(ws) if ws else max(1, len(self.logs))
+        cuda = any(str(a.get("device_type", "")) == "cuda" for a in attrs)
+        places = {str((a.get("slurm") or {}).get("SLURM_NODEID", a.get("host", ""))) for a in attrs}
+        threads = int(self.config.get("threads", 0) or 0)
+        out: dict[str, float] = {"pods": pods, "gpus": pods if cuda else 0, "nodes": max(1, len(places)),
+                                 "cpus": threads * pods if threads else math.nan}
+        for src in (self.point, logged or {}):
+            out.update({k: src[k] for k in ("pods", "gpus", "cpus", "nodes") if src.get(k) is not None})
+        return out
+
+    @property
+    def mode(self) -> str:
+        return str((self.config.get("tournament") or {}).get("mode", "none"))
+
+    @property
+    def num_envs(self) -> int:
+        return int((self.config.get("env") or {}).get("num_envs", 0))
+
+    @property
+    def job(self) -> str:
+        """The job id the run's pods put in their leaderboard entries (``local`` outside Slurm)."""
+        return job_id((self.attrs.get(min(self.attrs)) or {}).get("slurm") or {}) if self.attrs else "local"
+
+
+def job_id(slurm: Mapping[str, Any]) -> str:
+    """Job id as the rank program names it (rundir.job_id, from the Slurm ids a log recorded)."""
+    return rundir.job_id({k: str(v) for k, v in slurm.items()})
+
+
+def is_run_dir(p: Path) -> bool:
+    return p.is_dir() and rundir.RunDir(p).looks_like_run()
+
+
+def expand_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Run directories from paths that are run directories or folders holding them (one level,
+    e.g. ``runs/bench-learning``). Raises :class:`RunDirError` naming a path that is neither."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if is_run_dir(p):
+            found = [p]
+        elif p.is_dir():
+            found = sorted(q for q in p.iterdir() if is_run_dir(q))
+        else:
+            found = []
+        if not found:
+            raise RunDirError(
+                f"{p}: not a run directory (none of config.yaml, logs/<name>_rank<r>.h5) "
+                + ("and no run directories inside it" if p.is_dir() else "(no such directory)")
+            )
+        out += [q for q in found if q.resolve() not in {x.resolve() for x in out}]
+    return out
+
+
+def _unique_ids(paths: Sequence[Path]) -> list[str]:
+    """The shortest path suffixes (1, 2, ... components) that tell the runs apart."""
+    parts = [p.resolve().parts for p in paths]
+    for k in range(1, max((len(x) for x in parts), default=1) + 1):
+        ids = ["/".join(x[-k:]) for x in parts]
+        if len(set(ids)) == len(ids):
+            return ids
+    return [str(p) for p in paths]
+
+
+def load_run(path: str | Path, label: str | None = None, run_id: str | None = None) -> Run:
+    """Read one run directory (all rank logs, config, summary)."""
+    path = Path(path)
+    if not is_run_dir(path):
+        raise RunDirError(f"{path}: not a run directory (none of config.yaml, logs/<name>_rank<r>.h5)")
+    logs = {r: read_log(p) for r, p in rundir.RunDir(path).rank_logs().items()}
+    config: dict[str, Any] = {}
+    if (path / "config.yaml").exists():
+        import yaml
+
+        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    elif logs:
+        config = logs[min(logs)]["attrs"].get("config") or {}
+    summary = None
+    if (path / "summary.json").exists():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except ValueError:
+            summary = None
+    point: dict[str, Any] = {}
+    if (path / "resources.json").exists():
+        try:
+            point = json.loads((path / "resources.json").read_text())
+        except ValueError:
+            point = {}
+    system = label or str(config.get("name") or path.name)
+    return Run(path=path, system=system, run=run_id or path.name, config=config, logs=logs, summary=summary,
+               attrs={r: log["attrs"] for r, log in logs.items()}, point=point if isinstance(point, dict) else {})
+
+
+def load_runs(paths: Iterable[str | Path] = (), labels: Mapping[str, str | Path] | Iterable[str] | None = None) -> list[Run]:
+    """Load run directories.
+
+    ``paths``: run directories or folders of them. ``labels``: ``{system: run_dir}`` or
+    ``["NAME=RUN_DIR", ...]``; a labelled directory is loaded too (no need to repeat it in
+    ``paths``), and a folder of runs gives all its runs that label.
+    """
+    pairs: list[tuple[str, Path]] = []
+    if labels is not None:
+        items = labels.items() if isinstance(labels, Mapping) else (_split_label(s) for s in labels)
+        pairs = [(str(k), Path(v)) for k, v in items]
+    labelled: dict[Path, str] = {}
+    order: list[Path] = expand_run_dirs(paths)  # in the order given; labelled ones not among them last
+    for name, p in pairs:
+        for q in expand_run_dirs([p]):
+            labelled[q.resolve()] = name
+            order.append(q)
+    dirs: list[Path] = []
+    for q in order:
+        if q.resolve() not in {d.resolve() for d in dirs}:
+            dirs.append(q)
+    if not dirs:
+        raise RunDirError("no run directories given")
+    ids = _unique_ids(dirs)
+    return [load_run(d, labelled.get(d.resolve()), i) for d, i in zip(dirs, ids)]
+
+
+def _split_label(s: str) -> tuple[str, str]:
+    if "=" not in s:
+        raise ValueError(f"label {s!r}: expected NAME=RUN_DIR")
+    k, v = s.split("=", 1)
+    if not k.strip() or not v.strip():
+        raise ValueError(f"label {s!r}: expected NAME=RUN_DIR")
+    return k.strip(), v.strip()
+
+
+# ---------------------------------------------------------------------- tables
+

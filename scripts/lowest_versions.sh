@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The lowest versions pyproject.toml allows, checked: a venv of its own (.venv-lowest) with every
+# [project] dependency pinned to its floor (">=X" -> "==X"; torch at its floor is PyPI's CUDA build,
+# about 3 GB, run on the CPU), the test tools at whatever resolves beside them, and the tests that
+# exercise the core: the PPO math, the pod and its exact resume, the config, envs against gymnasium,
+# the tournament and fitness, the logs, the leaderboard, the launcher (submitit), analysis
+# (matplotlib, scipy), MPI under a real mpiexec.
+#
+#   scripts/lowest_versions.sh            (make test-lowest; LOWEST_VENV=DIR for another venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+VENV=${LOWEST_VENV:-.venv-lowest}
+[[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" - > "$VENV/constraints.txt" <<'PYCODE'
+import re, tomllib
+for dep in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]:
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*>=\s*([0-9.]+)", dep)
+    if m:
+        print(f"{m.group(1)}=={m.group(2)}")
+PYCODE
+echo "[lowest] the floors: $(tr '\n' ' ' < "$VENV/constraints.txt")"
+"$VENV/bin/pip" install -q -c "$VENV/constraints.txt" -e . "pytest>=7.4,<9" "pytest-xdist>=3.5" "hypothesis>=6.80" \
+    "gymnasium>=1.0" "mpich>=4.1"
+"$VENV/bin/python" - "$VENV/constraints.txt" <<'PYCODE'
+import importlib.metadata as md, sys
+from packaging.version import Version
+floors = dict(line.strip().split("==") for line in open(sys.argv[1]) if line.strip())
+got = {k: md.version(k) for k in floors}
+print("[lowest] installed: " + ", ".join(f"{k} {v}" for k, v in got.items()))
+bad = {k: (floors[k], v) for k, v in got.items() if Version(v.split("+")[0]) != Version(floors[k])}
+assert not bad, f"not at the floor: {bad}"
+PYCODE
+"$VENV/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/test_ppo_math.py tests/test_pod.py tests/test_config.py \
+    tests/test_envs.py tests/test_tournament.py tests/test_fitness.py tests/test_h5log.py tests/test_leaderboard.py \
+    tests/test_launch.py tests/test_analysis.py tests/test_faults.py tests/test_resume.py
