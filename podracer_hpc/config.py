@@ -25,12 +25,7 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
-from .docfield import F
-
-
-class ConfigError(ValueError):
-    """A job file or an override is wrong; the message says what and how to fix it."""
-
+from .docfield import ConfigError, F
 
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also

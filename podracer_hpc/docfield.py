@@ -1,10 +1,15 @@
-"""``F``: a dataclass field with a one-line doc, shared by every config section."""
+"""``F``: a dataclass field with a one-line doc, shared by every config section; and
+:class:`ConfigError`, which every section's checks raise (config.py re-exports it)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A job file or an override is wrong; the message says what and how to fix it."""
 
 
 def F(default: Any, doc: str) -> Any:

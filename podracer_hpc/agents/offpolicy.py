@@ -1,0 +1,246 @@
+"""What SAC and TD3 share: twin critics, targets, polyak averaging and the agent contract.
+
+Reads top to bottom: networks (settings: :mod:`.settings`) -> the math (clipped double-Q
+target, polyak update, update schedule) -> :class:`OffPolicyAgent`, the part of the agent
+contract that does not depend on the algorithm (hyperparameters, normalizer, lazy optimizers,
+``state()``/``load()``). :mod:`.sac` and :mod:`.td3` add their actor, ``act`` and ``update``.
+
+Nothing here loops over environments or reads a value back to the host: metrics come back as
+tensors. The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
+sampled batch with its current statistics at update time, so changing statistics never leave
+stale normalized data in the buffer.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
+from .ppo import RunningMeanStd
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+# ----------------------------------------------------------------------------------------
+# Networks
+# ----------------------------------------------------------------------------------------
+def mlp(sizes: list[int], activation: str) -> nn.Sequential:
+    """A plain MLP with PyTorch's default initialization (as CleanRL's SAC and TD3)."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class TwinQ(nn.Module):
+    """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
+        super().__init__()
+        sizes = [obs_dim + act_dim, *hidden_sizes, 1]
+        self.q1 = mlp(sizes, activation)
+        self.q2 = mlp(sizes, activation)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], -1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+
+def frozen_copy(module: nn.Module) -> nn.Module:
+    """A target network: a deep copy that takes no gradients."""
+    target = copy.deepcopy(module)
+    target.requires_grad_(False)
+    return target
+
+
+# ----------------------------------------------------------------------------------------
+# The math
+# ----------------------------------------------------------------------------------------
+def clipped_double_q_target(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    discount: torch.Tensor | float,
+    next_q1: torch.Tensor,
+    next_q2: torch.Tensor,
+    next_logp: torch.Tensor | None = None,
+    alpha: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
+    """``y = r + discount * (1 - terminated) * (min(Q1', Q2') - alpha * logp')``.
+
+    ``reward`` is the (n-step) return of the sampled transitions, ``discount`` ``gamma^k`` for a
+    window of ``k`` steps, ``terminated`` whether the window ended in a true end (no bootstrap;
+    a time-limit cut is not one: its ``next_q`` are the values of the final observation).
+    ``next_logp``/``alpha``: SAC's entropy term (TD3 passes none).
+    """
+    next_v = torch.min(next_q1, next_q2)
+    if next_logp is not None:
+        next_v = next_v - alpha * next_logp
+    return reward + discount * (1.0 - terminated.to(reward.dtype)) * next_v
+
+
+def critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``mean (Q1 - y)^2 + mean (Q2 - y)^2`` (the target carries no gradient)."""
+    return (q1 - target).square().mean() + (q2 - target).square().mean()
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """``target <- (1 - tau) * target + tau * online``, parameter for parameter (one foreach op)."""
+    tp, op = list(target.parameters()), list(online.parameters())
+    torch._foreach_lerp_(tp, op, tau)
+
+
+def updates_due(batch_step: int, updates_per_step: float) -> int:
+    """Gradient updates owed after the ``batch_step``-th (1-based) env step of the whole batch,
+    counted from the first step that may update: ``floor(k r) - floor((k - 1) r)``, so that
+    ``r = 0.25`` updates once every 4th step, ``r = 2.5`` alternates 2 and 3, and the total after
+    ``k`` steps is always ``floor(k r)``. Stateless: a resumed pod needs only its step count."""
+    if batch_step < 1:
+        return 0
+    eps = 1e-9  # 0.29 * 100 is 28.999999999999996 in floating point
+    return math.floor(batch_step * updates_per_step + eps) - math.floor((batch_step - 1) * updates_per_step + eps)
+
+
+# ----------------------------------------------------------------------------------------
+# The agent contract, without the algorithm
+# ----------------------------------------------------------------------------------------
+class OffPolicyAgent(nn.Module):
+    """Networks (``self.net``: online and target), optimizers, normalizer and hyperparameters.
+
+    Subclasses set :attr:`MUTABLE`, build ``self.net`` and implement ``_build_optimizers``,
+    ``act``, ``act_deterministic`` and ``update``. As :class:`~.ppo.PPOAgent`: :meth:`state`
+    returns tensors under :attr:`STATE_PREFIXES` and JSON meta, :meth:`load` takes them back with
+    or without the source's hyperparameters and optimizers, the optimizers are built on first
+    use (the first torch optimizer of a process imports torch._dynamo, 1-2 s: an agent that
+    only acts never pays it). The replay buffer is not the agent's (a leaderboard entry would
+    carry gigabytes): the pod keeps it and saves it next to the agent (:meth:`.ReplayBuffer.state`).
+    """
+
+    STATE_PREFIXES = ("net.", "obs_rms.", "optim.")
+    MUTABLE: tuple[str, ...] = ()
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: OffPolicyConfig, device: str | torch.device = "cpu"):
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg  # static settings; never changed while training
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.device = torch.device(device)
+        self.obs_rms = RunningMeanStd((obs_dim,), device=device)
+        self._optimizers: dict[str, torch.optim.Optimizer] | None = None  # built on first use
+        self.num_updates = 0  # gradient updates so far (TD3's actor delay counts them); in the meta
+        self.mutable: tuple[str, ...] = self.MUTABLE
+        self.hparams: dict[str, float] = {}
+
+    def _init_hparams(self) -> None:
+        self.hparams = {k: float(getattr(self.cfg, k)) for k in self.mutable}
+
+    # --- optimizers ----------------------------------------------------------------------
+    def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        raise NotImplementedError
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """``{name: Adam}``, built on first use (see the class doc)."""
+        if self._optimizers is None:
+            self._optimizers = self._build_optimizers()
+        return self._optimizers
+
+    def _adam(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+
+    def _set_lr(self, name: str, lr: float) -> None:
+        for group in self.optimizers[name].param_groups:
+            group["lr"] = lr
+
+    # --- hyperparameters -----------------------------------------------------------------
+    def set_hparams(self, values: dict[str, float]) -> None:
+        """Change mutable hyperparameters (PBT); unknown names are refused."""
+        for k, v in values.items():
+            if k not in self.mutable:
+                raise KeyError(f"{k!r} is not a mutable hyperparameter of this agent ({', '.join(self.mutable)})")
+            self.hparams[k] = float(v)
+
+    def updates_due(self, batch_step: int) -> int:
+        """Gradient updates owed after the ``batch_step``-th env step since learning started."""
+        return updates_due(batch_step, self.cfg.updates_per_step)
+
+    # --- state ---------------------------------------------------------------------------
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The agent as tensors (keys under :attr:`STATE_PREFIXES`) and JSON meta."""
+        t: dict[str, torch.Tensor] = {}
+        for prefix, module in (("net.", self.net), ("obs_rms.", self.obs_rms)):
+            for k, v in module.state_dict().items():
+                t[prefix + k] = v
+        groups: dict[str, Any] = {}
+        for name, opt in self.optimizers.items():
+            sd = opt.state_dict()
+            for pid, st in sd["state"].items():
+                for k, v in st.items():
+                    t[f"optim.{name}.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+            groups[name] = sd["param_groups"]
+        return t, {"hparams": dict(self.hparams), "optim_param_groups": groups, "agent_updates": self.num_updates}
+
+    @classmethod
+    def is_state_key(cls, key: str) -> bool:
+        return key.startswith(cls.STATE_PREFIXES)
+
+    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True,
+             optimizer: bool = True) -> None:
+        """Take over an agent's networks (online and target), statistics and, if ``optimizer``,
+        its optimizers and update count (an agent that will only act skips them); its
+        hyperparameters only if ``hparams``. Raises KeyError/RuntimeError/ValueError on a state
+        that does not fit; an agent that never updated has no optimizer tensors (fine)."""
+        dev = self.device
+
+        def sub(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+
+        self.net.load_state_dict(sub("net."))
+        self.obs_rms.load_state_dict(sub("obs_rms."))
+        if optimizer:
+            states: dict[str, dict[int, dict[str, torch.Tensor]]] = {}
+            for k, v in sub("optim.").items():
+                name, pid, key = k.split(".", 2)
+                states.setdefault(name, {}).setdefault(int(pid), {})[key] = v
+            groups = meta.get("optim_param_groups") or {}
+            for name, opt in self.optimizers.items():
+                opt.load_state_dict({"state": states.get(name, {}),
+                                     "param_groups": groups.get(name) or opt.state_dict()["param_groups"]})
+            self.num_updates = int(meta.get("agent_updates", 0))
+        if hparams:
+            src = meta.get("hparams") or {}
+            self.set_hparams({k: v for k, v in src.items() if k in self.mutable})
+
+    # --- acting --------------------------------------------------------------------------
+    @torch.no_grad()
+    def normalize_obs(self, obs: torch.Tensor, update: bool) -> torch.Tensor:
+        """Normalized observations (identity unless ``cfg.norm_obs``); ``update`` folds them into
+        the statistics first (acting in the training envs; never at evaluation)."""
+        if not self.cfg.norm_obs:
+            return obs
+        if update:
+            self.obs_rms.update(obs)
+        return self.obs_rms.normalize(obs, self.cfg.clip_obs)
+
+    def _norm(self, obs: torch.Tensor) -> torch.Tensor:
+        """Normalize a sampled batch with the current statistics (no update)."""
+        return self.obs_rms.normalize(obs, self.cfg.clip_obs) if self.cfg.norm_obs else obs
+
+    @torch.no_grad()
+    def scale_reward(self, reward: torch.Tensor, done: torch.Tensor, ret: torch.Tensor) -> torch.Tensor:
+        """Rewards to store: times the constant ``cfg.reward_scale`` (``done``/``ret``, PPO's
+        running-return scaling, are unused: a changing scale would leave stale rewards in the buffer)."""
+        return reward * self.cfg.reward_scale if self.cfg.reward_scale != 1.0 else reward
+
+    @torch.no_grad()
+    def random_action(self, num: int, gen: torch.Generator) -> torch.Tensor:
+        """Uniform actions in [-1, 1], ``[num, act_dim]`` (before ``learning_starts``)."""
+        u = torch.rand((num, self.act_dim), generator=gen, device=self.device)
+        return 2.0 * u - 1.0

@@ -1,0 +1,182 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, with the learned temperature) for actions in [-1, 1].
+
+Reads top to bottom: settings -> the tanh-squashed Gaussian actor (with the log-prob
+correction) -> the losses -> the agent (act, update). The shared pieces (twin critics, clipped
+double-Q target, polyak averaging, state and hyperparameters) are in :mod:`.offpolicy`, the
+replay buffer in :mod:`.replay`. As CleanRL's ``sac_continuous_action.py``, but batched for
+many environments and with every random draw from the caller's generator.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from .settings import SAC_MUTABLE, SACConfig
+from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
+                        polyak_update)
+from .replay import ReplayBuffer
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+# ----------------------------------------------------------------------------------------
+# The actor: a tanh-squashed Gaussian
+# ----------------------------------------------------------------------------------------
+def squashed_gaussian_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """Log-density of ``a = tanh(u)``, ``u ~ N(mean, exp(log_std))``, summed over the last dim.
+
+    ``log p(a) = log N(u) - sum log(1 - tanh(u)^2)`` (change of variables), with
+    ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``: exact and stable for large ``|u|``,
+    where ``1 - tanh(u)^2`` underflows (no ``+ 1e-6`` fudge).
+    """
+    z = (u - mean) * torch.exp(-log_std)
+    log_normal = -0.5 * z.square() - log_std - HALF_LOG_2PI
+    log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    return (log_normal - log_det).sum(-1)
+
+
+class SquashedGaussianActor(nn.Module):
+    """``obs -> (mean, log_std)``; actions ``tanh(mean + std * eps)``; ``log_std`` squashed into
+    ``[LOG_STD_MIN, LOG_STD_MAX]`` by a tanh (as CleanRL)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
+        super().__init__()
+        self.body = mlp([obs_dim, *hidden_sizes, 2 * act_dim], activation)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw = self.body(obs).chunk(2, -1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
+        return mean, log_std
+
+    def sample(self, obs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action in (-1, 1), its log-probability), reparameterized (gradients flow)."""
+        mean, log_std = self(obs)
+        eps = torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
+        u = mean + torch.exp(log_std) * eps
+        return torch.tanh(u), squashed_gaussian_log_prob(u, mean, log_std)
+
+
+class SACNetworks(nn.Module):
+    """Everything with weights: the actor, the twin critics and their targets, log alpha."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig):
+        super().__init__()
+        hs = [int(h) for h in cfg.hidden_sizes]
+        self.actor = SquashedGaussianActor(obs_dim, act_dim, hs, cfg.activation)
+        self.critic = TwinQ(obs_dim, act_dim, hs, cfg.activation)
+        self.critic_target = frozen_copy(self.critic)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(cfg.alpha)))
+
+
+# ----------------------------------------------------------------------------------------
+# The losses
+# ----------------------------------------------------------------------------------------
+def sac_actor_loss(logp: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+    """``mean(alpha log pi(a|s) - min(Q1, Q2)(s, a))`` at actions sampled from the policy."""
+    return (alpha * logp - torch.min(q1, q2)).mean()
+
+
+def temperature_loss(log_alpha: torch.Tensor, logp: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """``-mean(alpha (log pi + target_entropy))``: its gradient raises alpha while the policy's
+    entropy ``-log pi`` is below the target and lowers it above (CleanRL's form)."""
+    return -(log_alpha.exp() * (logp.detach() + target_entropy)).mean()
+
+
+# ----------------------------------------------------------------------------------------
+# The agent
+# ----------------------------------------------------------------------------------------
+class SACAgent(OffPolicyAgent):
+    """SAC: networks, optimizers (actor, critic, alpha), normalizer and mutable hyperparameters.
+
+    State keys: ``net.actor.*``, ``net.critic.*``, ``net.critic_target.*``, ``net.log_alpha``,
+    ``obs_rms.*``, ``optim.{actor,critic,alpha}.*`` (see :class:`.OffPolicyAgent`).
+    """
+
+    MUTABLE = SAC_MUTABLE
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: SACConfig, device: str | torch.device = "cpu"):
+        super().__init__(obs_dim, act_dim, cfg, device)
+        self.net = SACNetworks(obs_dim, act_dim, cfg).to(self.device)
+        self.target_entropy = float(cfg.target_entropy) if cfg.target_entropy else -float(act_dim)
+        self.mutable = tuple(k for k in SAC_MUTABLE if k != ("alpha" if cfg.autotune else "alpha_lr"))
+        self._init_hparams()
+
+    def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        opts = {"actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
+                "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr)}
+        if self.cfg.autotune:
+            opts["alpha"] = self._adam([self.net.log_alpha], self.cfg.alpha_lr)
+        return opts
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The temperature in use: ``exp(log alpha)`` (autotune) or the hyperparameter."""
+        if self.cfg.autotune:
+            return self.net.log_alpha.detach().exp()
+        return torch.tensor(self.hparams["alpha"], device=self.device)
+
+    # --- acting --------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample actions in (-1, 1) for normalized observations; returns (action, log_prob)."""
+        return self.net.actor.sample(nobs, gen)
+
+    @torch.no_grad()
+    def act_deterministic(self, nobs: torch.Tensor) -> torch.Tensor:
+        """``tanh(mean)``: the evaluation policy."""
+        return torch.tanh(self.net.actor(nobs)[0])
+
+    # --- learning ------------------------------------------------------------------------
+    def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
+        """``num_updates`` gradient steps, each on a fresh batch of ``cfg.batch_size`` from
+        ``buffer``: critics, actor, temperature, then the targets. Returns the metrics averaged
+        over the steps as 0-d tensors (no host sync)."""
+        cfg, hp, net = self.cfg, self.hparams, self.net
+        opt = self.optimizers
+        self._set_lr("actor", hp["actor_lr"])
+        self._set_lr("critic", hp["critic_lr"])
+        if cfg.autotune:
+            self._set_lr("alpha", hp["alpha_lr"])
+        stats = torch.zeros(6, device=self.device)
+        for _ in range(num_updates):
+            b = buffer.sample(cfg.batch_size, gen)
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            alpha = self.alpha
+            # critics: regress both onto the soft clipped double-Q target
+            with torch.no_grad():
+                next_a, next_logp = net.actor.sample(next_obs, gen)
+                tq1, tq2 = net.critic_target(next_obs, next_a)
+                y = clipped_double_q_target(b.reward, b.terminated, b.discount, tq1, tq2, next_logp, alpha)
+            q1, q2 = net.critic(obs, b.action)
+            qf_loss = critic_loss(q1, q2, y)
+            opt["critic"].zero_grad(set_to_none=True)
+            qf_loss.backward()
+            opt["critic"].step()
+            # actor: maximize min Q - alpha log pi at its own (reparameterized) actions
+            a, logp = net.actor.sample(obs, gen)
+            net.critic.requires_grad_(False)  # gradients to the actions only, not the critics' weights
+            pq1, pq2 = net.critic(obs, a)
+            actor_loss = sac_actor_loss(logp, pq1, pq2, alpha)
+            opt["actor"].zero_grad(set_to_none=True)
+            actor_loss.backward()
+            net.critic.requires_grad_(True)
+            opt["actor"].step()
+            # temperature
+            if cfg.autotune:
+                alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
+                opt["alpha"].zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                opt["alpha"].step()
+            else:
+                alpha_loss = torch.zeros((), device=self.device)
+            polyak_update(net.critic_target, net.critic, hp["tau"])
+            self.num_updates += 1
+            q_mean = 0.5 * (q1 + q2).mean()
+            stats += torch.stack([qf_loss, actor_loss, alpha_loss, q_mean, -logp.mean(), alpha]).detach()
+        stats /= max(1, num_updates)
+        names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
+        return dict(zip(names, stats.unbind()))

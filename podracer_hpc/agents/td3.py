@@ -1,0 +1,140 @@
+"""TD3 (Fujimoto et al. 2018): twin critics, target policy smoothing, delayed actor updates.
+
+Reads top to bottom: settings -> the deterministic actor and its noises -> the agent (act,
+update). The shared pieces (twin critics, clipped double-Q target, polyak averaging, state and
+hyperparameters) are in :mod:`.offpolicy`, the replay buffer in :mod:`.replay`. As CleanRL's
+``td3_continuous_action.py``, in action units of [-1, 1], batched for many environments and
+with every random draw from the caller's generator.
+"""
+
+from __future__ import annotations
+
+
+import torch
+import torch.nn as nn
+
+from .settings import TD3_MUTABLE, TD3Config
+from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
+                        polyak_update)
+from .replay import ReplayBuffer
+
+
+# ----------------------------------------------------------------------------------------
+# The deterministic actor and its noises
+# ----------------------------------------------------------------------------------------
+class DeterministicActor(nn.Module):
+    """``obs -> tanh(mlp(obs))`` in (-1, 1)."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
+        super().__init__()
+        self.body = mlp([obs_dim, *hidden_sizes, act_dim], activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.body(obs))
+
+
+def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: float,
+                           gen: torch.Generator) -> torch.Tensor:
+    """Target policy smoothing: ``clip(mu + clip(eps * policy_noise, -c, c), -1, 1)``."""
+    eps = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype)
+    noise = (eps * policy_noise).clamp(-noise_clip, noise_clip)
+    return (mu + noise).clamp(-1.0, 1.0)
+
+
+def exploration_action(mu: torch.Tensor, std: float, gen: torch.Generator) -> torch.Tensor:
+    """``clip(mu + N(0, std), -1, 1)``: the behaviour policy."""
+    eps = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype)
+    return (mu + std * eps).clamp(-1.0, 1.0)
+
+
+class TD3Networks(nn.Module):
+    """Everything with weights: the actor, the twin critics and both targets."""
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: TD3Config):
+        super().__init__()
+        hs = [int(h) for h in cfg.hidden_sizes]
+        self.actor = DeterministicActor(obs_dim, act_dim, hs, cfg.activation)
+        self.critic = TwinQ(obs_dim, act_dim, hs, cfg.activation)
+        self.actor_target = frozen_copy(self.actor)
+        self.critic_target = frozen_copy(self.critic)
+
+
+def td3_actor_loss(q1: torch.Tensor) -> torch.Tensor:
+    """``-mean Q1(s, mu(s))`` (TD3 ascends the first critic only)."""
+    return -q1.mean()
+
+
+# ----------------------------------------------------------------------------------------
+# The agent
+# ----------------------------------------------------------------------------------------
+class TD3Agent(OffPolicyAgent):
+    """TD3: networks, optimizers (actor, critic), normalizer and mutable hyperparameters.
+
+    State keys: ``net.actor.*``, ``net.critic.*``, ``net.actor_target.*``,
+    ``net.critic_target.*``, ``obs_rms.*``, ``optim.{actor,critic}.*``; the update count (the
+    actor delay's phase) is in the meta (see :class:`.OffPolicyAgent`).
+    """
+
+    MUTABLE = TD3_MUTABLE
+
+    def __init__(self, obs_dim: int, act_dim: int, cfg: TD3Config, device: str | torch.device = "cpu"):
+        super().__init__(obs_dim, act_dim, cfg, device)
+        self.net = TD3Networks(obs_dim, act_dim, cfg).to(self.device)
+        self._init_hparams()
+
+    def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
+                "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr)}
+
+    # --- acting --------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exploration actions for normalized observations; returns (action, zeros) (a
+        deterministic policy has no log-probability)."""
+        action = exploration_action(self.net.actor(nobs), self.hparams["exploration_noise"], gen)
+        return action, torch.zeros(action.shape[0], device=action.device)
+
+    @torch.no_grad()
+    def act_deterministic(self, nobs: torch.Tensor) -> torch.Tensor:
+        return self.net.actor(nobs)
+
+    # --- learning ------------------------------------------------------------------------
+    def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
+        """``num_updates`` critic steps on fresh batches; every ``policy_delay``-th (counted over
+        the agent's life, so a resume keeps the phase) also an actor step and the polyak update
+        of both targets. Returns metrics averaged over their steps as 0-d tensors (no host sync;
+        ``actor_loss`` is 0 when no actor step fell in this call)."""
+        cfg, hp, net = self.cfg, self.hparams, self.net
+        opt = self.optimizers
+        self._set_lr("actor", hp["actor_lr"])
+        self._set_lr("critic", hp["critic_lr"])
+        stats = torch.zeros(2, device=self.device)
+        actor_sum = torch.zeros((), device=self.device)
+        actor_steps = 0
+        for _ in range(num_updates):
+            b = buffer.sample(cfg.batch_size, gen)
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            with torch.no_grad():
+                next_a = smoothed_target_action(net.actor_target(next_obs), hp["policy_noise"], cfg.noise_clip, gen)
+                tq1, tq2 = net.critic_target(next_obs, next_a)
+                y = clipped_double_q_target(b.reward, b.terminated, b.discount, tq1, tq2)
+            q1, q2 = net.critic(obs, b.action)
+            qf_loss = critic_loss(q1, q2, y)
+            opt["critic"].zero_grad(set_to_none=True)
+            qf_loss.backward()
+            opt["critic"].step()
+            self.num_updates += 1
+            if self.num_updates % cfg.policy_delay == 0:
+                net.critic.requires_grad_(False)  # gradients to the actions only
+                actor_loss = td3_actor_loss(net.critic.q1(torch.cat([obs, net.actor(obs)], -1)).squeeze(-1))
+                opt["actor"].zero_grad(set_to_none=True)
+                actor_loss.backward()
+                net.critic.requires_grad_(True)
+                opt["actor"].step()
+                polyak_update(net.actor_target, net.actor, hp["tau"])
+                polyak_update(net.critic_target, net.critic, hp["tau"])
+                actor_sum += actor_loss.detach()
+                actor_steps += 1
+            stats += torch.stack([qf_loss, 0.5 * (q1 + q2).mean()]).detach()
+        stats /= max(1, num_updates)
+        return {"qf_loss": stats[0], "q_mean": stats[1], "actor_loss": actor_sum / max(1, actor_steps)}
