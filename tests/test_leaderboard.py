@@ -299,18 +299,21 @@ def _writer(root: str, wid: int, n: int, top_k: int, q) -> None:
 
 
 def _reader(root: str, done, q) -> None:
-    """Lists and loads the best available entry until the writers are done (and once more)."""
+    """Lists and loads the best available entry until the writers are done (and once more).
+    Bounded by time, not by tries: on a loaded host the writers may not have published anything
+    yet after thousands of tries on an empty board."""
     torch.set_num_threads(1)
     board = Leaderboard(root)
     loaded, errors = 0, []
-    for _ in range(5000):
-        last = done.is_set()
+    deadline = time.monotonic() + 120
+    while True:
+        last = done.is_set() or time.monotonic() > deadline
         try:
             eid, tensors, m = board.load_best_available(board.list())
             assert tensors["actor.weight"].shape == (3, 2) and "pod" in m
             loaded += 1
         except EntryGone:
-            pass
+            time.sleep(0.001)  # nothing listed yet, or pruned under us: try again
         except Exception as e:  # anything else is a bug
             errors.append(repr(e))
         if last:

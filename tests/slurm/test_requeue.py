@@ -32,14 +32,14 @@ from podracer_hpc.leaderboard import Leaderboard
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 RANKS = 4
-STEPS_PER_UPDATE = 128 * 16  # num_envs x quickstart's rollout_steps
-UPDATES = 24
-ROUND_UPDATES = 4
+STEPS_PER_UPDATE = 256 * 16  # num_envs x quickstart's rollout_steps
+UPDATES = 48  # enough that the third event still finds work left on a fast host (about 10 updates/s a pod)
+ROUND_UPDATES = 8
 TOTAL = UPDATES * STEPS_PER_UPDATE  # per pod
 ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--time", "5", "--mpi", "pmi2",
         "--set", f"total_env_steps={TOTAL}", "--set", f"tournament.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}",
         "--set", f"eval.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}", "--set", "eval.episodes=4",
-        "--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
+        "--set", "env.num_envs=256", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
         "--set", "log.checkpoint_interval_s=1000", "--set", "threads=1"]
 
 
@@ -113,9 +113,12 @@ def test_tournament_requeued_three_times_completes_with_everything_logged_once(s
         job = m.group(1)
         steps = 0
         for n, event in enumerate(["USR2", "KILL", "USR2"]):
-            # a moment at random: 1 to 3 updates into this start, then up to 1.5 s into the next update
-            steps = progress_in_start(n, steps + rng.randint(0, 2) * STEPS_PER_UPDATE)
-            time.sleep(rng.uniform(0, 1.5))
+            # a moment at random: 1 to 3 updates into this start, then up to 0.3 s on, never later
+            # than 3/4 of the run for the last event (on an idle host an update takes 100 ms: a
+            # later moment could find the run finished, and nothing to stop; seed 95892 did)
+            latest = (n + 1) * TOTAL // 4
+            steps = progress_in_start(n, min(steps + rng.randint(0, 2) * STEPS_PER_UPDATE, latest))
+            time.sleep(rng.uniform(0, 0.3))
             events.append(f"{event} in start {n + 1} at {last_steps(run)} steps")
             if event == "USR2":  # Slurm's warning: the ranks checkpoint and rank 0 requeues the job
                 cluster.run("scancel", "--signal=USR2", job)
