@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .config import ConfigError, describe, load_config
@@ -29,6 +30,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except OSError as e:  # the run directory: read-only, full, under a file, gone
         print(f"podracer train: error: {_os_error_text(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception:  # a bug: the other ranks would wait for this one in their next collective forever
+        from .comm import get_comm
+
+        comm = get_comm()
+        if comm.size > 1:
+            import traceback
+
+            traceback.print_exc()
+            print(f"podracer train: rank {comm.rank} failed (the traceback above); aborting the other "
+                  f"{comm.size - 1} ranks, which would wait for it forever. The last checkpoints are intact.",
+                  file=sys.stderr, flush=True)
+            comm.abort(1)
+        raise
     ignore_from_now_on()  # the work is saved: a late warning signal must not turn this into a crash code
     from .comm import get_comm
 
@@ -138,9 +152,18 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(to_dict(load_config(args.config, args.set)), sort_keys=False), end="")
         return 0
-    width = max(len(k) for k, _, _ in describe())
-    for key, doc, default in describe():
+    from .config import ALGOS
+
+    algos = [args.algo] if args.algo else list(ALGOS)
+    rows = describe(algo=algos[0])
+    width = max(len(k) for algo in algos for k, _, _ in describe(algo=algo))
+    for key, doc, default in rows:
         print(f"{key:<{width}}  {default!r:<12}  {doc}")
+    for algo in algos[1:]:  # the other learners' agent sections (agent.algo chooses one per pod)
+        print(f"\n# agent.algo: {algo}: its agent section (the other sections as above)")
+        for key, doc, default in describe(algo=algo):
+            if key.startswith("agent."):
+                print(f"{key:<{width}}  {default!r:<12}  {doc}")
     return 0
 
 
@@ -217,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("config", help="list every config key with its doc, or print a resolved job file")
     c.add_argument("config", nargs="?", default=None)
+    c.add_argument("--algo", choices=("ppo", "sac", "td3"), default=None,
+                   help="list the keys with this learner's agent section only (default: every learner's)")
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     c.set_defaults(func=_cmd_config)
 
@@ -254,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"podracer {args.cmd}: config error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `podracer config | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

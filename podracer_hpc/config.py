@@ -25,6 +25,7 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
+from .agents.settings import MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
 from .docfield import ConfigError, F
 
 
@@ -38,8 +39,9 @@ MAX_EVAL_EPISODES = 2**20
 MAX_EPISODE_STEPS = 10_000_000
 MAX_TOTAL_ENV_STEPS = 10**15
 
-# Agent hyperparameters that a pod may change while it trains (PBT explores these).
-MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
+# Agent hyperparameters that a pod may change while it trains (PBT explores these), per learner.
+ALGOS = ("ppo", "sac", "td3")  # agent.algo
+MUTABLE_BY_ALGO = {"ppo": MUTABLE_HPARAMS, "sac": SAC_MUTABLE, "td3": TD3_MUTABLE}
 
 
 @dataclass
@@ -92,31 +94,6 @@ def __getattr__(name: str) -> Any:
     if name == "TaskEnvConfig":
         return env_config_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-@dataclass
-class PPOConfig:
-    learning_rate: float = F(3e-4, "Adam step size at the start of training")
-    anneal_lr: bool = F(True, "decay the learning rate linearly to 0 over total_env_steps")
-    rollout_steps: int = F(32, "steps per environment in one rollout (T); a batch is T x num_envs")
-    num_minibatches: int = F(4, "minibatches per epoch (the batch is split evenly)")
-    update_epochs: int = F(4, "passes over each rollout batch")
-    gamma: float = F(0.99, "discount factor")
-    gae_lambda: float = F(0.95, "GAE lambda")
-    clip_coef: float = F(0.2, "PPO surrogate clip range")
-    clip_vloss: bool = F(False, "clip the value loss around the old values")
-    ent_coef: float = F(0.0, "entropy bonus coefficient")
-    vf_coef: float = F(0.5, "value loss coefficient")
-    max_grad_norm: float = F(0.5, "global gradient-norm clip")
-    target_kl: float = F(0.0, "stop an update's epochs early above this approx KL; 0 = never")
-    norm_adv: bool = F(True, "normalize advantages per minibatch")
-    norm_obs: bool = F(True, "running mean/std observation normalization (part of the pod state)")
-    norm_reward: bool = F(True, "scale rewards by the running std of the discounted return")
-    clip_obs: float = F(10.0, "clip normalized observations to +-clip_obs")
-    network: str = F("mlp", "mlp | per_asset (weights shared across assets, permutation-equivariant; stock_trading)")
-    hidden_sizes: list = F([64, 64], "hidden layer widths of actor and critic")
-    activation: str = F("tanh", "hidden activation: tanh | relu | elu | silu (tanh is slow on some CPU builds)")
-    init_log_std: float = F(0.0, "initial log std of the Gaussian policy (continuous actions)")
 
 
 @dataclass
@@ -234,10 +211,12 @@ class Config:
     threads: int = F(0, "torch CPU threads per pod; 0 = all cores divided by the ranks on the node")
     deterministic: bool = F(False, "use deterministic torch kernels (bitwise reproducible CPU runs are the default)")
     env: EnvConfig = F(EnvConfig, "environment")
-    agent: PPOConfig = F(PPOConfig, "the PPO learner")
+    agent: PPOConfig = F(PPOConfig, "the learner; its class is chosen by agent.algo (PPOConfig, SACConfig, TD3Config)")
     eval: EvalConfig = F(EvalConfig, "evaluation")
     log: LogConfig = F(LogConfig, "logging and checkpoints")
     tournament: TournamentConfig = F(TournamentConfig, "the training pool's tournament (ranks of one MPI world)")
+    population: list = F([], "mixed pools: a list of overrides (agent.* and env.num_envs keys); rank i applies "
+                             "entry i mod len; an entry that changes agent.algo starts from that learner's defaults")
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -250,15 +229,18 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {k: env_config_class() if tp is EnvConfig else tp for k, tp in hints.items()}
 
 
-def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, Any]]:
-    """All dotted keys of a config class with their doc and default: [(key, doc, default)]."""
+def describe(cls: type = Config, prefix: str = "", algo: str = "ppo") -> list[tuple[str, str, Any]]:
+    """All dotted keys of a config class with their doc and default: [(key, doc, default)];
+    the agent section's are those of learner ``algo`` (:data:`AGENT_CLASSES`)."""
     out = []
     cls = env_config_class() if cls is EnvConfig else cls
     hints = _field_types(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        if tp is PPOConfig:
+            tp = agent_class(algo)
         if _is_dataclass_type(tp):
-            out += describe(tp, prefix + f.name + ".")
+            out += describe(tp, prefix + f.name + ".", algo)
         else:
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             out.append((prefix + f.name, f.metadata.get("doc", ""), json.loads(json.dumps(default))))
@@ -333,6 +315,12 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
         if k not in names:
+            owners = [a for a, c in AGENT_CLASSES.items() if c is not cls and k in {f.name for f in dataclasses.fields(c)}]
+            if cls in AGENT_CLASSES.values() and owners:
+                raise ConfigError(
+                    f"'{prefix}{k}' is a key of the {' and '.join(owners)} agent{'s' if len(owners) > 1 else ''}, and this agent is "
+                    f"{data.get('algo', 'ppo')} ({prefix}algo). Remove it, or set {prefix}algo to "
+                    f"{owners[0]}.\nKeys of the {data.get('algo', 'ppo')} agent:\n{_valid_keys_text(cls, prefix)}")
             close = difflib.get_close_matches(str(k), names, n=1)
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             raise ConfigError(
@@ -341,6 +329,9 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     kwargs = {}
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
+        if tp is PPOConfig:  # the agent section: the class of its algo (PPO unless it says otherwise)
+            sub = data.get(f.name)
+            tp = agent_class(sub.get("algo", "ppo") if isinstance(sub, dict) else "ppo", prefix + f.name + ".algo")
         if _is_dataclass_type(tp):
             kwargs[f.name] = from_dict(tp, data.get(f.name), prefix + f.name + ".")
         elif f.name in data:
@@ -427,39 +418,47 @@ def validate(cfg: Config) -> Config:
         "device",
         f"must be auto, cpu, cuda, cuda:N or cuda:shared, got {dev!r}",
     )
-    need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
-    within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
-    within(a.update_epochs, 1, 10_000, "agent.update_epochs")
-    batch = a.rollout_steps * e.num_envs
-    need(batch <= MAX_BATCH, "agent.rollout_steps",
-         f"rollout_steps x env.num_envs = {batch:,} is more than one update can hold ({MAX_BATCH:,}); lower either")
-    need(
-        1 <= a.num_minibatches <= batch and batch % a.num_minibatches == 0,
-        "agent.num_minibatches",
-        f"must divide the batch of rollout_steps x num_envs = {batch}, got {a.num_minibatches}",
-    )
-    need(0 < a.gamma <= 1, "agent.gamma", f"must be in (0, 1], got {a.gamma}")
-    need(0 <= a.gae_lambda <= 1, "agent.gae_lambda", f"must be in [0, 1], got {a.gae_lambda}")
-    need(a.clip_coef > 0, "agent.clip_coef", f"must be > 0, got {a.clip_coef}")
-    need(a.ent_coef >= 0, "agent.ent_coef", f"must be >= 0, got {a.ent_coef}")
-    need(a.vf_coef >= 0, "agent.vf_coef", f"must be >= 0, got {a.vf_coef}")
-    need(a.max_grad_norm > 0, "agent.max_grad_norm", f"must be > 0, got {a.max_grad_norm}")
-    need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
-    need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
     need(
         1 <= len(a.hidden_sizes) <= 16
         and all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_HIDDEN for h in a.hidden_sizes),
         "agent.hidden_sizes",
         f"must be a list of 1 to 16 integers in [1, {MAX_HIDDEN:,}], got {a.hidden_sizes!r}",
     )
-    need(
-        a.activation in ("tanh", "relu", "elu", "silu"),
-        "agent.activation",
-        f"must be tanh, relu, elu or silu, got {a.activation!r}",
-    )
-    need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
-    need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
-         f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
+    if a.algo == "ppo":
+        need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
+        within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
+        within(a.update_epochs, 1, 10_000, "agent.update_epochs")
+        batch = a.rollout_steps * e.num_envs
+        need(batch <= MAX_BATCH, "agent.rollout_steps",
+             f"rollout_steps x env.num_envs = {batch:,} is more than one update can hold ({MAX_BATCH:,}); lower either")
+        need(
+            1 <= a.num_minibatches <= batch and batch % a.num_minibatches == 0,
+            "agent.num_minibatches",
+            f"must divide the batch of rollout_steps x num_envs = {batch}, got {a.num_minibatches}",
+        )
+        need(0 < a.gamma <= 1, "agent.gamma", f"must be in (0, 1], got {a.gamma}")
+        need(0 <= a.gae_lambda <= 1, "agent.gae_lambda", f"must be in [0, 1], got {a.gae_lambda}")
+        need(a.clip_coef > 0, "agent.clip_coef", f"must be > 0, got {a.clip_coef}")
+        need(a.ent_coef >= 0, "agent.ent_coef", f"must be >= 0, got {a.ent_coef}")
+        need(a.vf_coef >= 0, "agent.vf_coef", f"must be >= 0, got {a.vf_coef}")
+        need(a.max_grad_norm > 0, "agent.max_grad_norm", f"must be > 0, got {a.max_grad_norm}")
+        need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
+        need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
+        need(
+            a.activation in ("tanh", "relu", "elu", "silu"),
+            "agent.activation",
+            f"must be tanh, relu, elu or silu, got {a.activation!r}",
+        )
+        need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
+        need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
+             f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
+    else:  # sac | td3: the agent's own checks, then what depends on the task and the batch
+        a.validate()
+        need(e.name not in tasks or not registry.get(e.name).discrete, "agent.algo",
+             f"{a.algo} needs continuous actions; task {e.name!r} has discrete ones: use agent.algo ppo")
+        need(a.buffer_size >= e.num_envs, "agent.buffer_size",
+             f"must hold one env step of every environment (env.num_envs = {e.num_envs:,}), got {a.buffer_size:,}")
+        need(a.batch_size <= MAX_BATCH, "agent.batch_size", f"must be <= {MAX_BATCH:,}, got {a.batch_size:,}")
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
     within(cfg.eval.final_episodes, 0, MAX_EVAL_EPISODES, "eval.final_episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
@@ -473,9 +472,70 @@ def validate(cfg: Config) -> Config:
             registry.check(values)
         except registry.OptionError as err:
             raise ConfigError(f"env.{section}.{err.key}: {err.why}") from None
-    bad = sorted(set(cfg.tournament.hparam_space) - set(MUTABLE_HPARAMS))
-    need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad}; allowed: {', '.join(MUTABLE_HPARAMS)}")
+    members = [population_member(cfg, i) for i in range(len(cfg.population))] or [cfg]  # each validated
+    algos = sorted({m.agent.algo for m in members})
+    allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]
+    space = set(cfg.tournament.hparam_space)
+    bad = sorted(space - set(allowed))
+    need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad} for the {' and '.join(algos)} "
+                                             f"agents of this run; allowed: {', '.join(allowed)}")
+    for m in members:  # e.g. SAC's alpha is learned state with agent.autotune
+        fixed = sorted((space & set(MUTABLE_BY_ALGO[m.agent.algo])) - set(mutable_hparams(m.agent)))
+        need(not fixed, "tournament.hparam_space", f"{fixed} cannot change while this {m.agent.algo} agent trains "
+                                                   f"(its mutable ones: {', '.join(mutable_hparams(m.agent))})")
     return cfg
+
+
+# ------------------------------------------------------------------------------------------
+# The agent section: its class is chosen by agent.algo; mixed pools (population)
+# ------------------------------------------------------------------------------------------
+AGENT_CLASSES: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "td3": TD3Config}
+POPULATION_KEYS = ("agent.*", "env.num_envs")  # what a population entry may set
+
+
+def agent_class(algo: Any, key: str = "agent.algo") -> type:
+    """The settings class of learner ``algo``; ConfigError naming ``key`` for another value."""
+    if not isinstance(algo, str) or algo not in AGENT_CLASSES:
+        raise ConfigError(f"{key}: must be one of {' | '.join(ALGOS)}, got {algo!r}")
+    return AGENT_CLASSES[algo]
+
+
+def population_member(cfg: Config, index: int) -> Config:
+    """The config of the pods that take ``population[index]`` (ranks ``index``, ``index + len``,
+    ...): the entry's ``agent.*``/``env.num_envs`` overrides on the job's settings, validated,
+    with an empty population. An entry that sets another ``agent.algo`` than the job's starts
+    from that learner's defaults (PPO's keys would not fit SAC). ConfigError names the entry."""
+    where = f"population[{index}]"
+    entry = cfg.population[index]
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping of overrides such as {{agent.algo: sac}}, got {entry!r}")
+    over: dict[str, Any] = {}
+    for k, v in entry.items():
+        try:
+            _set_dotted(over, str(k), json.loads(json.dumps(v, default=str)))
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    extra = sorted(set(over) - {"agent", "env"}) + [f"env.{k}" for k in sorted(set(over.get("env") or {}) - {"num_envs"})]
+    if extra or not isinstance(over.get("agent", {}), dict):
+        raise ConfigError(f"{where}: a population entry sets {' and '.join(POPULATION_KEYS)} only (every pod shares "
+                          f"the rest of the run), got {', '.join(extra) or 'agent: ' + repr(over['agent'])}")
+    data = to_dict(cfg)
+    data["population"] = []
+    agent = over.get("agent") or {}
+    if "algo" in agent and agent["algo"] != data["agent"]["algo"]:
+        data["agent"] = {}
+    data["agent"].update(agent)
+    if "num_envs" in (over.get("env") or {}):
+        data["env"]["num_envs"] = over["env"]["num_envs"]
+    try:
+        return validate(from_dict(Config, data))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def for_rank(cfg: Config, rank: int) -> Config:
+    """The config of rank ``rank``'s pod: ``cfg`` itself, or its population entry ``rank mod len``."""
+    return population_member(cfg, rank % len(cfg.population)) if cfg.population else cfg
 
 
 def job_file(path: str | os.PathLike) -> Path:

@@ -8,9 +8,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .config import HParamRange, TournamentConfig, normalize_space
+from .config import MUTABLE_BY_ALGO, HParamRange, TournamentConfig, normalize_space
 
-__all__ = ["DEFAULT_PBT_SPACE", "describe_space", "effective_space", "explore"]
+__all__ = ["DEFAULT_PBT_SPACE", "DEFAULT_SPACES", "describe_space", "effective_space", "explore"]
 
 
 def _finite(x: Any) -> bool:
@@ -31,11 +31,22 @@ DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
 }
 
 
-def effective_space(cfg: TournamentConfig) -> dict[str, HParamRange]:
-    """The hyperparameter space a run explores: the configured one, or PBT's default."""
+# SAC and TD3: the step sizes (CleanRL's defaults 3e-4/1e-3 sit inside) and TD3's exploration
+# noise; tau and SAC's temperature are left alone by default (the temperature is learned).
+DEFAULT_SPACES: dict[str, dict[str, HParamRange]] = {
+    "ppo": DEFAULT_PBT_SPACE,
+    "sac": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(1e-4, 1e-2, True)},
+    "td3": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(3e-5, 3e-3, True),
+            "exploration_noise": HParamRange(0.05, 0.5)},
+}
+
+
+def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HParamRange]:
+    """The hyperparameter space pods of learner ``algo`` explore: the configured one's names that
+    this learner has (a mixed pool's space may name several learners'), or its PBT default."""
     if cfg.hparam_space or cfg.mode != "pbt":
-        return dict(cfg.hparam_space)
-    return dict(DEFAULT_PBT_SPACE)
+        return {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]}
+    return dict(DEFAULT_SPACES[algo])
 
 
 def describe_space(space: Mapping[str, HParamRange]) -> str:

@@ -21,7 +21,7 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return",
                             "git_revision", "peak_return", "best_return_se", "best_return_ci95", "final_episodes",
-                            "final_eval_seed", "best_pod"}
+                            "final_eval_seed", "best_pod", "algos"}
     assert summary["git_revision"] == log_revision(tmp_path)
     assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
     assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["peak_return"] < 0
@@ -84,9 +84,17 @@ def test_invalid_values_and_missing_file(tmp_path, cli):
 def test_config_lists_every_key_with_a_doc(cli):
     r = cli("config")
     assert r.returncode == 0
-    keys = [line.split()[0] for line in r.stdout.splitlines()]
-    for k in ("seed", "total_env_steps", "env.name", "env.num_envs", "agent.learning_rate", "device"):
+    lines = r.stdout.splitlines()
+    keys = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
+    for k in ("seed", "total_env_steps", "env.name", "env.num_envs", "agent.learning_rate", "device", "population"):
         assert k in keys
+    # every learner's agent section is listed under its own heading, each key with a doc
+    heads = [i for i, line in enumerate(lines) if line.startswith("# agent.algo:")]
+    assert [lines[i].split()[2].rstrip(":") for i in heads] == ["sac", "td3"]
+    sac = [line.split()[0] for line in lines[heads[0]:heads[1]] if line.startswith("agent.")]
+    assert "agent.alpha" in sac and "agent.buffer_size" in sac and "agent.clip_coef" not in sac
+    assert "agent.policy_delay" in [line.split()[0] for line in lines[heads[1]:] if line.startswith("agent.")]
+    assert all(len(line.split()) >= 3 for line in lines if line.startswith("agent."))
     r = cli("config", "jobs/cartpole.yaml", "--set", "seed=7")
     assert r.returncode == 0 and "seed: 7" in r.stdout and "name: cartpole" in r.stdout
 

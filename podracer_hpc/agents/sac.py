@@ -9,6 +9,7 @@ many environments and with every random draw from the caller's generator.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -60,6 +61,17 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(u), squashed_gaussian_log_prob(u, mean, log_std)
 
 
+class SquashedMean(nn.Module):
+    """``normalized obs -> tanh(mean)``: SAC's evaluation policy on its own (TorchScript/ONNX)."""
+
+    def __init__(self, actor: SquashedGaussianActor):
+        super().__init__()
+        self.body = actor.body
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.body(obs).chunk(2, -1)[0])
+
+
 class SACNetworks(nn.Module):
     """Everything with weights: the actor, the twin critics and their targets, log alpha."""
 
@@ -102,7 +114,7 @@ class SACAgent(OffPolicyAgent):
         super().__init__(obs_dim, act_dim, cfg, device)
         self.net = SACNetworks(obs_dim, act_dim, cfg).to(self.device)
         self.target_entropy = float(cfg.target_entropy) if cfg.target_entropy else -float(act_dim)
-        self.mutable = tuple(k for k in SAC_MUTABLE if k != ("alpha" if cfg.autotune else "alpha_lr"))
+        self.mutable = cfg.mutable()
         self._init_hparams()
 
     def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -129,6 +141,10 @@ class SACAgent(OffPolicyAgent):
     def act_deterministic(self, nobs: torch.Tensor) -> torch.Tensor:
         """``tanh(mean)``: the evaluation policy."""
         return torch.tanh(self.net.actor(nobs)[0])
+
+    def deterministic_policy(self) -> nn.Module:
+        """:meth:`act_deterministic` as a module of its own (a copy of the actor; export.py)."""
+        return SquashedMean(copy.deepcopy(self.net.actor))
 
     # --- learning ------------------------------------------------------------------------
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:

@@ -9,6 +9,8 @@ with every random draw from the caller's generator.
 
 from __future__ import annotations
 
+import copy
+
 
 import torch
 import torch.nn as nn
@@ -97,6 +99,10 @@ class TD3Agent(OffPolicyAgent):
     @torch.no_grad()
     def act_deterministic(self, nobs: torch.Tensor) -> torch.Tensor:
         return self.net.actor(nobs)
+
+    def deterministic_policy(self) -> nn.Module:
+        """:meth:`act_deterministic` as a module of its own (a copy of the actor; export.py)."""
+        return copy.deepcopy(self.net.actor)
 
     # --- learning ------------------------------------------------------------------------
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:

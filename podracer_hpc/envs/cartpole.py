@@ -58,4 +58,4 @@ class CartPole(TorchVecEnv):
         return state.clone()
 
 
-register(Task("cartpole", build=CartPole, doc="CartPole-v1: balance a pole on a cart (push left or right)"))
+register(Task("cartpole", build=CartPole, discrete=True, doc="CartPole-v1: balance a pole on a cart (push left or right)"))

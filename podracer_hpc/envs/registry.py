@@ -61,7 +61,8 @@ class Task:
     settings (every field an ``F(default, doc)``; an optional ``check()`` method raises
     :class:`OptionError`), kept in the config section ``env.<section>``, which tasks of one
     family share. A task without settings leaves ``options`` None. ``assets``: its env's
-    observation repeats the same features per asset and says where (``asset_layout()``).
+    observation repeats the same features per asset and says where (``asset_layout()``);
+    ``discrete``: its actions are choices (SAC and TD3 pods refuse it before anything runs).
     """
 
     name: str
@@ -70,6 +71,7 @@ class Task:
     section: str = ""
     doc: str = ""
     assets: bool = False  # its env has asset_layout(): agent.network per_asset works on it
+    discrete: bool = False  # its actions are choices, not torques (agent.algo sac and td3 need continuous ones)
 
 
 _TASKS: dict[str, Task] = {}
