@@ -210,6 +210,11 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     if (cfg_dict.get("env") or {}).get("name") != "stock_trading":
         raise safeio.StateFileError(
             f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading")
+    algo = (cfg_dict.get("agent") or {}).get("algo", "ppo")
+    if algo != "ppo":
+        raise safeio.StateFileError(
+            f"{path}: a {algo} agent; this reads PPO agents' files. Export its policy first "
+            f"(podracer export policy {path} --out policy.pt) and backtest the exported file")
     agent_cfg = from_dict(PPOConfig, cfg_dict.get("agent") or {}, "agent.")  # only what builds the networks
     layout = None
     try:

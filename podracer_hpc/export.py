@@ -226,18 +226,22 @@ def _exported_policy_class() -> type:
         env's actions out (``[B, act_dim]`` float32 in the env's bounds, or ``[B]`` int64).
 
         The agent's own pieces, copied: its observation normalizer (``RunningMeanStd.normalize``
-        with ``agent.clip_obs``, when ``agent.norm_obs``), its actor network (``dist_params``, then
-        ``mode``: the Gaussian's mean or the argmax), then the pod's map to the env's units (the
+        with ``agent.clip_obs``, when ``agent.norm_obs``), its actor network (PPO: ``dist_params``,
+        then ``mode``: the Gaussian's mean or the argmax; SAC/TD3: ``deterministic_policy()``), then the pod's map to the env's units (the
         clip to [-1, 1] and the affine map to ``[action_low, action_high]``). The critic is left out.
         """
 
         def __init__(self, agent: Any, discrete: bool, action_low: Any = None, action_high: Any = None):
             super().__init__()
-            net = copy.deepcopy(agent.net).cpu().eval()
-            for name in ("critic", "critic_enc", "critic_head"):  # the value network plays no part in acting
-                if hasattr(net, name):
-                    delattr(net, name)
-            self.net = net
+            if hasattr(agent, "deterministic_policy"):  # SAC, TD3: the agent's evaluation policy, copied
+                self.actor = agent.deterministic_policy().cpu().eval()
+                self.net = None
+            else:  # PPO
+                net = copy.deepcopy(agent.net).cpu().eval()
+                for name in ("critic", "critic_enc", "critic_head"):  # the value network plays no part in acting
+                    if hasattr(net, name):
+                        delattr(net, name)
+                self.net, self.actor = net, None
             self.obs_rms = copy.deepcopy(agent.obs_rms).cpu()
             self.norm_obs = bool(agent.cfg.norm_obs)
             self.clip_obs = float(agent.cfg.clip_obs)
@@ -252,7 +256,7 @@ def _exported_policy_class() -> type:
             x = obs.to(torch.float32)
             if self.norm_obs:
                 x = self.obs_rms.normalize(x, self.clip_obs)
-            action = self.net.mode(self.net.dist_params(x))
+            action = self.actor(x) if self.actor is not None else self.net.mode(self.net.dist_params(x))
             if self.discrete:
                 return action
             return self.act_center + self.act_half * action.clamp(-1.0, 1.0)

@@ -3,7 +3,8 @@ open) and h5arrays.py (named arrays, no log schema), the only modules that impor
 
 One file per rank, ``<run>/logs/<job>_rank<r>.h5``. Schema version 1 (docs/hdf5-schema.md):
 
-- ``/train``: one row per PPO update (columns in ``TRAIN_COLUMNS``),
+- ``/train``: one row per pod iteration: a PPO update, or SAC/TD3's ``rollout_steps`` env steps
+  and the updates due (columns in ``TRAIN_COLUMNS``),
 - ``/eval``: one row per evaluation (``EVAL_COLUMNS``),
 - ``/tournament``: one row per tournament decision (``TOURNAMENT_COLUMNS``).
 
@@ -24,14 +25,16 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
 # source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
 # rows get empty source columns, which records.read_records reads from the legacy ``source``).
 # Version 3 (2026-12-01) added what a comparison on common start states used: the evaluation's
 # seed and standard error (/eval, /tournament) and the paired difference (/tournament); older
 # rows get NaN / -1.
-READABLE_VERSIONS = (1, 2, 3)
+# Version 4 (2026-12-01) added the off-policy learners' columns (/train q_mean, alpha) and the
+# pod's learner (/tournament algo); older rows get NaN / ''.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 TRAIN_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -48,7 +51,10 @@ TRAIN_COLUMNS: dict[str, Any] = {
     "approx_kl": np.float64,
     "clipfrac": np.float64,
     "explained_variance": np.float64,
-    "learning_rate": np.float64,
+    "learning_rate": np.float64,  # PPO's learning rate; SAC/TD3: the actor's
+    "q_mean": np.float64,  # SAC/TD3: mean of the twin critics' Q on the sampled batches (NaN for PPO)
+    "alpha": np.float64,  # SAC: the entropy temperature (NaN for PPO and TD3)
+    "grad_steps": np.int64,  # gradient steps in this row (PPO: -1, its epochs x minibatches are fixed)
 }
 EVAL_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -84,6 +90,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "diff_se": np.float64,  # its standard error
     "margin_se": np.float64,  # the margin the rule asked for, in standard errors
     "verified": np.int64,  # 1: the candidate was evaluated again on this round's start states before it was taken
+    "algo": h5py.string_dtype("utf-8"),  # the pod's learner: ppo | sac | td3 (agent.algo)
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 

@@ -35,7 +35,7 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -446,9 +446,11 @@ class Leaderboard:
     # ------------------------------------------------------------------ prune
 
     def prune(self, top_k: int, stale_after_s: float = 900.0, keep: Iterable[str] = (),
-              listing: list[EntryInfo] | None = None) -> list[str]:
+              listing: list[EntryInfo] | None = None,
+              group: Callable[[EntryInfo], str] | None = None) -> list[str]:
         """Keep the ``top_k`` best entries (and those in ``keep``); delete the others (sidecar
-        first, then tensors).
+        first, then tensors). ``group``: keep the ``top_k`` best of each group instead (a mixed
+        pool keeps the best agents of every kind, not only of the strongest).
 
         Idempotent and safe with concurrent pruners, publishers and readers. Also deletes hidden
         temporary files and orphan tensor files (no sidecar) older than ``stale_after_s``
@@ -461,8 +463,11 @@ class Leaderboard:
         keep = set(keep)
         removed = []
         ranked = sorted(listing, key=lambda e: (-e.score, e.id)) if listing is not None else self.list()
-        for e in ranked[top_k:]:
-            if e.id in keep:
+        place: dict[str, int] = {}
+        for e in ranked:
+            g = group(e) if group is not None else ""
+            place[g] = place.get(g, 0) + 1
+            if place[g] <= top_k or e.id in keep:
                 continue
             _unlink(self.sidecar_path(e.id))
             _unlink(self.tensors_path(e.id))

@@ -1,10 +1,12 @@
-"""A pod: one device, thousands of batched environments and one PPO learner.
+"""A pod: one device, thousands of batched environments and one learner (PPO, SAC or TD3).
 
-``Pod.train_iteration`` is the pod's loop body: a rollout of fixed shape ``(T, N, ...)`` on the
-device, GAE, and the minibatch epochs. Its whole state (networks, optimizer, normalizers, env
-physics, clocks, RNG streams, counters) round-trips through ``state_tensors``/``load_state``
-as plain tensors plus JSON, so a checkpoint resumes the very same run. The pod knows nothing
-of MPI, Slurm or log files.
+``Pod.train_iteration`` is the pod's loop body. PPO: a rollout of fixed shape ``(T, N, ...)``
+on the device, GAE, and the minibatch epochs. SAC/TD3 (``agent.algo``): ``T`` env steps of the
+batch, each stored in the replay ring on the device (uniform random actions before
+``learning_starts``) and followed by the gradient updates due (``updates_per_step``). Its whole
+state (networks, optimizers, normalizers, replay buffer, env physics, clocks, RNG streams,
+counters) round-trips through ``state_tensors``/``load_state`` as plain tensors plus JSON, so a
+checkpoint resumes the very same run. The pod knows nothing of MPI, Slurm or log files.
 """
 
 from __future__ import annotations
@@ -16,8 +18,13 @@ from typing import Any
 import torch
 
 from . import safeio
+from .agents.offpolicy import OffPolicyAgent
 from .agents.ppo import PPOAgent, compute_gae
-from .config import MUTABLE_HPARAMS, Config, agent_config
+from .agents.replay import ReplayBuffer
+from .agents.sac import SACAgent
+from .agents.td3 import TD3Agent
+from .agents.settings import agent_kind, mutable_hparams
+from .config import Config, agent_config
 from .device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
 from .envs import build_env
 
@@ -46,6 +53,18 @@ def available_memory(device: torch.device) -> int | None:
 def memory_estimate(cfg: Config, obs_dim: int, act_dim: int) -> dict[str, int]:
     """Bytes a pod allocates beyond its environments' own state, by part (an upper estimate)."""
     a, e = cfg.agent, cfg.env
+    if a.algo != "ppo":  # actor + twin critics, each with a target copy; the replay ring
+        sizes = [obs_dim, *a.hidden_sizes]
+        trunk = sum(x * y + y for x, y in zip(sizes, sizes[1:]))
+        critic = trunk + (act_dim * a.hidden_sizes[0]) + a.hidden_sizes[-1] + 1
+        params = trunk + a.hidden_sizes[-1] * 2 * act_dim + 2 * critic
+        rows = (a.buffer_size // e.num_envs) * e.num_envs
+        return {
+            "replay": rows * ReplayBuffer.bytes_per_row(obs_dim, act_dim),
+            "networks": 2 * params * 4 * 4,  # online and target: weights, gradients, Adam's two moments
+            "activations": 4 * a.batch_size * max(a.hidden_sizes) * len(a.hidden_sizes) * 4 * 3,
+            "eval": 4 * cfg.eval.episodes * (obs_dim + max(a.hidden_sizes)) * 4,
+        }
     sizes = [obs_dim, *a.hidden_sizes]
     params = 2 * sum(x * y + y for x, y in zip(sizes, sizes[1:])) + a.hidden_sizes[-1] * (act_dim + 1)
     per_step = obs_dim + act_dim + 8  # obs, action, log-prob, value, next value, reward, flags, advantage
@@ -65,11 +84,16 @@ def check_memory(cfg: Config, env: Any, device: torch.device) -> None:
     need, free = sum(parts.values()), available_memory(device)
     if free is not None and need > 0.9 * free:
         detail = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in parts.items())
+        what = (f"agent.buffer_size ({cfg.agent.buffer_size:,})" if cfg.agent.algo != "ppo"
+                else f"env.num_envs ({cfg.env.num_envs}), agent.rollout_steps ({cfg.agent.rollout_steps})")
         raise MemoryError(
             f"this pod needs about {need / 2**30:.1f} GiB ({detail}) and {device} has {free / 2**30:.1f} GiB free. "
-            f"Lower env.num_envs ({cfg.env.num_envs}), agent.rollout_steps ({cfg.agent.rollout_steps}), "
-            f"agent.hidden_sizes ({cfg.agent.hidden_sizes}) or eval.episodes ({cfg.eval.episodes})."
+            f"Lower {what}, agent.hidden_sizes ({cfg.agent.hidden_sizes}) or eval.episodes ({cfg.eval.episodes})."
         )
+
+
+Agent = PPOAgent | OffPolicyAgent
+OFF_POLICY_AGENTS = {"sac": SACAgent, "td3": TD3Agent}
 
 
 class Pod:
@@ -88,6 +112,12 @@ class Pod:
         check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = self._new_agent()
+        self.kind = agent_kind(agent_config(cfg)["agent"])  # which agents this pod can take (agents.settings.agent_kind)
+        self.replay: ReplayBuffer | None = None  # off-policy pods: the replay ring, the pod's (not the agent's)
+        if a.algo != "ppo":
+            self.replay = ReplayBuffer(a.buffer_size, e.num_envs, self.env.obs_dim, self.env.act_dim, self.device,
+                                       n_step=a.n_step, gamma=a.gamma)
+        self.learn_steps = 0  # off-policy: env steps of the batch since learning_starts (the update schedule)
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(self.seed)
         self.obs = self.env.reset(self.seed)
@@ -107,8 +137,11 @@ class Pod:
         """Who steps the environments: ``torch`` (batched tensors on the device), or a MuJoCo backend."""
         return getattr(self.env, "backend", "torch")
 
-    def _new_agent(self) -> PPOAgent:
+    def _new_agent(self) -> Agent:
         """An agent initialized from the global torch RNG (seeded by the caller)."""
+        a = dataclasses.replace(self.cfg.agent)  # a copy: PBT changes the pod's own
+        if a.algo != "ppo":
+            return OFF_POLICY_AGENTS[a.algo](self.env.obs_dim, self.env.act_dim, a, self.device)
         layout = self.env.asset_layout() if self.cfg.agent.network == "per_asset" else None
         return PPOAgent(
             self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
@@ -134,7 +167,11 @@ class Pod:
 
     # --- the loop body -------------------------------------------------------------------
     def train_iteration(self) -> dict[str, torch.Tensor]:
-        """Collect one rollout and update; returns metrics as tensors (no host sync)."""
+        """One iteration of the pod's learner; returns metrics as tensors (no host sync)."""
+        return self._ppo_iteration() if self.replay is None else self._offpolicy_iteration()
+
+    def _ppo_iteration(self) -> dict[str, torch.Tensor]:
+        """Collect one rollout and update."""
         cfg, agent, env = self.cfg.agent, self.agent, self.env
         T, N, dev = cfg.rollout_steps, env.num_envs, self.device
         act_shape = () if env.discrete else (env.act_dim,)
@@ -195,9 +232,55 @@ class Pod:
         metrics["return_sqsum"] = ret_sq
         return metrics
 
+    def _offpolicy_iteration(self) -> dict[str, torch.Tensor]:
+        """``rollout_steps`` env steps of the batch into the replay ring, each followed by the
+        updates due (uniform random actions until ``learning_starts`` transitions are stored).
+        Metrics: the updates' mean losses (NaN without an update) and the episodes that ended."""
+        cfg, agent, env, buf, dev = self.cfg.agent, self.agent, self.env, self.replay, self.device
+        N = env.num_envs
+        ret = torch.zeros(3, device=dev, dtype=torch.float64)  # sum, sum of squares, count of ended episodes
+        sums: dict[str, torch.Tensor] = {}
+        grad_steps = 0
+        for _ in range(cfg.rollout_steps):
+            nobs = agent.normalize_obs(self.obs, update=True)
+            if self.env_steps < cfg.learning_starts:
+                action = agent.random_action(N, self.gen)
+            else:
+                action, _ = agent.act(nobs, self.gen)
+            obs, reward, terminated, truncated, info = env.step(self.to_env_action(action))
+            done = info["done"]
+            # the raw observation acted on and the one reached (the final one of an ended episode)
+            buf.add(self.obs, action, agent.scale_reward(reward, done, self.reward_ret), info["final_obs"],
+                    terminated, truncated)
+            self.obs = obs
+            self.env_steps += N
+            ep_ret = info["episode_return"]
+            ret += torch.stack([(ep_ret * done).sum(), (ep_ret.square() * done).sum(), done.sum().double()])
+            if self.env_steps >= cfg.learning_starts:
+                self.learn_steps += 1
+                n = agent.updates_due(self.learn_steps)
+                if n:
+                    for k, v in agent.update(buf, self.gen, n).items():
+                        sums[k] = sums.get(k, 0.0) + v * n
+                    grad_steps += n
+        self.updates += 1
+        cnt = ret[2].to(torch.int64)
+        self.episodes_t += cnt
+        nan = torch.tensor(float("nan"), device=dev)
+
+        def mean(k: str) -> torch.Tensor:
+            return sums[k] / grad_steps if k in sums else nan
+
+        return {"loss": mean("qf_loss") + mean("actor_loss"), "policy_loss": mean("actor_loss"),
+                "value_loss": mean("qf_loss"), "entropy": mean("entropy"), "q_mean": mean("q_mean"),
+                "alpha": mean("alpha"), "learning_rate": torch.tensor(agent.hparams["actor_lr"], device=dev),
+                "approx_kl": nan, "clipfrac": nan, "explained_variance": nan,
+                "grad_steps": torch.tensor(float(grad_steps), device=dev),
+                "episodes": cnt, "return_sum": ret[0], "return_sqsum": ret[1]}
+
     # --- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, seed: int, agent: PPOAgent | None = None, episodes: int = 0) -> torch.Tensor:
+    def evaluate(self, seed: int, agent: Agent | None = None, episodes: int = 0) -> torch.Tensor:
         """Returns of deterministic episodes from the start states of ``seed`` (episode i from the
         state the task draws for ``seed`` and index i: every pod that passes the same seed meets
         the same states; fitness.eval_seed gives a run's seeds). ``agent``: another agent than the
@@ -225,9 +308,10 @@ class Pod:
         return returns
 
     # --- hyperparameters ----------------------------------------------------------------
-    def hparams(self, names: tuple[str, ...] | list[str] = MUTABLE_HPARAMS) -> dict[str, float]:
-        """The agent's current values of the mutable hyperparameters ``names``."""
-        return {n: self.agent.hparams[n] for n in names}
+    def hparams(self, names: tuple[str, ...] | list[str] | None = None) -> dict[str, float]:
+        """The agent's current values of the mutable hyperparameters ``names`` (default: all of
+        its learner's, agents.settings.mutable_hparams)."""
+        return {n: self.agent.hparams[n] for n in (mutable_hparams(self.cfg.agent) if names is None else names)}
 
     def set_hparams(self, hp: dict[str, float]) -> None:
         self.agent.set_hparams(hp)
@@ -237,10 +321,11 @@ class Pod:
         """The agent alone (networks, optimizer, statistics, hyperparameters): a leaderboard entry."""
         t, meta = self.agent.state()
         meta.update(env_steps=self.env_steps, updates=self.updates, rank=self.rank, seed=self.seed,
-                    config=agent_config(self.cfg))
+                    config=agent_config(self.cfg), algo=self.cfg.agent.algo, kind=self.kind,
+                    shapes={"obs": self.env.obs_dim, "act": self.env.act_dim})
         return t, meta
 
-    def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> PPOAgent:
+    def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> Agent:
         """Another agent (a leaderboard entry) in an agent of its own, to evaluate it before taking
         it; the pod's agent, environments and random streams are untouched."""
         self._check_compatible(meta, source)
@@ -268,11 +353,16 @@ class Pod:
             ) from None
 
     def _check_compatible(self, meta: dict[str, Any], source: str) -> None:
+        """Refuse an agent of another task or kind (another learner or network: agents.settings.agent_kind)."""
         cfg = meta.get("config", {})
         if cfg.get("env", {}).get("name") != self.cfg.env.name:
             raise safeio.StateFileError(
                 f"{source}: trained on task {cfg.get('env', {}).get('name')!r}, this run is {self.cfg.env.name!r}"
             )
+        kind = entry_kind(meta)
+        if kind != self.kind:
+            raise safeio.StateFileError(f"{source}: does not fit this pod: a {kind!r} agent, this pod is "
+                                        f"{self.kind!r} (a pod takes only agents of its own learner and network)")
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to continue this pod exactly: (tensors, JSON-able meta)."""
@@ -287,9 +377,15 @@ class Pod:
             env_exact = False
         t["gen_state"] = self.gen.get_state()
         t["cpu_rng_state"] = torch.get_rng_state()
+        replay_meta = None
+        if self.replay is not None:  # the stored transitions: a resume continues on the same buffer
+            rt, replay_meta = self.replay.state()
+            t.update({f"replay.{k}": v for k, v in rt.items()})
         meta = {
             "env_steps": self.env_steps,
             "updates": self.updates,
+            "learn_steps": self.learn_steps,
+            "replay": replay_meta,
             "episodes": int(self.episodes_t),
             "rank": self.rank,
             "seed": self.seed,
@@ -309,7 +405,9 @@ class Pod:
             self.reward_ret.copy_(ret.to(dev))
             if meta.get("env_exact", True):
                 self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
-        except (RuntimeError, KeyError, ValueError, AttributeError) as e:
+            if self.replay is not None:
+                self.replay.load({k[7:]: v for k, v in tensors.items() if k.startswith("replay.")}, meta["replay"])
+        except (RuntimeError, KeyError, ValueError, AttributeError, TypeError) as e:
             raise safeio.StateFileError(
                 f"{source}: does not fit this pod ({e}). Was the network or num_envs changed since it was written?"
             ) from None
@@ -321,6 +419,7 @@ class Pod:
         torch.set_rng_state(tensors["cpu_rng_state"])
         self.env_steps = int(meta["env_steps"])
         self.updates = int(meta["updates"])
+        self.learn_steps = int(meta.get("learn_steps", 0))
         self.episodes_t.fill_(int(meta.get("episodes", 0)))
 
     def save(self, path, extra_meta: dict[str, Any] | None = None) -> str:
@@ -342,3 +441,9 @@ class Pod:
                 f"{source}: pod-state layout version {version}, this podracer-hpc reads {STATE_VERSION}"
             )
         self.load_state(tensors, meta, source=source)
+
+
+def entry_kind(meta: dict[str, Any]) -> str:
+    """The kind of agent a checkpoint or leaderboard entry holds (agents.settings.agent_kind): its ``kind``,
+    else from its config (an entry written before 2026-12-01: PPO)."""
+    return str(meta.get("kind") or agent_kind((meta.get("config") or {}).get("agent") or {}))

@@ -29,12 +29,17 @@ from .config import Config
 from .fitness import Fitness, better
 from .h5log import H5Writer
 from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops
-from .pod import Pod
+from .pod import Pod, entry_kind
 from .records import Comparison, RoundRecord, Source
 from .rundir import RunDir
 from .tournament import Candidate, Decision, PodReport, decide, effective_space
 
 __all__ = ["Listed", "Meeting", "Pool"]
+
+
+def _kind_of(e: EntryInfo) -> str:
+    """The group a prune keeps the best of: the entry's kind of agent (a mixed pool keeps each kind's)."""
+    return entry_kind(e.meta)
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,23 @@ class Listed:
     score: float
     env_steps: int | None = None
     eval: dict[str, Any] | None = None
+    kind: str | None = None  # the agent's kind (agents.settings.agent_kind); None: unknown, any pod may try it
 
     @classmethod
     def of(cls, e: EntryInfo) -> "Listed":
-        return cls(e.id, e.score, e.env_steps, e.meta.get("eval"))
+        return cls(e.id, e.score, e.env_steps, e.meta.get("eval"), entry_kind(e.meta))
 
     def to_json(self) -> list[Any]:
-        return [self.id, self.score, self.env_steps, self.eval]
+        return [self.id, self.score, self.env_steps, self.eval, self.kind]
 
     @classmethod
     def from_json(cls, row: list[Any]) -> "Listed":
-        return cls(str(row[0]), float(row[1]), row[2] if len(row) > 2 else None, row[3] if len(row) > 3 else None)
+        return cls(str(row[0]), float(row[1]), row[2] if len(row) > 2 else None, row[3] if len(row) > 3 else None,
+                   row[4] if len(row) > 4 else None)
+
+    def info(self) -> EntryInfo:
+        """What a prune needs of it."""
+        return EntryInfo(self.id, self.score, self.env_steps, None, None, None, meta={"kind": self.kind})
 
 
 @dataclass(frozen=True)
@@ -84,7 +95,7 @@ class Pool:
         self.rundir = rundir
         self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
         self.job = job
-        self.space = tuple(effective_space(self.tcfg))
+        self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
         self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
 
@@ -98,7 +109,7 @@ class Pool:
 
     def report(self, fitness: Fitness) -> PodReport:
         return PodReport(self.comm.rank, fitness.mean, self.pod.env_steps, self.hparams(), self.last_copy_round,
-                         fitness.returns)
+                         fitness.returns, self.pod.kind)
 
     @staticmethod
     def comparable(listing: list[Listed], fitness: Fitness) -> list[Candidate]:
@@ -108,7 +119,7 @@ class Pool:
         for e in listing:
             ev = Fitness.from_json(e.eval)
             out.append(Candidate(e.id, e.score, e.env_steps, ev.returns if ev is not None and ev.key == fitness.key
-                                 else None))
+                                 else None, e.kind))
         return out
 
     def listing(self, index: int) -> list[Listed]:
@@ -198,18 +209,19 @@ class Pool:
                                   d.diff_se if d is not None and d.diff_se is not None else nan,
                                   self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0, False)
         rec = RoundRecord(index, self.pod.env_steps, wall_s, fitness.mean, action, source, hp, self.hparams(),
-                          time.perf_counter() - t0, fs_ops() - ops0, compared)
+                          time.perf_counter() - t0, fs_ops() - ops0, compared, self.cfg.agent.algo)
         if self.log is not None:
             self.log.append("tournament", rec.to_row(), flush=True)
         return rec
 
     # --- elastic join ---------------------------------------------------------------------
     def join(self) -> str | None:
-        """Elastic join: a fresh pod starts from a leaderboard entry when there is one."""
+        """Elastic join: a fresh pod starts from a leaderboard entry of its own kind when there is one."""
         if self.collective:
-            entries = self.comm.bcast(self.board.candidates(self.tcfg.top_k) if self.comm.rank == 0 else None)
+            infos = self.comm.bcast(self.board.list() if self.comm.rank == 0 else None)
         else:
-            entries = self.board.candidates(self.tcfg.top_k)
+            infos = self.board.list()
+        entries = [e.candidate for e in infos if entry_kind(e.meta) == self.pod.kind][: self.tcfg.top_k]
         if not entries:
             return None
         # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
@@ -233,7 +245,7 @@ class Pool:
         if self.log is not None:  # round -1: how this pod started
             hp = self.hparams()
             self.log.append("tournament", RoundRecord(-1, self.pod.env_steps, 0.0, score, "join", Source("entry", eid),
-                                                      hp, hp, 0.0, 0).to_row(), flush=True)
+                                                      hp, hp, 0.0, 0, algo=self.cfg.agent.algo).to_row(), flush=True)
         return eid
 
     # --- a collective round ---------------------------------------------------------------
@@ -258,10 +270,10 @@ class Pool:
                       for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
             # on the listing this round decided on plus this round's entries: no sidecar is read
             # again (entries other jobs published meanwhile stay until a later prune)
-            seen = [EntryInfo(e.id, e.score, e.env_steps, None, None, None) for e in entries]
-            seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index)
-                     for r, eid in enumerate(entry_of_rank) if eid]
-            self.board.prune(self.tcfg.top_k, keep=needed, listing=seen)
+            seen = [e.info() for e in entries]
+            seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index,
+                               meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]
+            self.board.prune(self.tcfg.top_k, keep=needed, listing=seen, group=_kind_of)
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
     # --- an asynchronous round ------------------------------------------------------------
@@ -282,7 +294,7 @@ class Pool:
         action, source, compared = self.apply(d, index, src, fitness)
         keep = {src} | {mine} | self._latest_per_pod(infos) if self.tcfg.mode == "pbt" else {src, mine}
         try:  # on the listing read above: entries published since stay until a later prune
-            self.board.prune(self.tcfg.top_k, keep=keep - {None}, listing=infos)
+            self.board.prune(self.tcfg.top_k, keep=keep - {None}, listing=infos, group=_kind_of)
         except OSError as e:
             self.say(f"round {index}: could not prune the leaderboard ({e})")
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
@@ -304,8 +316,8 @@ class Pool:
         latest = self._latest_per_pod(others)
         pop = [e for e in others if e.id in latest]
         reports = [replace(me, rank=0)]
-        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets[e.id])
-                    for i, e in enumerate(pop)]
+        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets[e.id],
+                              kind=entry_kind(e.meta)) for i, e in enumerate(pop)]
         d = decide(reports, listed, index, self.cfg.seed, self.tcfg,
                    rng_ranks=[self.comm.rank] + [10_000 + i for i in range(len(pop))])[0]
         # everyone publishes (the population must be visible); a copy is of another pod's entry

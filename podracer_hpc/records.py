@@ -105,6 +105,7 @@ class RoundRecord:
     tournament_s: float = math.nan  # seconds spent in the round's collectives and file I/O
     fs_ops: int = -1  # leaderboard filesystem operations of this pod in the round (-1: not counted)
     compared: Comparison = field(default_factory=lambda: Comparison())  # the numbers the decision used
+    algo: str = ""  # the pod's learner (agent.algo); "" in a log written before 2026-12-01
 
     def to_row(self) -> dict[str, Any]:
         """The HDF5 columns (h5log.TOURNAMENT_COLUMNS)."""
@@ -115,7 +116,8 @@ class RoundRecord:
                 "old_hparams": json.dumps(self.old_hparams), "new_hparams": json.dumps(self.new_hparams),
                 "tournament_s": self.tournament_s, "fs_ops": self.fs_ops, "fitness_se": c.fitness_se,
                 "eval_seed": c.eval_seed, "episodes": c.episodes, "source_score": c.source_score,
-                "diff_mean": c.diff_mean, "diff_se": c.diff_se, "margin_se": c.margin_se, "verified": int(c.verified)}
+                "diff_mean": c.diff_mean, "diff_se": c.diff_se, "margin_se": c.margin_se, "verified": int(c.verified),
+                "algo": self.algo}
 
 
 def _hparams(s: Any) -> dict[str, float]:
@@ -146,6 +148,7 @@ def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
             tournament_s=float(columns["tournament_s"][i]) if "tournament_s" in columns else math.nan,
             fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
             compared=_comparison(columns, i, n),
+            algo=str(columns["algo"][i]) if "algo" in columns and len(columns["algo"]) == n else "",
         ))
     return out
 

@@ -51,12 +51,12 @@ import yaml
 
 from . import __version__, resume, safeio
 from .comm import Comm, get_comm
-from .config import Config, ConfigError, to_dict
+from .config import Config, ConfigError, for_rank, to_dict
 from .h5log import H5Writer
 from .h5recover import open_log
 from .device import DeviceError, resolve_device, set_cpu_threads, start_line
 from .fitness import Fitness, eval_seed
-from .pod import Pod
+from .pod import Pod, entry_kind
 from .pool import Meeting, Pool
 from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
@@ -115,7 +115,8 @@ class RankRun:
 
     def __init__(self, cfg: Config, run_dir: str | os.PathLike | None, comm: Comm, stop: StopFlag,
                  stop_after_updates: int, quiet: bool):
-        self.cfg, self.comm, self.stop, self.quiet = cfg, comm, stop, quiet
+        self.run_cfg = cfg  # the job's (config.yaml); self.cfg is this rank's pod (its population entry applied)
+        self.cfg, self.comm, self.stop, self.quiet = for_rank(cfg, comm.rank), comm, stop, quiet
         self.stop_after_updates = stop_after_updates
         self.rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
         self.ckpt = self.rundir.checkpoint(comm.rank)
@@ -188,7 +189,7 @@ class RankRun:
             if comm.rank == 0 and cfg.tournament.mode == "pbt":
                 t = cfg.tournament
                 what = "tournament.hparam_space" if t.hparam_space else "the default space (tournament.hparam_space is empty)"
-                self.say(f"PBT explores {describe_space(effective_space(t))}: {what}; a pod that copied another is "
+                self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied another is "
                          f"not replaced again for {t.ready_rounds} rounds")
         self.round_index = int(self.state.get("round", 0))
         pending = self.state.get("pending_round")
@@ -210,7 +211,7 @@ class RankRun:
         ``resume.agree`` found it and its .prev in."""
         tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
         written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
-        diffs = _diff_config(written, to_dict(self.cfg), to_dict(Config()))
+        diffs = _diff_config(written, to_dict(self.run_cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
                 f"{self.rundir.root} holds a run with another config; it cannot be resumed with this one:\n  "
@@ -227,7 +228,7 @@ class RankRun:
     def prepare_fresh(self) -> None:
         if self.comm.rank == 0:
             self.rundir.root.mkdir(parents=True, exist_ok=True)
-            safeio.atomic_write_bytes(self.rundir.config, yaml.safe_dump(to_dict(self.cfg), sort_keys=False).encode(),
+            safeio.atomic_write_bytes(self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(),
                                       mode=0o644)
 
     def open_log(self, device: torch.device) -> None:
@@ -276,7 +277,7 @@ class RankRun:
         if self.slow > 1:  # fault testing: a straggler (PODRACER_INJECT_SLOW)
             time.sleep((self.slow - 1) * dt)
             dt *= self.slow
-        if not math.isfinite(vals["loss"]) and not self.poisoned:
+        if not math.isfinite(vals["loss"]) and vals.get("grad_steps", 1) and not self.poisoned:  # NaN: no update yet
             self.freeze(vals["loss"])
         if self.inject_signal and pod.updates == self.inject_signal:
             os.kill(os.getpid(), signal.SIGUSR2)
@@ -307,7 +308,8 @@ class RankRun:
         if not self.poisoned:
             row.update(return_mean=mean, return_std=std, episodes=n_ep,
                        **{k: vals[k] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                               "clipfrac", "explained_variance", "learning_rate")})
+                                               "clipfrac", "explained_variance", "learning_rate")},
+                       **{k: vals[k] for k in ("q_mean", "alpha", "grad_steps") if k in vals})  # SAC/TD3
         self.log.append("train", row)
 
     def eval_due(self) -> bool:
@@ -334,7 +336,11 @@ class RankRun:
         return fit
 
     def round_due(self) -> bool:
-        return self.pool is not None and self.pod.env_steps >= self.next_round
+        """A round is due once the pod has passed its env-step point; points beyond the training
+        budget are not held (every pod passes each point up to the budget whatever its batch, so
+        the pods of a mixed pool, with batches of their own, meet at the same rounds)."""
+        return (self.pool is not None and self.pod.env_steps >= self.next_round
+                and self.next_round <= self.cfg.total_env_steps)
 
     def round(self) -> None:
         """Tournament round: evaluate, then decide with the others (collective) or alone (async)."""
@@ -421,7 +427,7 @@ class RankRun:
         """Meet every rank: a collective, only at rounds and at the end. Each rank brings its part
         of the summary; unless everyone came for a round, this meeting is the last one (anyone's
         ``stop`` stops everyone) and :attr:`met` keeps it."""
-        part = {"env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
+        part = {"algo": self.cfg.agent.algo, "env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
                 "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start,
                 "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
         everyone = self.comm.allgather(Meeting(kind, report, self.comm.announced, part))
@@ -468,6 +474,7 @@ class RankRun:
             "best_return": max(bests) if bests else None,
             "final_return": max(finals) if finals else None,
             "git_revision": self.revision,
+            "algos": [p.get("algo", "ppo") for p in parts],  # each pod's learner (agent.algo), by rank
         }
         best_pod = max(range(len(parts)), key=lambda r: parts[r]["best"] if math.isfinite(parts[r]["best"]) else -math.inf)
         verdicts = [p.get("verdict") for p in parts]
@@ -484,7 +491,7 @@ class RankRun:
         if self.pool is not None:
             summary["rounds"] = self.round_index
             if complete and self.comm.rank == 0:  # every rank checkpointed: the last round's sources may go
-                self.pool.board.prune(self.cfg.tournament.top_k)
+                self.pool.board.prune(self.cfg.tournament.top_k, group=lambda e: entry_kind(e.meta))
         if self.comm.rank == 0:
             safeio.atomic_write_bytes(self.rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
             if self.pool is not None and not self.quiet:

@@ -58,6 +58,7 @@ class PodStatus:
     rank: int
     path: Path
     seed: int | None = None
+    algo: str = ""  # the pod's learner (agent.algo of its log's config)
     env_steps: int = 0
     updates: int = 0
     wall_s: float = math.nan
@@ -137,6 +138,7 @@ def _pod_status(rank: int, path: Path, now: float) -> PodStatus:
         st.error = str(e).replace(str(path), path.name)
         return st
     st.seed = log["attrs"].get("seed")
+    st.algo = str(((log["attrs"].get("config") or {}).get("agent") or {}).get("algo", "ppo"))
     tr, ev, to = log["train"], log["eval"], log["tournament"]
     n = len(tr.get("env_steps", ()))
     if n:
@@ -231,13 +233,15 @@ def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str
         board = Leaderboard(root)  # the directory exists, so nothing is created
         entries = board.list()
     now = time.time()
-    lines = [f"leaderboard {root} ({len(entries)} entries, top {tcfg.get('top_k', '?')} kept)"]
+    kept = f"top {tcfg.get('top_k', '?')} of each kind of agent kept" if cfg.get("population") else \
+        f"top {tcfg.get('top_k', '?')} kept"
+    lines = [f"leaderboard {root} ({len(entries)} entries, {kept})"]
     rows = [[str(i + 1), _num(e.score), f"{e.env_steps:,}" if e.env_steps is not None else "-",
              "-" if e.pod is None else str(e.pod), "-" if e.round is None else str(e.round),
-             e.job or "-", _age(now - e.created) if e.created else "-", e.id]
+             str(e.meta.get("algo") or "ppo"), e.job or "-", _age(now - e.created) if e.created else "-", e.id]
             for i, e in enumerate(entries[:top])]
-    lines += ["  " + s for s in _table(["#", "score", "env steps", "pod", "round", "job", "age", "entry"], rows,
-                                        left=(5, 7))]
+    lines += ["  " + s for s in _table(["#", "score", "env steps", "pod", "round", "algo", "job", "age", "entry"], rows,
+                                        left=(5, 6, 8))]
     return lines
 
 
@@ -277,12 +281,12 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
     rows = []
     for p in pods:
         if p.error:
-            rows.append([str(p.rank), "-", "-", "-", "-", "-", "-", "-", _age(p.age_s), f"unreadable: {p.error}"])
+            rows.append([str(p.rank), "-", "-", "-", "-", "-", "-", "-", "-", _age(p.age_s), f"unreadable: {p.error}"])
             continue
         pct = f" ({100 * p.env_steps / total:.0f}%)" if total else ""
         rows.append([str(p.rank), "-" if p.seed is None else str(p.seed), "-" if p.rounds is None else str(p.rounds),
                      f"{p.env_steps:,}{pct}", _num(p.steps_per_s, "{:,.0f}"), _num(p.last_eval), _num(p.best_eval),
-                     _num(p.wall_s, "{:.0f}s"), _age(p.age_s), p.last_action or "-"])
+                     p.algo or "-", _num(p.wall_s, "{:.0f}s"), _age(p.age_s), p.last_action or "-"])
     if len(pods) > 1:
         ok = [p for p in pods if not p.error]
         best = max((p for p in ok if math.isfinite(p.best_eval)), key=lambda p: p.best_eval, default=None)
@@ -296,11 +300,11 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES) -> str:
         rows.append(["all", "", "", f"{sum(p.env_steps for p in ok):,}",
                      _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
                      _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
-                     best_cell, "", "", best_note])
-    header = ["rank", "seed", "rounds", "env steps", "steps/s", "last eval", "best eval", "train time", "log written",
-              "last tournament action"]
+                     best_cell, "", "", "", best_note])
+    header = ["rank", "seed", "rounds", "env steps", "steps/s", "last eval", "best eval", "algo", "train time",
+              "log written", "last tournament action"]
     lines.append("")
-    lines += _table(header, rows, left=(9,)) if pods else ["(no rank logs yet)"]
+    lines += _table(header, rows, left=(7, 10)) if pods else ["(no rank logs yet)"]
     board = _leaderboard_lines(run_dir, cfg, top)
     if board:
         lines += ["", *board]

@@ -88,6 +88,7 @@ class Candidate(NamedTuple):
     score: float
     env_steps: int | None = None
     returns: tuple[float, ...] | None = None
+    kind: str | None = None  # the agent's kind (agents.settings.agent_kind); None: unknown, compatible with any pod
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class PodReport:
     hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
     last_copy_round: int = -1  # the last round at which this pod took another agent (-1: never)
     returns: tuple[float, ...] = ()  # the episodes behind ``fitness``, on the round's common start states
+    kind: str = ""  # the agent's kind (agents.settings.agent_kind: learner and network); pods take only their own
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,7 @@ def elegantrl_select(
     rng_ranks: Sequence[int] | None = None,
     returns: Sequence[Sequence[float]] | None = None,
     margin_se: float = 0.0,
+    labels: Sequence[int] | None = None,
 ) -> list[Decision]:
     """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
 
@@ -260,7 +263,8 @@ def elegantrl_select(
     pod's episodes on the round's common start states), by ``margin_se`` standard errors of the
     paired difference; an entry scored on other start states whose score is better is taken
     with ``verify`` (the pod evaluates it on its own set first). A NaN pod always takes its draw.
-    A pod publishes when it is in the candidate pool.
+    A pod publishes when it is in the candidate pool. ``labels``: the pods' names in the reasons
+    (their world ranks when the table is one kind's pods of a mixed pool; default the index).
 
     Freshness (when ``steps_tolerance`` is given with the pods' ``env_steps``): a pod never goes
     back in time. An entry trained on fewer than ``env_steps[r] * (1 - steps_tolerance)`` steps is
@@ -324,7 +328,7 @@ def elegantrl_select(
         probs = softmax_zscore([c[0] for c in mine], temperature)
         i = int(make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_ELEGANTRL).choice(len(mine), p=probs))
         score, _, kind, ref, _, c_rets = mine[i]
-        what = f"pod {ref}" if kind == "pod" else f"entry {ref}"
+        what = f"pod {labels[ref] if labels else ref}" if kind == "pod" else f"entry {ref}"
         verdict, dm, dse = _compare(fit[r], rets[r], score, c_rets, margin_se)
         diff = f" (paired difference {dm:+.4g} +- {dse:.3g})" if dm is not None else ""
         if verdict == "keep":
@@ -369,6 +373,7 @@ def pbt_select(
     top_k: int | None = None,
     ready_rounds: int = 0,
     rng_ranks: Sequence[int] | None = None,
+    labels: Sequence[int] | None = None,
 ) -> list[Decision]:
     """PBT truncation selection (exploit) plus perturbation (explore); one decision per rank.
 
@@ -385,6 +390,7 @@ def pbt_select(
       (seed, round, rank)) and gets ``explore(source.hparams)`` as its new hyperparameters.
     - A NaN target with no eligible source copies the best finite pod; with no finite pod, the
       best finite ``entries`` item (hyperparameters kept); else it resets.
+    - ``labels``: the pods' names in the reasons (as :func:`elegantrl_select`).
     - Publish: sources that are drawn, plus pods that would enter the top ``top_k`` of
       ``entries`` plus this round's pods (when ``top_k`` is given).
     """
@@ -441,7 +447,7 @@ def pbt_select(
                 source_rank=s,
                 source_score=fit[s],
                 new_hparams=new,
-                reason=f"{why}: copy pod {s} ({fit[s]:.6g}) and explore",
+                reason=f"{why}: copy pod {labels[s] if labels else s} ({fit[s]:.6g}) and explore",
                 diff_mean=dm,
                 diff_se=dse,
                 **base,
@@ -512,10 +518,36 @@ def decide(
     ``rng_ranks``: the MPI rank of each report's pod, when the reports are not ranks 0..n-1 of
     one world (an asynchronous pod deciding alone: it is index 0 of its own table, and its
     random draws must still be its own).
+
+    Mixed pools (reports of several kinds, e.g. PPO and SAC pods): each kind holds its own
+    round with the same rule, among its own pods and the entries of its kind (or of unknown
+    kind), so a pod is only ever offered an agent it can load; PBT explores each learner's own
+    space (:func:`effective_space`). Fitness is the common evaluation either way, so scores and
+    the leaderboard compare across kinds.
     """
     reports = _check_reports(reports)
-    entries = [Candidate(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None)
-               for e in entries]
+    entries = [Candidate(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None,
+                         e[4] if len(e) > 4 else None) for e in entries]
+    kinds = sorted({p.kind for p in reports})
+    if len(kinds) == 1:
+        return _decide_kind(reports, [e for e in entries if e.kind in (None, kinds[0])], round, seed, cfg, rng_ranks)
+    # A mixed pool: each kind of agent holds its own round on its own entries (a pod never takes
+    # an agent it cannot load), ranks renumbered within the kind, random streams kept per rank.
+    out: dict[int, Decision] = {}
+    for kind in kinds:
+        ranks = [p.rank for p in reports if p.kind == kind]
+        sub = [replace(reports[r], rank=i) for i, r in enumerate(ranks)]
+        mine = [e for e in entries if e.kind in (None, kind)]
+        streams = [rng_ranks[r] if rng_ranks else r for r in ranks]
+        for d in _decide_kind(sub, mine, round, seed, cfg, streams, labels=ranks):
+            out[ranks[d.rank]] = replace(d, rank=ranks[d.rank],
+                                         source_rank=None if d.source_rank is None else ranks[d.source_rank])
+    return [out[r] for r in range(len(reports))]
+
+
+def _decide_kind(reports: list[PodReport], entries: list[Candidate], round: int, seed: int, cfg: TournamentConfig,
+                 rng_ranks: Sequence[int] | None, labels: Sequence[int] | None = None) -> list[Decision]:
+    """:func:`decide` for pods of one kind (``labels``: their ranks in the reasons)."""
     if cfg.mode == "elegantrl":
         return elegantrl_select(
             [p.fitness for p in reports],
@@ -530,13 +562,14 @@ def decide(
             rng_ranks=rng_ranks,
             returns=[p.returns for p in reports],
             margin_se=cfg.margin_se,
+            labels=labels,
         )
     if cfg.mode == "pbt":
         return pbt_select(
             reports,
             round,
             seed,
-            effective_space(cfg),
+            effective_space(cfg, reports[0].kind.split(" ")[0] or "ppo"),  # a kind begins with its learner
             quantile=cfg.quantile,
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
@@ -545,6 +578,7 @@ def decide(
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,
+            labels=labels,
         )
     if cfg.mode == "none":
         return [

@@ -267,18 +267,19 @@ def _lookup(t: Table | None, run: str, col: str) -> float:
 
 TOURNAMENT_COLUMNS = ("system", "task", "run", "pod", "pods", "mode", "round", "env_steps", "wall_s", "fitness",
                       "action", "source", "source_job", "source_pod", "source_round", "source_internal",
-                      "rejected", "tournament_s", "old_hparams", "new_hparams")
+                      "rejected", "tournament_s", "old_hparams", "new_hparams", "algo")
 
 
 def tournament_table(runs: Sequence[Run]) -> Table:
     """One row per run x pod x tournament round, with the source entry id parsed
     (``source_job``/``source_pod``/``source_round``; ``source_internal``: the entry came from this
-    run's own pods) and the new hyperparameters as ``hp_<name>`` columns."""
+    run's own pods), the pod's learner (``algo``) and the new hyperparameters as ``hp_<name>`` columns."""
     rows = []
     for run in runs:
         job = run.job
         for rank, log in run.logs.items():
             to = log["tournament"]
+            algo = str(((log["attrs"].get("config") or {}).get("agent") or {}).get("algo", "ppo"))  # the rank's config
             for rec in read_records(to):
                 src, name = rec.source, rec.source.entry
                 pod = rec.source.pod
@@ -294,6 +295,7 @@ def tournament_table(runs: Sequence[Run]) -> Table:
                     "source_internal": internal, "rejected": src.rejected,
                     "tournament_s": rec.tournament_s,
                     "old_hparams": json.dumps(rec.old_hparams), "new_hparams": json.dumps(rec.new_hparams),
+                    "algo": rec.algo or algo,
                 }
                 for k, v in _hparams(row["new_hparams"]).items():
                     row[f"hp_{k}"] = v

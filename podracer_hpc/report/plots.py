@@ -405,11 +405,14 @@ def lineage(tour: Table, run: str, evals: Table | None = None, width: float | No
     ax.set_xticks([-1, *range(0, rounds, step)], ["start", *(str(r) for r in range(0, rounds, step))])
     pstep = max(1, math.ceil(pods / 16))
     ax.set_yticks(range(0, pods, pstep))
+    algo = {int(r["pod"]): str(r.get("algo") or "") for r in rows}
+    if len(set(algo.values())) > 1:  # a mixed pool: name each pod's learner
+        ax.set_yticklabels([f"{p} {algo.get(p, '')}".strip() for p in range(0, pods, pstep)])
     if pods <= len(COLORS):  # the arrows carry the source pod's colour: so do the pod labels
         for lab, p in zip(ax.get_yticklabels(), range(0, pods, pstep)):
             lab.set_color(_color(p))
     ax.set_xlabel("tournament round")
-    ax.set_ylabel("pod (MPI rank)")
+    ax.set_ylabel("pod (MPI rank" + (", learner)" if len(set(algo.values())) > 1 else ")"))
     system = t["system"][0]
     ax.set_title(f"tournament lineage: {run} ({system}, {t['mode'][0]}, {pods} pods)", fontsize=11)
     legend = [Line2D([], [], ls="", marker=ACTION_MARKERS[k][0], color="0.5", mec="0.2", ms=7,
