@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One prepared GPU check (at most about 8 minutes on one GPU): env throughput eager and
-# compiled (CUDA graphs), end-to-end PPO throughput, a short Pendulum learning run, MuJoCo Warp
+# One prepared GPU check (at most about 10 minutes on one GPU): env throughput eager and
+# compiled (CUDA graphs), end-to-end PPO throughput, a short Pendulum learning run, an off-policy
+# (SAC) pod on thousands of envs (Pendulum, and HalfCheetah on MuJoCo Warp), MuJoCo Warp
 # (correctness of one step against MuJoCo C, env steps/s, PPO on it) and the stock-trading env, on
 # cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md with the date and
 # the device. Usage on the GPU machine, from the repo root:
@@ -102,6 +103,12 @@ run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.num_envs=163
 run $PY -m podracer_hpc.cli train jobs/pendulum.yaml --set device=cuda --set env.num_envs=4096 --set agent.num_minibatches=16 --run-dir /tmp/gpu-pendulum --set log.progress_interval_s=5
 # the stock-trading env (30 stocks) on CUDA; the issue's CPU figure is 1M env steps/s at 4,096 envs
 run $PY bench/trading.py --device cuda --num-envs 4096 65536 262144 --threads 1 --no-peer --seconds 3
+# an off-policy pod on thousands of envs (issue 27): SAC on 4,096 Pendulum envs, the replay ring on the
+# GPU, batch 8,192, 2 updates per env step of the batch; env steps/s, gradient steps/s, time to -250,
+# next to the PPO job on the same GPU
+STEP_TIMEOUT=180 run $PY bench/offpolicy_pod.py --device cuda --set env.num_envs=4096 --set agent.batch_size=8192 \
+  --set agent.updates_per_step=2 --set agent.learning_starts=16384 --set agent.buffer_size=4194304 \
+  --set eval.interval_env_steps=65536 --steps 1048576 --peer-steps 1500000
 fi
 
 [[ $PART == core ]] && exit 0
@@ -127,5 +134,10 @@ for task in ("halfcheetah", "ant"):
           f"one step vs MuJoCo C from the same state: max rel err {err:.1e} (CPU run: ~1e-5)", flush=True)
 PYEOF
 STEP_TIMEOUT=60 run $PY bench/mujoco_envs.py --backends warp --device cuda --tasks halfcheetah,ant --num-envs 4096 32768 --steps 100
+# SAC on 1,024 MuJoCo Warp HalfCheetah envs (physics, replay ring and updates on the GPU; issue 27)
+STEP_TIMEOUT=150 run $PY bench/offpolicy_pod.py --job jobs/halfcheetah_sac.yaml --peer '' --device cuda \
+  --set env.mujoco.backend=warp --set env.num_envs=1024 --set agent.rollout_steps=8 --set agent.batch_size=8192 \
+  --set agent.updates_per_step=1 --set agent.learning_starts=32768 --set eval.interval_env_steps=100000 \
+  --steps 400000 --target 2000
 # PPO end to end on MuJoCo Warp (the pod's loop with physics on the GPU)
 STEP_TIMEOUT=60 run $PY -m podracer_hpc.cli bench train jobs/halfcheetah.yaml --set device=cuda --set env.mujoco.backend=warp --set env.num_envs=4096 --set agent.rollout_steps=16 --set agent.num_minibatches=8 --set agent.update_epochs=4 --seconds 20
