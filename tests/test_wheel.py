@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -22,7 +23,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# one worker builds the wheel once for both tests (two module fixtures on two xdist workers
+# raced in one build/ directory: "File exists: build/bdist.../podracer_hpc-0.1.0.dist-info")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
+SKIP = shutil.ignore_patterns(".git", ".venv*", "build", "dist", "runs", "*.egg-info", "__pycache__", ".pytest_cache")
 
 
 def sh(*cmd: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -33,8 +37,12 @@ def sh(*cmd: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> s
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
     work = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools builds in the source tree's build/, where a checkout's stale
+    # build/lib could put modules it no longer has into the wheel
+    src = work / "src"
+    shutil.copytree(REPO, src, ignore=SKIP)
     r = sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
-           str(REPO), cwd=work)
+           str(src), cwd=work)
     assert r.returncode == 0, r.stderr
     (wheel,) = (work / "dist").glob("podracer_hpc-*.whl")
     r = sh(sys.executable, "-m", "venv", str(work / "venv"), cwd=work)
