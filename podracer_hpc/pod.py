@@ -53,9 +53,9 @@ def available_memory(device: torch.device) -> int | None:
 def memory_estimate(cfg: Config, obs_dim: int, act_dim: int) -> dict[str, int]:
     """Bytes a pod allocates beyond its environments' own state, by part (an upper estimate)."""
     a, e = cfg.agent, cfg.env
+    sizes = [obs_dim, *a.hidden_sizes]
+    trunk = sum(x * y + y for x, y in zip(sizes, sizes[1:]))  # weights and biases of one hidden stack
     if a.algo != "ppo":  # actor + twin critics, each with a target copy; the replay ring
-        sizes = [obs_dim, *a.hidden_sizes]
-        trunk = sum(x * y + y for x, y in zip(sizes, sizes[1:]))
         critic = trunk + (act_dim * a.hidden_sizes[0]) + a.hidden_sizes[-1] + 1
         params = trunk + a.hidden_sizes[-1] * 2 * act_dim + 2 * critic
         rows = (a.buffer_size // e.num_envs) * e.num_envs
@@ -65,8 +65,7 @@ def memory_estimate(cfg: Config, obs_dim: int, act_dim: int) -> dict[str, int]:
             "activations": 4 * a.batch_size * max(a.hidden_sizes) * len(a.hidden_sizes) * 4 * 3,
             "eval": 4 * cfg.eval.episodes * (obs_dim + max(a.hidden_sizes)) * 4,
         }
-    sizes = [obs_dim, *a.hidden_sizes]
-    params = 2 * sum(x * y + y for x, y in zip(sizes, sizes[1:])) + a.hidden_sizes[-1] * (act_dim + 1)
+    params = 2 * trunk + a.hidden_sizes[-1] * (act_dim + 1)
     per_step = obs_dim + act_dim + 8  # obs, action, log-prob, value, next value, reward, flags, advantage
     batch = a.rollout_steps * e.num_envs
     widest = max(a.hidden_sizes)
