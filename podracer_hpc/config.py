@@ -171,6 +171,10 @@ class TournamentConfig:
     ready_rounds: int = F(3, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
                              "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)")
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
+    population_sample: int = F(16, "async pbt: other pods' latest agents a pod draws and reads each round (its "
+                                   "population: a random sample once the pool is larger; constant work per round)")
+    population_buckets: int = F(0, "async pbt: directories the population is hashed over; 0 = auto (~16 pods each, "
+                                   "from the first job's pod count; set it when later jobs grow the pool a lot)")
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -199,6 +203,10 @@ class TournamentConfig:
         self.hparam_space = normalize_space(self.hparam_space)
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
+        if self.population_sample < 1:
+            raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
+        if self.population_buckets < 0:
+            raise ValueError(f"tournament.population_buckets must be >= 0 (0 = auto), got {self.population_buckets}")
 
 
 @dataclass

@@ -33,13 +33,16 @@ import socket
 import time
 import uuid
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import torch
 
 from podracer_hpc import safeio
+from podracer_hpc.records import parse_entry_id
 
 __all__ = [
     "ENTRY_KIND",
@@ -51,6 +54,8 @@ __all__ = [
     "LeaderboardWarning",
     "fs_ops",
     "make_entry_id",
+    "plan_prune",
+    "Population",
     "validate_entry_id",
 ]
 
@@ -144,10 +149,15 @@ class EntryInfo:
 class Leaderboard:
     """The leaderboard directory ``root/entries``; cheap to construct on every rank."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, entries: str = "entries", cache: bool = False, create: bool = True):
+        """``cache``: keep the sidecars this object has read (entries are immutable, so a long-lived
+        reader, a pod, reads each one once; :meth:`load` still checks everything). ``create``:
+        make the directories (False: a reader of a directory that may not exist yet, at no cost)."""
         self.root = Path(root)
-        self.entries_dir = self.root / "entries"
-        for d in (self.root, self.entries_dir):
+        self._cache: dict[str, EntryInfo] | None = {} if cache else None
+        self.entries_dir = self.root / entries  # "entries"; a population bucket's is deeper (:class:`Population`)
+        parts = Path(entries).parts
+        for d in (self.root, *(self.root.joinpath(*parts[: i + 1]) for i in range(len(parts)))) if create else ():
             _make_private_dir(d)
 
     # ------------------------------------------------------------------ paths
@@ -258,18 +268,22 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ read
 
-    def list(self) -> list[EntryInfo]:
+    def list(self, max_new: int | None = None, rng: Any = None) -> list[EntryInfo]:
         """Complete entries with a finite score, best first (ties by id).
 
-        Reads only the sidecars. Unreadable, foreign or malformed ``.json`` files are skipped
-        with a :class:`LeaderboardWarning`; entries that vanish while listing are skipped silently.
+        Reads only the sidecars (with ``cache``, only those it has not read before). Unreadable,
+        foreign or malformed ``.json`` files are skipped with a :class:`LeaderboardWarning`;
+        entries that vanish while listing are skipped silently. ``max_new``: read at most this
+        many sidecars not read before, drawn at random (``rng``: a numpy Generator) when there are
+        more, as after a burst of publications by many asynchronous pods: the others are read by a
+        later listing or pruned by another pod, and a listing's cost stays bounded.
         """
-        out: list[EntryInfo] = []
         _op("scandir")
         try:
             names = [e.name for e in os.scandir(self.entries_dir)]
         except FileNotFoundError:
             return []
+        stems = []
         for name in names:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
@@ -277,15 +291,24 @@ class Leaderboard:
             if not _ID_RE.fullmatch(stem):
                 _warn(f"{self.entries_dir / name}: not a leaderboard entry name; skipped")
                 continue
+            stems.append(stem)
+        cache = self._cache if self._cache is not None else {}
+        known = {s: cache[s] for s in stems if s in cache}
+        new = sorted(s for s in stems if s not in known)
+        if max_new is not None and len(new) > max_new:
+            pick = (rng if rng is not None else np.random.default_rng()).choice(len(new), size=max_new, replace=False)
+            new = [new[i] for i in sorted(pick.tolist())]
+        for stem in new:
             try:
-                info = self._read_sidecar(stem)
+                known[stem] = self._read_sidecar(stem)
             except EntryGone:
                 continue  # pruned while we were listing
             except EntryCorrupt as e:
                 _warn(f"{e}; skipped")
                 continue
-            if math.isfinite(info.score):  # a NaN score is never a candidate
-                out.append(info)
+        if self._cache is not None:
+            self._cache = known  # entries gone from the directory leave the cache
+        out = [e for e in known.values() if math.isfinite(e.score)]  # a NaN score is never a candidate
         out.sort(key=lambda e: (-e.score, e.id))
         return out
 
@@ -454,34 +477,39 @@ class Leaderboard:
 
         Idempotent and safe with concurrent pruners, publishers and readers. Also deletes hidden
         temporary files and orphan tensor files (no sidecar) older than ``stale_after_s``
-        seconds (left by writers that died). Foreign files are left alone. ``listing``: a
-        :meth:`list` the caller just made (saves reading every sidecar again; entries published
-        since are kept until a later prune). Returns the ids of the entries it deleted.
+        seconds (left by writers that died; :meth:`sweep`). Foreign files are left alone.
+        ``listing``: a :meth:`list` the caller just made (saves reading every sidecar again;
+        entries published since are kept until a later prune). Returns the ids it deleted.
         """
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {top_k}")
-        keep = set(keep)
-        removed = []
-        ranked = sorted(listing, key=lambda e: (-e.score, e.id)) if listing is not None else self.list()
-        place: dict[str, int] = {}
-        for e in ranked:
-            g = group(e) if group is not None else ""
-            place[g] = place.get(g, 0) + 1
-            if place[g] <= top_k or e.id in keep:
-                continue
-            _unlink(self.sidecar_path(e.id))
-            _unlink(self.tensors_path(e.id))
-            removed.append(e.id)
+        ranked = listing if listing is not None else self.list()
+        removed = plan_prune(ranked, top_k, keep, group)
+        self.remove(removed)
+        self.sweep(stale_after_s)
+        return removed
+
+    def remove(self, entry_ids: Iterable[str]) -> None:
+        """Delete entries (sidecar first, so an entry leaves :meth:`list` before its tensors go);
+        entries already gone are no error. A collective round spreads this: each pod removes its own."""
+        for eid in entry_ids:
+            _unlink(self.sidecar_path(eid))
+            _unlink(self.tensors_path(eid))
+
+    def sweep(self, stale_after_s: float = 900.0) -> None:
+        """Delete hidden temporary files and orphan tensor files (no sidecar) older than
+        ``stale_after_s`` seconds: what writers that died left. One listing of the directory."""
         now = time.time()
         _op("scandir")
         try:
             names = [(x.name, x) for x in os.scandir(self.entries_dir)]
         except FileNotFoundError:
-            return removed
+            return
+        sidecars = {name for name, _ in names if name.endswith(".json")}
         for name, de in names:
             is_tmp = name.startswith(".") and name.endswith((".tmp", ".orphan"))
             stem = name[: -len(".safetensors")] if name.endswith(".safetensors") else None
-            is_orphan = stem is not None and _OURS_RE.fullmatch(stem) is not None
+            # tensors whose sidecar is in the same listing are whole: no stat (a prune's cost stays
+            # that of its listing, not one call per entry)
+            is_orphan = stem is not None and f"{stem}.json" not in sidecars and _OURS_RE.fullmatch(stem) is not None
             if not (is_tmp or is_orphan):
                 continue
             _op("stat")
@@ -496,7 +524,6 @@ class Leaderboard:
                 self._remove_orphan(stem)
             else:
                 _unlink(self.entries_dir / name)
-        return removed
 
     def _remove_orphan(self, stem: str) -> None:
         """Delete tensors without a sidecar, unless their (stalled) publisher completes meanwhile:
@@ -514,6 +541,155 @@ class Leaderboard:
             except FileExistsError:
                 pass  # the publisher wrote them again itself
         _unlink(hidden)
+
+POPULATION_DIR = "population"  # under the leaderboard's root, beside entries/
+PODS_PER_BUCKET = 16  # an automatic bucket count aims at this many pods per bucket
+
+
+def auto_buckets(pool_size: int) -> int:
+    """Buckets for a pool of ``pool_size`` pods: a power of two near ``pool_size / 16``."""
+    want = max(1, math.ceil(max(1, int(pool_size)) / PODS_PER_BUCKET))
+    return 1 << (want - 1).bit_length()
+
+
+class Population:
+    """Every pod's latest agents, for asynchronous PBT, read a bounded sample at a time.
+
+    Layout: ``root/population/layout.json`` (the bucket count, fixed by the first pod that
+    comes: ``{"buckets": B}``) and ``root/population/<bucket>/``, each a leaderboard directory
+    (same immutable entries, same integrity checks). A pod's entries go to the bucket its job and
+    rank hash to, and it keeps its newest ``keep_last`` there (deleting its own older ones).
+
+    Why (issue 26): when every pod kept every other pod's latest entry in one directory, each
+    pod listed and read all N sidecars each round (N^2 per round over the pool: 16.8M opens at
+    4,096 pods). Here a pod lists a few random buckets and reads at most ``n`` sidecars, chosen
+    from the entry names (``job-pod-round-hex``) without opening anything: its work per round
+    does not depend on the pool's size, and with hashed buckets of similar size the sample is
+    close to uniform over the pods.
+    """
+
+    def __init__(self, root: str | os.PathLike, pool_size: int = 1, buckets: int = 0):
+        self.root = Path(root)
+        self.dir = self.root / POPULATION_DIR
+        for d in (self.root, self.dir):
+            _make_private_dir(d)
+        self.buckets = self._layout(buckets or auto_buckets(pool_size))
+        self._boards: dict[tuple[int, bool], Leaderboard] = {}
+
+    def _layout(self, want: int) -> int:
+        """The bucket count of this population: the first pod's choice, read by all later ones."""
+        path = self.dir / "layout.json"
+        for _ in range(2):
+            _op("open")
+            try:
+                d = json.loads(path.read_bytes())
+                b = int(d["buckets"])
+                if b < 1:
+                    raise ValueError(b)
+                return b
+            except FileNotFoundError:
+                try:
+                    _write_new(path, json.dumps({"buckets": int(want), "pods_per_bucket": PODS_PER_BUCKET}).encode())
+                    return int(want)
+                except FileExistsError:
+                    continue  # another pod wrote it first: read its choice
+            except (OSError, ValueError, TypeError, KeyError) as e:
+                raise EntryCorrupt(f"{path}: not a population layout ({e}); delete it to start the population over")
+        raise EntryCorrupt(f"{path}: cannot be read or written")
+
+    def bucket_of(self, job: Any, pod: Any) -> int:
+        """The bucket of a pod (stable across restarts: a hash of its job and rank as ids spell them)."""
+        return zlib.crc32(f"{_sanitize(job)}/{_sanitize(pod, 16)}".encode()) % self.buckets
+
+    def board(self, bucket: int, create: bool = False) -> Leaderboard:
+        """One bucket's directory (``create``: made if missing, for a publisher; readers only read)."""
+        if (bucket, create) not in self._boards:
+            self._boards[bucket, create] = Leaderboard(self.root, f"{POPULATION_DIR}/{bucket:04d}", create=create)
+        return self._boards[bucket, create]
+
+    def board_of(self, entry_id: str) -> Leaderboard:
+        """The bucket directory an entry id belongs to (from the job and rank its name carries)."""
+        name = parse_entry_id(validate_entry_id(entry_id))
+        if name is None:
+            raise EntryGone(f"{entry_id} is not a population entry id (job-pod-round-hex)")
+        return self.board(self.bucket_of(name.job, name.pod))
+
+    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any],
+                keep_last: int = 2) -> str:
+        """Write this pod's agent (``meta`` has ``job`` and ``pod``) and delete its own entries but the
+        newest ``keep_last`` (2: a reader that listed the previous one can still load it)."""
+        job, pod = meta.get("job", "local"), meta.get("pod", 0)
+        board = self.board(self.bucket_of(job, pod), create=True)
+        eid = board.publish(tensors, score, meta, content_id=True)
+        mine = sorted(((n.round, i) for i, n in self._names(board) if (n.job, n.pod) == (_sanitize(job), int(pod))),
+                      reverse=True)
+        board.remove(i for _, i in mine[keep_last:] if i != eid)
+        return eid
+
+    def _names(self, board: Leaderboard) -> list[tuple[str, Any]]:
+        """``(id, parsed name)`` of the complete entries (sidecars) of one bucket: one listing, no opens."""
+        _op("scandir")
+        try:
+            names = [x.name[: -len(".json")] for x in os.scandir(board.entries_dir)
+                     if x.name.endswith(".json") and not x.name.startswith(".")]
+        except FileNotFoundError:
+            return []
+        return [(i, n) for i in names if (n := parse_entry_id(i)) is not None]
+
+    def sample(self, rng: Any, n: int, exclude: tuple[Any, Any] | None = None) -> list[EntryInfo]:
+        """The latest entry of up to ``n`` pods drawn at random (``rng``: a numpy Generator), best
+        first; ``exclude``: a ``(job, pod)`` left out (the caller). Lists random buckets until it has
+        ``n`` pods or has listed ``max(2, ceil(2n / 16))`` of them; reads only the chosen sidecars."""
+        if n <= 0:
+            return []
+        skip = (_sanitize(exclude[0]), int(exclude[1])) if exclude is not None else None
+        latest: dict[tuple[str, int], tuple[int, str, int]] = {}
+        max_listed = max(2, math.ceil(2 * n / PODS_PER_BUCKET))
+        for listed, b in enumerate(rng.permutation(self.buckets).tolist()):
+            if listed >= max_listed or len(latest) >= n:
+                break
+            for eid, name in self._names(self.board(b)):
+                key = (name.job, name.pod)
+                if key != skip and (key not in latest or name.round > latest[key][0]):
+                    latest[key] = (name.round, eid, b)
+        chosen = sorted(latest.values(), key=lambda x: x[1])
+        if len(chosen) > n:
+            chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), size=n, replace=False).tolist())]
+        out = []
+        for _, eid, b in chosen:
+            try:
+                info = self.board(b).info(eid)
+            except EntryGone:
+                continue  # its pod published again and retired it meanwhile
+            except EntryCorrupt as e:
+                _warn(f"{e}; skipped")
+                continue
+            if math.isfinite(info.score):
+                out.append(info)
+        out.sort(key=lambda e: (-e.score, e.id))
+        return out
+
+    def load(self, entry_id: str, device: str | torch.device = "cpu") -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
+        """Load a population entry (as :meth:`Leaderboard.load_best_available` of one candidate)."""
+        return self.board_of(entry_id).load_best_available([entry_id], device=device, skip_corrupt=False)
+
+
+def plan_prune(ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = (),
+               group: Callable[[EntryInfo], str] | None = None) -> list[str]:
+    """The ids a prune deletes: all but the ``top_k`` best of each ``group`` (one group by
+    default) and ``keep``. Pure: every rank of a collective round computes the same plan."""
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0, got {top_k}")
+    keep = set(keep)
+    place: dict[str, int] = {}
+    out = []
+    for e in sorted(ranked, key=lambda e: (-e.score, e.id)):
+        g = group(e) if group is not None else ""
+        place[g] = place.get(g, 0) + 1
+        if place[g] > top_k and e.id not in keep:
+            out.append(e.id)
+    return out
+
 
 # ---------------------------------------------------------------------- file helpers
 

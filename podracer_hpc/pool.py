@@ -19,6 +19,7 @@ A pod whose loss turned NaN reports NaN fitness; every rule replaces it (it neve
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -28,11 +29,13 @@ from .comm import Comm
 from .config import Config
 from .fitness import Fitness, better
 from .h5log import H5Writer
-from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops
+from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, Population, fs_ops, plan_prune
 from .pod import Pod, entry_kind
 from .records import Comparison, RoundRecord, Source
 from .rundir import RunDir
-from .tournament import Candidate, Decision, PodReport, decide, effective_space
+from .tournament import Candidate, Decision, PodReport, decide, effective_space, make_rng
+
+_STREAM_SAMPLE = 3  # the random stream of an async pod's draws of files to read (tournament.py has 1, 2)
 
 __all__ = ["Listed", "Meeting", "Pool"]
 
@@ -93,7 +96,10 @@ class Pool:
         self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
         self.tcfg = cfg.tournament
         self.rundir = rundir
-        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir))
+        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
+        # async PBT: every pod's latest agent, read a bounded sample at a time (leaderboard.Population)
+        self.population = (Population(self.board.root, comm.size, self.tcfg.population_buckets)
+                           if self.tcfg.sync == "async" and self.tcfg.mode == "pbt" else None)
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
@@ -141,25 +147,34 @@ class Pool:
         safeio.atomic_write_bytes(path, json.dumps([e.to_json() for e in entries]).encode(), sync_dir=False)
         return entries
 
-    def publish(self, fitness: Fitness, index: int, hp: dict[str, float]) -> str | None:
-        """This pod's agent as a leaderboard entry, with the evaluation it was scored on (None if it
-        could not be written: logged, not fatal)."""
+    def publish(self, fitness: Fitness, index: int, hp: dict[str, float], population: bool = False) -> str | None:
+        """This pod's agent as a leaderboard entry (``population``: as its entry in :attr:`population`),
+        with the evaluation it was scored on (None if it could not be written: logged, not fatal)."""
         tensors, meta = self.pod.agent_tensors()
         meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp, eval=fitness.to_json())
+        if population and not math.isfinite(fitness.mean):
+            return None  # a NaN pod is never a source
         try:
+            if population:
+                return self.population.publish(tensors, fitness.mean, meta)
             return self.board.publish(tensors, fitness.mean, meta, content_id=True)
         except OSError as e:
             self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
             return None
 
-    def take(self, eid: str, index: int, verify: Fitness | None = None) -> tuple[Source, Comparison | None]:
+    def take(self, eid: str, index: int, verify: Fitness | None = None,
+             population: bool = False) -> tuple[Source, Comparison | None]:
         """Load entry ``eid`` into the pod, keeping its own hyperparameters; a source that is gone
         or fails its checks is rejected (the pod keeps its agent) and said. ``verify``: the pod's
         own evaluation; the entry is first evaluated on the same start states and taken only if
         better by ``tournament.margin_se`` (then the comparison is returned; a loss keeps the
-        pod's agent, ``Source.rejected`` False and the comparison says why)."""
+        pod's agent, ``Source.rejected`` False and the comparison says why). ``population``: the
+        entry is a pod's in :attr:`population` (async PBT), not on the leaderboard."""
         try:
-            _, tensors, meta = self.board.load_best_available([eid], device=self.pod.device, skip_corrupt=False)
+            if population:
+                _, tensors, meta = self.population.load(eid, device=self.pod.device)
+            else:
+                _, tensors, meta = self.board.load_best_available([eid], device=self.pod.device, skip_corrupt=False)
             what = f"leaderboard entry {eid}"
             compared = None
             if verify is not None:
@@ -178,16 +193,18 @@ class Pool:
             self.say(f"round {index}: kept own agent, source rejected: {e}")
             return Source("entry", eid, rejected=True), None
 
-    def apply(self, d: Decision, index: int, source_entry: str | None,
-              fitness: Fitness | None = None) -> tuple[str, Source, Comparison | None]:
+    def apply(self, d: Decision, index: int, source_entry: str | None, fitness: Fitness | None = None,
+              population: bool = False) -> tuple[str, Source, Comparison | None]:
         """Carry out one decision: load its source (or reset), then its hyperparameters; returns
-        what was done, from where, and a candidate's evaluation when it was verified first."""
+        what was done, from where, and a candidate's evaluation when it was verified first.
+        ``population``: a ``copy_pod`` source is a population entry (async PBT)."""
         action, source, compared = d.action, Source(), None
         if d.action in ("load_entry", "copy_pod"):
             if source_entry is None:  # the source pod's publish failed
                 action, source = "keep", Source("pod", str(d.source_rank), rejected=True)
             else:
-                source, compared = self.take(source_entry, index, verify=fitness if d.verify else None)
+                source, compared = self.take(source_entry, index, verify=fitness if d.verify else None,
+                                             population=population and d.action == "copy_pod")
                 action = "keep" if source.rejected or not source.kind else d.action
         elif d.action == "reset":
             self.say(f"round {index}: fitness {d.fitness} and no finite source anywhere: re-initializing the agent")
@@ -265,65 +282,72 @@ class Pool:
         src = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank] if d.action == "copy_pod" else None
         action, source, compared = self.apply(d, index, src, fitness)
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
-        if comm.rank == 0:  # keeps this round's sources: a redo of the round loads them again
-            needed = {x.source_entry if x.action == "load_entry" else entry_of_rank[x.source_rank]
-                      for x in decisions if x.action in ("load_entry", "copy_pod")} - {None}
-            # on the listing this round decided on plus this round's entries: no sidecar is read
-            # again (entries other jobs published meanwhile stay until a later prune)
-            seen = [e.info() for e in entries]
-            seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index,
-                               meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]
-            self.board.prune(self.tcfg.top_k, keep=needed, listing=seen, group=_kind_of)
+        # Every rank computes the same prune plan (same listing, decisions and entries) and removes
+        # only its own entry; rank 0 removes the listed ones: no rank's work grows with the pool.
+        # An entry loaded from the listing stays (a redo of the round loads it again); a source pod's
+        # entry of this round may go: a redo publishes it again (same content, same id).
+        needed = {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
+        seen = [e.info() for e in entries]  # the listing decided on: no sidecar is read again
+        seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index,
+                           meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]
+        plan = set(plan_prune(seen, self.tcfg.top_k, keep=needed, group=_kind_of))
+        try:
+            self.board.remove(plan & {mine} if comm.rank else plan - set(entry_of_rank[1:]))
+            if comm.rank == 0:
+                self.board.sweep()  # what dead writers left (entries other jobs published stay until later)
+        except OSError as e:
+            self.say(f"round {index}: could not prune the leaderboard ({e})")
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
     # --- an asynchronous round ------------------------------------------------------------
     def async_round(self, index: int, fitness: Fitness, wall_s: float) -> RoundRecord:
-        """Round ``index`` of this pod alone, against the leaderboard as it is now. Asynchronous pods
-        are scored on one set of start states for the whole tournament (``eval_seed(seed, "async")``),
-        so every entry of the run compares with every pod episode by episode."""
+        """Round ``index`` of this pod alone, against the leaderboard as it is now (and, with PBT, a
+        random sample of the population). Asynchronous pods are scored on one set of start states
+        for the whole tournament (``eval_seed(seed, "async")``), so every entry of the run compares
+        with every pod episode by episode."""
         t0, ops0 = time.perf_counter(), fs_ops()
         hp, me = self.hparams(), self.report(fitness)
-        infos = self.board.list()
+        rng = make_rng(self.cfg.seed, index, self.comm.rank, _STREAM_SAMPLE)  # this pod's draws of files to read
+        # the top entries only (a prune keeps top_k of each kind), each sidecar read once, and at
+        # most 2 top_k new ones per round (a burst of publications at the pool's first round)
+        infos = self.board.list(max_new=2 * self.tcfg.top_k, rng=rng)
         listed = self.comparable([Listed.of(e) for e in infos], fitness)
+        copy_from_population = False
         if self.tcfg.mode == "pbt":
-            d, src = self._async_pbt(me, infos, listed, index)
+            d, src = self._async_pbt(me, fitness, listed, index, rng)
+            copy_from_population = d.action == "copy_pod"
+            self.publish(fitness, index, hp, population=True)  # the population must see every pod
         else:
             d = decide([replace(me, rank=0)], listed, index, self.cfg.seed, self.tcfg, rng_ranks=[self.comm.rank])[0]
             src = d.source_entry
-        mine = self.publish(fitness, index, hp) if d.publish else None
-        action, source, compared = self.apply(d, index, src, fitness)
-        keep = {src} | {mine} | self._latest_per_pod(infos) if self.tcfg.mode == "pbt" else {src, mine}
+        mine = self.publish(fitness, index, hp) if d.publish else None  # onto the leaderboard: if among its top K
+        action, source, compared = self.apply(d, index, src, fitness, population=copy_from_population)
+        keep = {mine} | (set() if copy_from_population else {src})
         try:  # on the listing read above: entries published since stay until a later prune
             self.board.prune(self.tcfg.top_k, keep=keep - {None}, listing=infos, group=_kind_of)
         except OSError as e:
             self.say(f"round {index}: could not prune the leaderboard ({e})")
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
-    def _latest_per_pod(self, infos: list[EntryInfo]) -> set[str]:
-        latest: dict[tuple, EntryInfo] = {}
-        for e in infos:
-            key = (e.job, e.pod)
-            if key not in latest or (e.round or 0) > (latest[key].round or 0):
-                latest[key] = e
-        return {e.id for e in latest.values()}
-
-    def _async_pbt(self, me: PodReport, infos: list[EntryInfo], listed: list[Candidate],
-                   index: int) -> tuple[Decision, str | None]:
-        """PBT against the population the leaderboard shows: each other pod's latest entry scored on
-        this pod's start states (episode by episode comparable; others are not the population)."""
-        rets = {e.id: e.returns for e in listed}
-        others = [e for e in infos if not (e.job == self.job and e.pod == self.comm.rank) and rets.get(e.id) is not None]
-        latest = self._latest_per_pod(others)
-        pop = [e for e in others if e.id in latest]
+    def _async_pbt(self, me: PodReport, fitness: Fitness, listed: list[Candidate], index: int,
+                   rng: Any) -> tuple[Decision, str | None]:
+        """PBT against a random sample of the population (``tournament.population_sample`` other
+        pods' latest entries, scored on this pod's start states: episode by episode comparable;
+        others are not the population). ``listed``: the leaderboard, for a NaN pod's fallback and
+        for whether this pod enters its top K (then it is published there too)."""
+        sample = self.population.sample(rng, self.tcfg.population_sample, exclude=(self.job, self.comm.rank))
+        pop = [(e, ev.returns) for e in sample
+               if (ev := Fitness.from_json(e.meta.get("eval"))) is not None and ev.key == fitness.key]
         reports = [replace(me, rank=0)]
-        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets[e.id],
-                              kind=entry_kind(e.meta)) for i, e in enumerate(pop)]
+        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets, kind=entry_kind(e.meta))
+                    for i, (e, rets) in enumerate(pop)]
         d = decide(reports, listed, index, self.cfg.seed, self.tcfg,
                    rng_ranks=[self.comm.rank] + [10_000 + i for i in range(len(pop))])[0]
-        # everyone publishes (the population must be visible); a copy is of another pod's entry
-        d = replace(d, publish=True)
-        src = pop[d.source_rank - 1].id if d.action == "copy_pod" else d.source_entry
-        return d, src
+        src = pop[d.source_rank - 1][0].id if d.action == "copy_pod" else d.source_entry
+        # onto the leaderboard only if it enters the top K of its kind there (its own place in the
+        # population is published every round regardless)
+        above = sum(1 for c in listed if c.kind in (None, me.kind) and c.score >= me.fitness)
+        return replace(d, publish=math.isfinite(me.fitness) and above < self.tcfg.top_k), src
 
     # --- what rank 0 prints at the end ----------------------------------------------------
     def table(self, n: int = 8) -> str:

@@ -132,3 +132,31 @@ def test_an_async_pod_resumes_exactly(tmp_path):
     assert ma["updates"] == mb["updates"] == 16
     assert all(bool((ta[k] == tb[k]).all()) for k in ta), [k for k in ta if not bool((ta[k] == tb[k]).all())]
 
+
+
+def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
+    """Async PBT (issue 26): each pod's latest agent is in the population (its newest 2 kept), the
+    leaderboard keeps only the top K, and a pod reads at most ``population_sample`` others' sidecars a
+    round; copies come from population entries and are loaded whole."""
+    run = tmp_path / "r"
+    r = subprocess.run(cmd(4, run, "env.num_envs=32", "total_env_steps=12288", "tournament.interval_env_steps=2048",
+                           "eval.interval_env_steps=2048", "tournament.sync=async", "tournament.mode=pbt",
+                           "tournament.top_k=2", "tournament.population_sample=2", "tournament.ready_rounds=0",
+                           "tournament.quantile=0.5"),
+                       cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    pop = run / "leaderboard" / "population"
+    assert json.loads((pop / "layout.json").read_text())["buckets"] == 1
+    sidecars = [p.name for p in pop.rglob("*.json") if p.name != "layout.json"]
+    per_pod: dict[str, int] = {}
+    for name in sidecars:
+        per_pod[name.split("-")[1]] = per_pod.get(name.split("-")[1], 0) + 1
+    assert per_pod == {"0": 2, "1": 2, "2": 2, "3": 2}, sidecars
+    assert len(list((run / "leaderboard" / "entries").glob("*.json"))) <= 2
+    copies = []
+    for k in range(4):
+        recs = [x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0]
+        assert [x.round for x in recs] == list(range(6))
+        copies += [x for x in recs if x.action == "copy_pod"]
+    assert copies, "no pod copied another in 24 rounds with half the sample below it"
+    assert all(x.source.kind == "entry" and x.source.pod is not None and not x.source.rejected for x in copies)
