@@ -459,7 +459,9 @@ class RankRun:
         self.comm.settle_notices([m.notified for m in self.met])
         complete = all(m.kind == "done" for m in self.met)
         if not complete:
-            self.say(f"stopped by {self.stopped_by or 'another rank'} at {_fmt_steps(self.pod.env_steps)} env steps; "
+            hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
+            via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
+            self.say(f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
                      "checkpoint saved, run again to resume")
         return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete),
                          rank=self.comm.rank, wait_for_all=self.comm.barrier)
