@@ -102,7 +102,6 @@ class Comm:
         note: a human-readable line on how the communicator was chosen, and why it fell back.
         calls: how many collectives of each kind this rank has entered (a test counts them per
             update: the training loop must enter none).
-
         notices_sent, notices_received: stop notices this rank has sent and received.
         notice_hops: the hop count of the first notice this rank heard (1: from the rank that
             announced; None while it has heard none).

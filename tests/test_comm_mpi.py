@@ -253,6 +253,16 @@ def test_world_of_one_bcast_root() -> None:
     assert "world-of-one" in repr(c)
 
 
+def test_world_of_one_stop_notices_and_meeting() -> None:
+    """Alone, a stop needs no notice: nothing is sent or heard, and a meeting is one's own part."""
+    c = Comm(note="test")
+    c.announce_stop()
+    assert not c.stop_announced() and (c.notices_sent, c.notices_received, c.notice_hops, c.notified) == (0, 0, None, ())
+    assert c.meet(lambda: {"rank": c.rank, "notified": c.notified}) == [{"rank": 0, "notified": ()}]
+    c.settle_notices([()])
+    assert c.calls == {"allgather": 1}
+
+
 @pytest.mark.parametrize(
     "env, wheel, expected, netmod",
     [
