@@ -18,14 +18,16 @@ All collectives here are the pickle-based lowercase mpi4py ones: meant for small
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import sys
+import time
 import warnings
 from typing import Any, Callable
 
 __all__ = ["Comm", "get_comm", "launcher_env", "slurm_pmi2_netmod", "pypi_mpich", "clean_stale_mpich_segments",
-           "mpich_world_id"]
+           "mpich_world_id", "stop_tree_fanout", "stop_tree_neighbours"]
 
 # MPICH's own hygiene lives in mpich.py (re-exported here for the callers of before 2026-12-01)
 from .mpich import clean_stale_mpich_segments, mpich_world_id, pypi_mpich, slurm_pmi2_netmod  # noqa: E402
@@ -100,27 +102,47 @@ class Comm:
         note: a human-readable line on how the communicator was chosen, and why it fell back.
         calls: how many collectives of each kind this rank has entered (a test counts them per
             update: the training loop must enter none).
+        notices_sent, notices_received: stop notices this rank has sent and received.
+        notice_hops: the hop count of the first notice this rank heard (1: from the rank that
+            announced; None while it has heard none).
+        notified: the ranks this rank sent its notice to (at most once each).
 
     Besides collectives, ranks can tell each other to stop without waiting for anyone
     (:meth:`announce_stop`, :meth:`stop_announced`, :meth:`settle_notices`): small point-to-point
     messages on a communicator of their own, sent without blocking and polled without blocking.
+    A notice floods a fixed tree of the ranks (:func:`stop_tree_neighbours`): the rank that
+    announces, or first hears a notice, sends it once to each tree neighbour it has not heard
+    one from, and never again. Every rank is reached; a rank sends at most ``fanout + 1`` =
+    ``ceil(log2 N) + 1`` notices, all ranks together at most ``2(N - 1)`` (``N - 1`` when one
+    rank announces), where all-to-all notices were ``N(N - 1)`` when Slurm signals every rank;
+    the longest path is the tree's diameter, at most ``2 log_fanout N`` hops. Forwarding happens
+    in the polls the rank makes anyway (:meth:`stop_announced` between updates) and while it
+    waits at a meeting (:meth:`meet`), so a rank waiting for the others still passes notices on.
     """
 
     STOP_TAG = 75
+    _WAIT_SLEEP_S = 0.002  # the longest nap between two polls while waiting at a meeting
 
     def __init__(self, mpi_comm: Any = None, note: str = "", launcher_size: int | None = None):
         self._comm = mpi_comm
         self.note = note
         self.launcher_size = launcher_size
         self.calls: dict[str, int] = {}
-        self._sent: list[Any] = []  # requests of this rank's stop notices
-        self._received = 0  # stop notices received from other ranks
+        self._requests: list[Any] = []  # this rank's stop notices in flight (isend requests)
+        self._announced = False  # this rank announced a stop of its own
+        self._heard_from: set[int] = set()  # the ranks this rank received a notice from
+        self._spread = False  # this rank has sent its notice to its tree neighbours (once, ever)
+        self.notices_sent = 0
+        self.notices_received = 0
+        self.notice_hops: int | None = None
+        self.notified: tuple[int, ...] = ()
+        self._MPI: Any = None
         if mpi_comm is None:
             self.rank, self.size = 0, 1
             self.local_rank, self.local_size, self.num_nodes = 0, 1, 1
             self._local = self._notices = None
         else:
-            MPI = _import_mpi()
+            MPI = self._MPI = _import_mpi()
             self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
             self._local = mpi_comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
             self.local_rank, self.local_size = self._local.Get_rank(), self._local.Get_size()
@@ -132,40 +154,93 @@ class Comm:
 
     # --- stopping without lock-step ------------------------------------------------------
     def announce_stop(self) -> None:
-        """Tell every other rank to stop (non-blocking; once per rank is enough)."""
-        if self._notices is None or self._sent:
+        """Tell every other rank to stop (non-blocking; once per rank is enough).
+
+        The notice goes to this rank's tree neighbours, which pass it on when they next poll
+        (:meth:`stop_announced`, :meth:`meet`); a rank that already passed on another's notice
+        sends nothing more: its neighbours have it.
+        """
+        if self._notices is None or self._announced:
             return
-        self._sent = [self._notices.isend(self.rank, dest=r, tag=self.STOP_TAG)
-                      for r in range(self.size) if r != self.rank]
+        self._announced = True
+        self._drain()  # a neighbour that already told this rank needs no notice back
+        self._spread_notice(hops=1)
 
     @property
     def announced(self) -> bool:
         """Whether this rank has announced a stop."""
-        return bool(self._sent)
+        return self._announced
 
     def stop_announced(self) -> bool:
-        """Whether another rank has announced a stop (non-blocking: a local probe, no collective)."""
+        """Whether another rank has announced a stop (non-blocking: a local probe, no collective).
+
+        A rank's first notice is passed on here, before this returns: to every tree neighbour
+        but the ones it came from, without blocking.
+        """
         if self._notices is None:
             return False
-        got = False
-        while self._notices.iprobe(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG):
-            self._notices.recv(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG)
-            self._received += 1
-            got = True
-        return got or self._received > 0
+        self._poll()
+        return self.notices_received > 0
 
-    def settle_notices(self, announced: list[bool]) -> None:
-        """After the ranks' last meeting (``announced[r]``: rank r announced a stop), receive the
-        notices still in flight and complete this rank's sends, so MPI can finalize cleanly."""
+    def _drain(self) -> None:
+        """Receive every notice that has arrived (no forwarding)."""
+        MPI = self._MPI
+        while self._notices.iprobe(source=MPI.ANY_SOURCE, tag=self.STOP_TAG):
+            sender, hops = self._notices.recv(source=MPI.ANY_SOURCE, tag=self.STOP_TAG)
+            self.notices_received += 1
+            self._heard_from.add(sender)
+            if self.notice_hops is None:
+                self.notice_hops = hops
+
+    def _poll(self) -> None:
+        """Receive what has arrived; on the first notice, pass it on."""
+        self._drain()
+        if self.notice_hops is not None and not self._spread:
+            self._spread_notice(hops=self.notice_hops + 1)
+
+    def _spread_notice(self, hops: int) -> None:
+        if self._spread:
+            return
+        self._spread = True
+        dests = [r for r in stop_tree_neighbours(self.rank, self.size) if r not in self._heard_from]
+        self._requests += [self._notices.isend((self.rank, hops), dest=r, tag=self.STOP_TAG) for r in dests]
+        self.notices_sent += len(dests)
+        self.notified = tuple(dests)
+
+    def meet(self, make: Callable[[], Any]) -> list[Any]:
+        """A meeting of every rank: wait until all have come, passing stop notices on meanwhile,
+        then gather ``make()`` from each (the list is indexed by rank).
+
+        The wait is a non-blocking barrier polled with short naps, so a rank that waits at a
+        round or at the end still forwards the notice that the ranks behind it in the tree
+        need. ``make`` is called after the wait: no rank sends a notice after its part of the
+        meeting is made, so a part can say exactly what its rank sent (:attr:`notified`).
+        """
+        if self._notices is not None:
+            self._count("ibarrier")
+            req, nap = self._comm.Ibarrier(), 1e-4
+            while not req.Test():
+                self._poll()
+                time.sleep(nap)
+                nap = min(2 * nap, self._WAIT_SLEEP_S)
+        return self.allgather(make())
+
+    def settle_notices(self, notified: list[tuple[int, ...]]) -> None:
+        """After the ranks' last meeting (``notified[r]``: the ranks rank r sent notices to, as
+        its part of that meeting said), receive the notices still in flight and complete this
+        rank's sends, so MPI can finalize cleanly. Notices received here are not passed on."""
         if self._notices is None:
             return
-        expected = sum(1 for r, a in enumerate(announced) if a and r != self.rank)
-        while self._received < expected:
-            self._notices.recv(source=_import_mpi().ANY_SOURCE, tag=self.STOP_TAG)
-            self._received += 1
-        for req in self._sent:
+        expected = sum(1 for dests in notified if self.rank in dests)
+        while self.notices_received < expected:
+            sender, hops = self._notices.recv(source=self._MPI.ANY_SOURCE, tag=self.STOP_TAG)
+            self.notices_received += 1
+            self._heard_from.add(sender)
+            if self.notice_hops is None:
+                self.notice_hops = hops
+        for req in self._requests:
             req.wait()
-        self._sent = []
+        self._requests = []
 
     @property
     def is_mpi(self) -> bool:
@@ -229,6 +304,28 @@ class Comm:
 def _copy(obj: Any) -> Any:
     """What an MPI collective returns: a copy made by pickling (also catches unpicklable objects)."""
     return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def stop_tree_fanout(size: int) -> int:
+    """The fan-out of the stop notices' tree for ``size`` ranks: ``max(2, ceil(log2 size))``.
+
+    A hop costs up to one update (a notice is passed on when a rank next polls) and a send
+    costs next to nothing (non-blocking), so the tree is wide: ``ceil(log2 N)`` children keep a
+    rank's sends within ``ceil(log2 N) + 1`` and cut the depth to ``log_fanout N`` (3 at 64
+    ranks, 4 at 4,096).
+    """
+    return max(2, math.ceil(math.log2(size))) if size > 1 else 2
+
+
+def stop_tree_neighbours(rank: int, size: int) -> list[int]:
+    """``rank``'s neighbours in the tree that stop notices flood: its parent (none for rank 0)
+    and its children, in a complete ``stop_tree_fanout(size)``-ary tree of the ranks rooted at 0
+    (rank r's children are ``f*r + 1 .. f*r + f``)."""
+    if not 0 <= rank < size:
+        raise ValueError(f"rank {rank} not in a world of {size}")
+    f = stop_tree_fanout(size)
+    parent = [(rank - 1) // f] if rank > 0 else []
+    return parent + list(range(f * rank + 1, min(size, f * rank + f + 1)))
 
 
 def get_comm(mode: str | None = None) -> Comm:

@@ -84,8 +84,9 @@ class Meeting:
 
     kind: str
     report: PodReport | None = None
-    announced: bool = False  # this rank sent stop notices (comm.announce_stop)
+    announced: bool = False  # this rank announced a stop (comm.announce_stop)
     summary: dict[str, Any] = field(default_factory=dict)  # this rank's part of the run summary
+    notified: tuple[int, ...] = ()  # the ranks this rank sent stop notices to (comm.notified): settled at the end
 
 
 class Pool:

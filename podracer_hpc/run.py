@@ -19,8 +19,9 @@ other. Ranks meet only at a round (``tournament.sync: collective``) and at the e
 - a time-based checkpoint is each rank's own (ranks resume from different updates of the same
   round: their training between rounds is independent, so that is consistent and exact);
 - a stop (Slurm's warning signal, which srun delivers to every task, a user's ``kill -USR2`` of
-  one rank, ``--stop-after-updates``) makes the rank that wants it send a stop notice to every
-  other rank (non-blocking point-to-point, polled without blocking after every update),
+  one rank, ``--stop-after-updates``) makes the rank that wants it send a stop notice that
+  floods a tree of the ranks (non-blocking point-to-point, polled without blocking after every
+  update and while waiting at a meeting, passed on by each rank once: see :class:`comm.Comm`),
   checkpoint, and go to the next meeting saying ``stop``. A rank that gets a notice does the
   same. A meeting where anyone says ``stop`` ends the run for everyone (exit 75), so no rank is
   ever left waiting in a round for one that left: every rank reaches the same next meeting,
@@ -430,7 +431,9 @@ class RankRun:
         part = {"algo": self.cfg.agent.algo, "env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
                 "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start,
                 "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
-        everyone = self.comm.allgather(Meeting(kind, report, self.comm.announced, part))
+        # made once every rank has come (comm.meet passes stop notices on while this rank waits):
+        # then it says every notice this rank will ever send, and the last meeting settles them
+        everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, part, self.comm.notified))
         kinds = {m.kind for m in everyone}
         if kinds == {"round", "done"}:
             raise TrainingError(f"ranks reached different points of the schedule ({sorted(kinds)}); "
@@ -453,10 +456,12 @@ class RankRun:
             self.checkpoint()
         if self.met is None:
             self.meet("stop" if self.stopped_by else "done")
-        self.comm.settle_notices([m.announced for m in self.met])
+        self.comm.settle_notices([m.notified for m in self.met])
         complete = all(m.kind == "done" for m in self.met)
         if not complete:
-            self.say(f"stopped by {self.stopped_by or 'another rank'} at {_fmt_steps(self.pod.env_steps)} env steps; "
+            hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
+            via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
+            self.say(f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
                      "checkpoint saved, run again to resume")
         return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete),
                          rank=self.comm.rank, wait_for_all=self.comm.barrier)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from podracer_hpc import comm as comm_mod
 from podracer_hpc import mpich as mpich_mod
-from podracer_hpc.comm import Comm, get_comm, launcher_env
+from podracer_hpc.comm import Comm, get_comm, launcher_env, stop_tree_fanout, stop_tree_neighbours
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 MPI_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -84,6 +85,87 @@ def test_real_mpiexec_collectives(n: int, tmp_path: Path) -> None:
         assert "MPI" in r["note"]
         # every rank computes the same decisions, and the same as a process without MPI
         assert r["digests"] == expected_digests
+
+
+def tree_distances(origin: int, n: int) -> list[int]:
+    """Hops from ``origin`` to every rank over the stop notices' tree (breadth-first)."""
+    dist = [-1] * n
+    dist[origin], frontier = 0, [origin]
+    while frontier:
+        nxt = []
+        for r in frontier:
+            for q in stop_tree_neighbours(r, n):
+                if dist[q] < 0:
+                    dist[q] = dist[r] + 1
+                    nxt.append(q)
+        frontier = nxt
+    return dist
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 100, 1000, 4096])
+def test_the_stop_tree_connects_every_rank_with_few_neighbours_and_short_paths(n: int) -> None:
+    """The tree's promises without MPI, up to 4,096 ranks: symmetric, connected, a rank's degree
+    within ceil(log2 N) + 1 and its diameter within 2 ceil(log2 N) hops."""
+    log = math.ceil(math.log2(n)) if n > 1 else 0
+    nbrs = [stop_tree_neighbours(r, n) for r in range(n)]
+    assert all(r in nbrs[q] for r in range(n) for q in nbrs[r])  # undirected
+    assert sum(len(x) for x in nbrs) == 2 * (n - 1)  # a tree: N - 1 edges
+    assert max(len(x) for x in nbrs) <= log + 1  # a rank sends at most this many notices
+    far = max(range(n), key=lambda r: tree_distances(0, n)[r])
+    d = tree_distances(far, n)
+    assert min(d) == 0 and max(d) <= 2 * log  # connected (no -1), and the diameter
+    if n == 4096:
+        assert stop_tree_fanout(n) == 12 and max(d) == 8  # depth 4: 8 hops from leaf to leaf at most
+    with pytest.raises(ValueError):
+        stop_tree_neighbours(n, n)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("n", [3, 64])
+def test_stop_notices_flood_a_tree_and_settle_exactly(n: int, tmp_path: Path) -> None:
+    """Issue 26: one rank's notice reaches every rank in N - 1 messages, no rank sending more than
+    ceil(log2 N) + 1, over at most 2 ceil(log2 N) hops; every rank announcing at once (Slurm's
+    warning) costs at most 2(N - 1) messages, not N(N - 1); ranks already waiting at the meeting
+    pass notices on; after the last meeting every notice is received and MPI finalizes (exit 0)."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to sys.executable or on PATH (pip install mpich)")
+    proc = subprocess.run(
+        mpiexec_cmd(mpiexec, n) + [sys.executable, str(SCRIPTS / "stop_tree.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=240, env=clean_env(), cwd=SCRIPTS.parent.parent,
+    )
+    assert proc.returncode == 0, f"mpiexec failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    out = json.loads((tmp_path / "stop_tree.json").read_text())
+    assert out["size"] == n
+    log, origin = math.ceil(math.log2(n)), n - 1
+    dist = tree_distances(origin, n)
+    for name in ("one", "all", "waiting"):
+        parts, after = out[name]["parts"], out[name]["after"]
+        assert [p["rank"] for p in parts] == list(range(n))
+        sent = [p["sent"] for p in parts]
+        assert max(sent) <= log + 1, (name, sent)
+        assert all(set(p["notified"]) <= set(stop_tree_neighbours(p["rank"], n)) for p in parts), name
+        assert all(len(p["notified"]) == p["sent"] for p in parts), name
+        if name == "all":
+            assert all(p["announced"] for p in parts)
+            assert n - 1 <= sum(sent) <= 2 * (n - 1), sum(sent)  # all-to-all was n(n-1)
+            assert {p["hops"] for p in parts} <= {None, 1}  # nobody had anything to pass on
+        else:
+            assert [p["announced"] for p in parts] == [r == origin for r in range(n)]
+            assert sum(sent) == n - 1, (name, sent)  # each edge of the tree once
+            # every other rank heard, over the tree's path from the announcer: its hops
+            assert [p["hops"] for p in parts] == [None if r == origin else dist[r] for r in range(n)], name
+            assert max(dist) <= 2 * log
+        # settled: each rank received exactly what was sent to it, nothing is left over
+        to = [sum(r in p["notified"] for p in parts) for r in range(n)]
+        assert [a["received"] for a in after] == to, name
+        assert sum(a["received"] for a in after) == sum(sent)
+        assert not any(a["left"] for a in after), name
+        assert all(a["collectives"]["ibarrier"] == 1 for a in after)  # the meeting's wait
+    leaves = [r for r in range(n) if r and len(stop_tree_neighbours(r, n)) == 1 and r != origin]
+    heard = [out["one"]["parts"][r]["heard_s"] for r in range(n) if r != origin]
+    assert all(h is not None for h in heard)  # ("one": every rank heard while polling)
+    assert all(out["waiting"]["parts"][r]["heard_s"] is not None for r in leaves)  # through waiting ranks
 
 
 def test_world_of_one_in_plain_process() -> None:
@@ -169,6 +251,16 @@ def test_world_of_one_bcast_root() -> None:
     with pytest.raises(ValueError):
         c.bcast(1, root=1)
     assert "world-of-one" in repr(c)
+
+
+def test_world_of_one_stop_notices_and_meeting() -> None:
+    """Alone, a stop needs no notice: nothing is sent or heard, and a meeting is one's own part."""
+    c = Comm(note="test")
+    c.announce_stop()
+    assert not c.stop_announced() and (c.notices_sent, c.notices_received, c.notice_hops, c.notified) == (0, 0, None, ())
+    assert c.meet(lambda: {"rank": c.rank, "notified": c.notified}) == [{"rank": 0, "notified": ()}]
+    c.settle_notices([()])
+    assert c.calls == {"allgather": 1}
 
 
 @pytest.mark.parametrize(
