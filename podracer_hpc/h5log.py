@@ -249,6 +249,26 @@ class H5Writer:
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
+    def extend(self, group: str, columns: dict[str, Any], flush: bool = False) -> None:
+        """Append many rows at once: ``columns`` maps names to equal-length sequences (missing
+        columns get NaN / -1 / ''). For tools that build logs (benchmarks, tests)."""
+        g = self.f[group]
+        cols = GROUPS[group]
+        unknown = set(columns) - set(cols)
+        if unknown:
+            raise KeyError(f"unknown {group} columns {sorted(unknown)}; known: {list(cols)}")
+        k = {len(v) for v in columns.values()}
+        if len(k) > 1:
+            raise ValueError(f"{group} columns of different lengths: {sorted(k)}")
+        k_rows = k.pop() if k else 0
+        n = g["env_steps"].shape[0]
+        for name, dtype in cols.items():
+            ds = g[name]
+            ds.resize((n + k_rows,))
+            ds[n:] = columns[name] if name in columns else _fill(dtype, k_rows)
+        if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
+            self.flush()
+
     def flush(self) -> None:
         self.f.flush()
         self._last_flush = time.monotonic()
