@@ -281,3 +281,27 @@ def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
         text = render(run, monitor=m)
     assert calls.read_text().splitlines() == ["-o show job 77"] * 3
     assert "slurm job 77: RUNNING, requeued 1 time" in text
+
+
+def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_asked(tmp_path):
+    """Issue 26: at 4,096 ranks every rank's progress line was 410 lines/s into one job log."""
+    fast = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.interval_env_steps=2048",
+            "eval.episodes=3", "eval.final_episodes=0", "tournament.interval_env_steps=2048",
+            "log.progress_interval_s=0.001"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PODRACER_COMM", None)
+
+    def train(run, *extra):
+        sets = sum((["--set", s] for s in (*fast, *extra)), [])
+        p = subprocess.run([mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
+                            "jobs/quickstart.yaml", "--run-dir", str(run), *sets], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        return [line for line in p.stderr.splitlines() if "ETA" in line]
+
+    lines = train(tmp_path / "a")
+    assert lines and all(line.startswith("[quickstart r0]") for line in lines)
+    assert any(re.search(r"\| pool at round \d+: 2 pods, fitness median -?\d+\.\d, best -?\d+\.\d \(pod [01]\)", line)
+               for line in lines)
+    every = train(tmp_path / "b", "log.progress_all_ranks=true")
+    assert {line.split("]")[0] for line in every} == {"[quickstart r0", "[quickstart r1"}
