@@ -122,7 +122,10 @@ def _print_dry_run(req, cfg, job_file: str) -> None:
 def _cmd_status(args: argparse.Namespace) -> int:
     from .status import status
 
-    return status(args.run_dir, args.watch)
+    if args.watch < 0 or args.top < 0:
+        print(f"podracer status: {'--watch' if args.watch < 0 else '--top'} must be >= 0", file=sys.stderr)
+        return 2
+    return status(args.run_dir, args.watch, pods=args.pods, top_pods=args.top)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -188,8 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="pods and leaderboard of a run, while it trains (--watch) or after")
     st.add_argument("run_dir")
+    # the flags of status.add_arguments (declared here too: `podracer --help` does not import h5py)
     st.add_argument("--watch", type=float, default=0, metavar="SECONDS",
-                    help="refresh every SECONDS until interrupted or until the run ends")
+                    help="refresh every SECONDS until interrupted or until the run ends (each refresh reads only the "
+                         "log rows appended since the last one)")
+    st.add_argument("--pods", "--all", action="store_true", dest="pods", default=None,
+                    help="a row for every pod (default: up to 16 pods; beyond, counts, percentiles over the pods and "
+                         "the top pods only)")
+    st.add_argument("--top", type=int, default=5, metavar="N",
+                    help="pods shown beside the aggregates of a large pool, best evaluation first (default 5)")
     st.set_defaults(func=_cmd_status)
 
     d = sub.add_parser("data", help="stock trading: prepare the shared market cache of a data file (podracer data prepare DATA)")

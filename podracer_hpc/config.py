@@ -107,7 +107,10 @@ class EvalConfig:
 
 @dataclass
 class LogConfig:
-    progress_interval_s: float = F(10.0, "seconds between progress lines on stderr; 0 = none")
+    progress_interval_s: float = F(10.0, "seconds between progress lines on stderr (rank 0 of each job, with the "
+                                         "pool's last round); 0 = none")
+    progress_all_ranks: bool = F(False, "every rank prints its progress lines, not only rank 0 (4,096 ranks every "
+                                        "10 s: 410 lines/s into one job log)")
     checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
 
 

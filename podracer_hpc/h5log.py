@@ -249,6 +249,26 @@ class H5Writer:
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
+    def extend(self, group: str, columns: dict[str, Any], flush: bool = False) -> None:
+        """Append many rows at once: ``columns`` maps names to equal-length sequences (missing
+        columns get NaN / -1 / ''). For tools that build logs (benchmarks, tests)."""
+        g = self.f[group]
+        cols = GROUPS[group]
+        unknown = set(columns) - set(cols)
+        if unknown:
+            raise KeyError(f"unknown {group} columns {sorted(unknown)}; known: {list(cols)}")
+        k = {len(v) for v in columns.values()}
+        if len(k) > 1:
+            raise ValueError(f"{group} columns of different lengths: {sorted(k)}")
+        k_rows = k.pop() if k else 0
+        n = g["env_steps"].shape[0]
+        for name, dtype in cols.items():
+            ds = g[name]
+            ds.resize((n + k_rows,))
+            ds[n:] = columns[name] if name in columns else _fill(dtype, k_rows)
+        if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
+            self.flush()
+
     def flush(self) -> None:
         self.f.flush()
         self._last_flush = time.monotonic()
@@ -300,4 +320,89 @@ def read_log(path: str | Path) -> dict[str, Any]:
                 n = min((len(a) for a in cols.values()), default=0)  # a writer may die mid-row
                 cols = {k: a[:n] for k, a in cols.items()}
             out[group] = cols
+        return out
+
+
+class LogTail:
+    """Reads one rank log incrementally: each :meth:`poll` returns only the rows appended since the
+    previous poll, so a monitor's cost per poll does not grow with the log's length.
+
+    ``columns``: the columns to read, per group (a group left out is not read; None: every column
+    of every group). A poll first compares the file's (inode, mtime, size) with the last poll's and
+    opens nothing when they are unchanged. A log that shrank (a resumed run cut rows written after
+    its checkpoint) or was replaced (a recovered log) is read again from its first row, and the
+    poll says so (``reset``). ``rows_read`` counts the rows read so far (over all groups).
+    """
+
+    def __init__(self, path: str | Path, columns: dict[str, tuple[str, ...]] | None = None):
+        self.path = Path(path)
+        self.columns = columns
+        self.rows: dict[str, int] = {g: 0 for g in (columns if columns is not None else GROUPS)}
+        self.attrs: dict[str, Any] | None = None  # the root attributes, read at the first poll (and after a reset)
+        self.rows_read = 0
+        self._sig: tuple[int, int, int] | None = None
+
+    def poll(self) -> dict[str, Any]:
+        """The rows appended since the last poll: ``{"reset": bool, group: {column: array}}`` (a
+        group or column the file lacks is an empty array). Raises :class:`LogError` if the file is
+        missing, unreadable or of an unknown schema version; the next poll tries again."""
+        try:
+            st = self.path.stat()
+        except OSError:
+            raise LogError(f"{self.path}: no such log file") from None
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        empty = {g: {} for g in self.rows}
+        if sig == self._sig:
+            return {"reset": False, **empty}
+        reset = self._sig is not None and sig[0] != self._sig[0]
+        try:
+            f = h5py.File(self.path, "r", libver="latest", swmr=True)
+        except (OSError, RuntimeError) as e:
+            raise LogError(f"{self.path}: not a readable HDF5 log ({e})") from None
+        with f:
+            if self.attrs is None or reset:
+                version = _scalar(f.attrs.get("schema_version"))
+                if version not in READABLE_VERSIONS:
+                    raise LogError(f"{self.path}: log schema version {version}, this podracer-hpc reads "
+                                   f"{', '.join(map(str, READABLE_VERSIONS))}")
+                self.attrs = _read_attrs(f)
+            sets: dict[str, dict[str, Any]] = {}
+            counts: dict[str, int] = {}
+            for group in self.rows:
+                g = f.get(group)
+                names = self.columns[group] if self.columns is not None else tuple(GROUPS[group])
+                sets[group] = {}
+                if g is None:
+                    counts[group] = 0
+                    continue
+                for name in names:
+                    if name in g:
+                        ds = g[name]
+                        ds.refresh()
+                        sets[group][name] = ds
+                # a writer may be between two columns of a row: the rows every column read has
+                counts[group] = min((ds.shape[0] for ds in sets[group].values()), default=0)
+            if any(counts[g] < self.rows[g] for g in self.rows):
+                reset = True
+            if reset:
+                self.rows = {g: 0 for g in self.rows}
+            out: dict[str, Any] = {"reset": reset}
+            for group, dsets in sets.items():
+                lo, hi = self.rows[group], counts[group]
+                names = self.columns[group] if self.columns is not None else tuple(GROUPS[group])
+                cols: dict[str, np.ndarray] = {}
+                for name in names:
+                    ds = dsets.get(name)
+                    if ds is None:
+                        arr = np.asarray(_fill(GROUPS[group][name], hi - lo), dtype=object
+                                         if GROUPS[group][name] not in (np.float64, np.int64) else None)
+                    else:
+                        arr = ds[lo:hi] if hi > lo else ds[0:0]
+                        if arr.dtype.kind == "O":
+                            arr = np.array([x.decode() if isinstance(x, bytes) else x for x in arr], dtype=object)
+                    cols[name] = arr
+                out[group] = cols
+                self.rows_read += hi - lo
+                self.rows[group] = hi
+        self._sig = sig
         return out

@@ -131,6 +131,7 @@ class RankRun:
         self.last_train = math.nan
         self.ckpt_epochs: tuple[int | None, int | None] = (None, None)  # rounds of the checkpoint and its .prev
         self.round_index = 0
+        self.pool_line = ""  # rank 0: the pool at its last collective round, for the progress line
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
         self.pending_fitness: Fitness | None = None  # a round's evaluation whose meeting ended the run
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
@@ -356,8 +357,10 @@ class RankRun:
             if self.met is not None:  # someone stopped: no round; the run ends here for everyone
                 self.pending_fitness = fitness
                 return
-            record = self.pool.collective_round(self.round_index, fitness, self.wall(), [m.report for m in everyone],
-                                                met_at=met_at)
+            reports = [m.report for m in everyone]
+            record = self.pool.collective_round(self.round_index, fitness, self.wall(), reports, met_at=met_at)
+            if self.comm.rank == 0:
+                self.pool_line = pool_summary(self.round_index, reports)
         else:
             record = self.pool.async_round(self.round_index, fitness, self.wall())
         if self.poisoned and record.action != "keep":
@@ -395,8 +398,12 @@ class RankRun:
         self.last_ckpt = time.monotonic()
 
     def progress(self) -> None:
+        """A progress line every log.progress_interval_s: from rank 0 only (with the pool's last
+        collective round, what every rank reported there), unless log.progress_all_ranks."""
         now, interval = time.monotonic(), self.cfg.log.progress_interval_s
         if not interval or now - self.last_progress < interval:
+            return
+        if self.comm.rank != 0 and not self.cfg.log.progress_all_ranks:
             return
         self.last_progress = now
         total, pod = self.cfg.total_env_steps, self.pod
@@ -404,7 +411,7 @@ class RankRun:
         eta = (total - pod.env_steps) / max(sps, 1e-9)
         self.say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
                  f"{sps / 1e3:.0f}k steps/s | train {self.last_train:.1f} | eval {self.last_eval:.1f} "
-                 f"(best {self.best:.1f}) | ETA {eta:.0f}s", progress=True)
+                 f"(best {self.best:.1f}) | ETA {eta:.0f}s" + self.pool_line, progress=True)
 
     def stopping(self) -> bool:
         """Whether this rank stops now: its own signal or --stop-after-updates (then it tells the
@@ -577,6 +584,18 @@ def _fitness_from_meta(d: Any) -> Fitness:
     if isinstance(d, dict) and isinstance(d.get("returns"), list):
         return Fitness(tuple(math.nan if x is None else float(x) for x in d["returns"]), int(d.get("seed", -1)))
     return Fitness((math.nan if d is None else float(d),))
+
+
+def pool_summary(index: int, reports: list[Any]) -> str:
+    """`` | pool at round 3: 64 pods, fitness median -310.2, best -120.5 (pod 17)``: what every
+    pod reported at a collective round (tournament.PodReport), for rank 0's progress line."""
+    fit = [(r.fitness, r.rank) for r in reports if r is not None and math.isfinite(r.fitness)]
+    if not fit:
+        return f" | pool at round {index}: {len(reports)} pods, no finite fitness"
+    values = sorted(f for f, _ in fit)
+    best, rank = max(fit)
+    return (f" | pool at round {index}: {len(reports)} pods, fitness median {values[len(values) // 2]:.1f}, "
+            f"best {best:.1f} (pod {rank})")
 
 
 def _fmt_steps(n: float) -> str:

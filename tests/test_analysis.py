@@ -6,6 +6,7 @@ single-pod runs in this process.
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -357,3 +358,54 @@ def test_notebook_runs_top_to_bottom_on_the_test_runs(runs, monkeypatch):
     assert len(images) >= 4  # learning curves, scaling, lineage, hyperparameters
     text = "".join(o.get("text", "") for o in outputs)
     assert "3 runs" in text and "1 tournament run(s) shown" in text
+
+
+def _synthetic_tournament(pods: int, rounds: int, seed: int = 0):
+    """An ElegantRL-like tournament: each round a fifth of the pods copy one of the round's best."""
+    rng = np.random.default_rng(seed)
+    skill = rng.normal(size=pods)
+    rows = []
+    for r in range(rounds):
+        fit = skill + rng.normal(scale=0.3, size=pods)
+        best = np.argsort(-fit)[: max(1, pods // 10)]
+        new = skill.copy()
+        for p in range(pods):
+            copy = rng.random() < 0.2 and p not in best
+            q = int(rng.choice(best)) if copy else p
+            if copy:
+                new[p] = skill[q] + 0.01
+            rows.append({"run": "big", "system": "pendulum", "mode": "elegantrl", "pods": pods, "round": r, "pod": p,
+                         "action": "copy_pod" if copy else "keep", "source_internal": copy,
+                         "source_pod": q if copy else -1, "source_round": r if copy else -1,
+                         "fitness": float(fit[p]), "algo": "ppo"})
+        skill = new
+    tour = Table.from_rows(rows)
+    evals = Table({"run": ["big"] * pods, "pod": list(range(pods)),
+                   "return_mean": (skill + rng.normal(scale=0.01, size=pods)).tolist()})
+    return tour, evals, rows
+
+
+def test_lineage_at_512_pods_draws_the_top_pods_ancestry_only():
+    import io
+
+    pods, rounds = 512, 20
+    tour, evals, rows = _synthetic_tournament(pods, rounds)
+    fig = plots.lineage(tour, "big", evals)
+    fig.savefig(io.BytesIO(), format="png", dpi=60)  # it renders
+    ax = fig.axes[0]
+    title = ax.get_title()
+    k = int(re.search(r"ancestry of the top (\d+) final pods?", title)[1])
+    assert 1 <= k <= plots.LINEAGE_TOP and "512 pods" in title
+    drawn = [int(t.get_text()) for t in ax.get_yticklabels()]
+    assert 0 < len(drawn) <= plots.LINEAGE_ROWS
+    # what it claims: the rows are exactly the pods the top k final pods' agents passed through
+    last = dict(zip(evals["pod"].tolist(), evals["return_mean"].tolist()))
+    top = sorted(last, key=lambda p: -last[p])[:k]
+    parent = {(int(r["round"]), int(r["pod"])): plots._lineage_parent(r) for r in rows}
+    expect = {q for p in top for (_, q) in plots.ancestry(parent, (rounds - 1, p))}
+    assert sorted(expect) == drawn
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"pod {top[0]} (final best)" in legend and "lineages alive" in legend
+    assert plots.text_overlaps(fig) == []
+    small = plots.lineage(*_synthetic_tournament(8, 6)[:1], "big")  # a small pool: a row per pod, as before
+    assert len(small.axes[0].get_yticks()) == 8 and "ancestry of the top" not in small.axes[0].get_title()

@@ -1,5 +1,6 @@
 """The launcher without a cluster: requests refused before queueing, the generated sbatch text."""
 
+import io
 import json
 import os
 import re
@@ -391,12 +392,12 @@ def test_signal_relay_exit_code_is_mpiexecs(tmp_path):
 def _scripted(monkeypatch, states):
     seq = list(states)
 
-    def fake(job_id):
-        return seq.pop(0) if len(seq) > 1 else seq[0]
+    def fake(job_ids):
+        return {j: seq.pop(0) if len(seq) > 1 else seq[0] for j in job_ids}
 
-    from podracer_hpc.launch import slurm
+    from podracer_hpc import jobstate
 
-    monkeypatch.setattr(slurm, "slurm_job_state", fake)  # what the watcher asks (launch/watch.py)
+    monkeypatch.setattr(jobstate, "slurm_job_states", fake)  # what the watcher asks, once per poll (launch/watch.py)
 
 
 def _slurm_launched(tmp_path, stale=None):
@@ -476,3 +477,77 @@ def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
     _scripted(monkeypatch, [S("PENDING", "Priority")])
     with pytest.raises(launch.JobError, match="gave up waiting after 0 s; the job goes on"):
         launch.wait(_slurm_launched(tmp_path), timeout_s=0.2, poll_s=0.05, confirm_s=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Many jobs, one scheduler call per poll (issue 26, item 6). A fake scontrol/sacct on PATH
+# stands in for Slurm: the real-cluster tier (tests/slurm) takes minutes to queue 100 array
+# tasks, and what is checked here is how often and how Slurm is asked, and how its answer is read.
+# ------------------------------------------------------------------------------------------
+SCONTROL_ARRAY = """JobId=905 ArrayJobId=900 ArrayTaskId=5 JobName=big JobState=RUNNING Reason=None Restarts=1 ExitCode=0:0
+JobId=901 ArrayJobId=900 ArrayTaskId=1 JobName=big JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0
+JobId=900 ArrayJobId=900 ArrayTaskId=6-99%4 JobName=big JobState=PENDING Reason=JobArrayTaskLimit Restarts=0 ExitCode=0:0
+"""
+
+
+def test_scontrol_and_sacct_answers_are_parsed_per_array_task():
+    from podracer_hpc import jobstate
+
+    assert jobstate.task_ids("6-99%4") == list(range(6, 100))
+    assert jobstate.task_ids("1,3,5-7") == [1, 3, 5, 6, 7] and jobstate.task_ids("[0-6:3]") == [0, 3, 6]
+    st = jobstate.parse_scontrol(SCONTROL_ARRAY)
+    assert len(st) == 2 + 94
+    assert st["900_5"] == S("RUNNING", "None", 1, "0:0", "scontrol") and st["900_1"].state == "COMPLETED"
+    assert st["900_99"].state == "PENDING" and st["900_99"].reason == "JobArrayTaskLimit"
+    plain = jobstate.parse_scontrol("JobId=77 JobName=x JobState=FAILED Reason=NonZeroExitCode Restarts=2 ExitCode=1:0")
+    assert plain == {"77": S("FAILED", "NonZeroExitCode", 2, "1:0", "scontrol")}
+    acct = jobstate.parse_sacct("900_2|CANCELLED by 1000|0:15\n900_[3-4]|PENDING|0:0\n78|TIMEOUT|0:0\n")
+    assert acct["900_2"] == S("CANCELLED", "", 0, "0:15", "sacct") and acct["900_4"].state == "PENDING"
+    assert acct["78"].state == "TIMEOUT"
+
+
+def _fake_slurm(tmp_path, monkeypatch, scontrol_out: str, sacct_out: str = "") -> Path:
+    calls = tmp_path / "calls"
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("scontrol", scontrol_out), ("sacct", sacct_out)):
+        (bin_ / f"{name}.out").write_text(text)
+        (bin_ / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\ncat {bin_ / (name + ".out")}\n')
+        (bin_ / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def test_wait_asks_slurm_once_per_poll_for_a_hundred_array_tasks(tmp_path, monkeypatch):
+    tasks = 100
+    text = "".join(f"JobId={1000 + t} ArrayJobId=900 ArrayTaskId={t} JobState=COMPLETED Reason=None Restarts=0 "
+                   f"ExitCode=0:0\n" for t in range(tasks - 2))  # two tasks purged from slurmctld: sacct has them
+    calls = _fake_slurm(tmp_path, monkeypatch, text, "900_98|COMPLETED|0:0\n900_99|COMPLETED|0:0\n")
+    dirs = []
+    for t in range(tasks):
+        d = tmp_path / f"task{t}"
+        d.mkdir()
+        (d / "summary.json").write_text(json.dumps({"env_steps": 4096}))
+        dirs.append(d)
+    jobs = [launch.Job(f"900_{t}", tmp_path / "log.err") for t in range(tasks)]
+    launched = launch.Launched("slurm", dirs, jobs=jobs, logs=[tmp_path / "log.err"], stale_summaries=[None] * tasks)
+    polls, real_sleep = [], time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: polls.append(s) if s == 3 else real_sleep(s))  # wait's pause only
+    out = io.StringIO()
+    summaries = launch.wait(launched, timeout_s=30, poll_s=3, out=out, confirm_s=0, progress=None)
+    assert summaries == [{"env_steps": 4096}] * tasks
+    asked = calls.read_text().splitlines()
+    assert len(polls) == 1  # seen ended, then confirmed: two polls, one pause between them
+    assert asked == ["scontrol -o show job 900", "sacct -n -X -P -j 900 -o JobID,State,ExitCode"] * 2
+    assert "jobs: 100 COMPLETED" in out.getvalue() and "job 900_3:" not in out.getvalue()  # counts, not 100 lines
+
+
+def test_a_slurmctld_that_does_not_answer_is_not_an_end(tmp_path, monkeypatch):
+    from podracer_hpc import jobstate
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "scontrol").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Socket timed out' >&2\nexit 1\n")
+    (bin_ / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    assert jobstate.slurm_job_states(["900_1", "900_2"]) == {"900_1": None, "900_2": None}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, ConfigError
+from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states
 from . import local
 from .checks import validate
 from .errors import JobError, LaunchError, SlurmUnreachable
@@ -34,7 +35,7 @@ from .watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, su
 
 # From .slurm, which imports submitit: loaded on first use, so that `podracer --help`, `podracer
 # config` and a local submit do not pay for it.
-_SLURM_NAMES = ("RankProgram", "SlurmJobState", "launch_line", "sbatch_text", "slurm_job_state", "slurm_here")
+_SLURM_NAMES = ("RankProgram", "launch_line", "sbatch_text", "slurm_here")
 _LAZY = {n: "slurm" for n in _SLURM_NAMES}
 
 
@@ -48,8 +49,9 @@ def __getattr__(name: str) -> Any:
 __all__ = ["ACTIONS", "ACTIVE_STATES", "ConfigError", "Job", "JobError", "Launched", "LaunchError", "RankProgram",
            "Request", "Snapshot", "SlurmJobState", "SlurmUnreachable", "add_arguments", "find_mpiexec", "from_args",
            "launch_line", "make_snapshot", "own_sbatch", "parse_array", "parse_sbatch", "plan_snapshot",
-           "progress_line", "read_summary", "run_dir_for", "sbatch_text", "slurm_job_state", "slurm_minutes",
-           "start_command", "submit_local", "submit_slurm", "summary_signature", "task_overrides", "validate", "wait"]
+           "progress_line", "read_summary", "run_dir_for", "sbatch_text", "slurm_job_state", "slurm_job_states",
+           "slurm_minutes", "start_command", "submit_local", "submit_slurm", "summary_signature", "task_overrides",
+           "validate", "wait"]
 
 
 def submit_slurm(req: Request, cfg: Config) -> Launched:

@@ -17,13 +17,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import submitit
 
 from ..config import Config, load_config
+from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states  # re-exported: what Slurm says
 from ..mpich import pypi_mpich
 from ..rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
 from .errors import LaunchError, SlurmUnreachable
@@ -343,56 +343,6 @@ def submit_script(args: list[str], env: dict[str, str] | None = None) -> str:
 # ------------------------------------------------------------------------------------------
 # What Slurm says about a job
 # ------------------------------------------------------------------------------------------
-@dataclass
-class SlurmJobState:
-    """What Slurm says about one job: ``state`` is "" when nothing knows it (any more)."""
-
-    state: str
-    reason: str = ""
-    restarts: int = 0
-    exit_code: str = ""
-    source: str = ""  # scontrol | sacct
-
-
-def _scontrol_fields(text: str) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for tok in text.split():
-        k, eq, v = tok.partition("=")
-        if eq and k not in fields:
-            fields[k] = v
-    return fields
-
-
-def slurm_job_state(job_id: str) -> SlurmJobState | None:
-    """The job's state, from slurmctld (``scontrol``: live jobs, and ended ones for MinJobAge
-    seconds, with or without accounting), else from ``sacct`` (accounting, if any).
-
-    Returns None when Slurm could not be asked right now (slurmctld busy): ask again later.
-    """
-    try:
-        out = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode == 0 and out.stdout.strip():
-        f = _scontrol_fields(out.stdout.splitlines()[0])
-        restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else 0
-        return SlurmJobState(f.get("JobState", "UNKNOWN"), f.get("Reason", ""), restarts, f.get("ExitCode", ""),
-                             "scontrol")
-    if "invalid job id" not in (out.stderr + out.stdout).lower():
-        return None  # slurmctld did not answer: not the same as "gone"
-    try:
-        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"], capture_output=True,
-                              text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        acct = None
-    if acct is not None and acct.returncode == 0:
-        for line in acct.stdout.splitlines():
-            state, _, code = line.strip().partition("|")
-            if state:
-                return SlurmJobState(state.split()[0], "", 0, code, "sacct")
-    return SlurmJobState("")
-
-
 def job_state(job_id: str) -> str:
     """The job's state name ("" when Slurm no longer knows it)."""
     st = slurm_job_state(job_id)

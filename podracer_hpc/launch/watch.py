@@ -5,6 +5,7 @@ error naming its state and log; a requeued job is waited for)."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -12,11 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import jobstate
 from ..rundir import EXIT_REQUEUE, RunDir
 from .errors import JobError
 
-__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "progress_line", "read_summary", "summary_signature",
-           "wait"]
+__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "progress_line", "read_summary", "state_counts",
+           "summary_signature", "wait"]
 
 # States in which a job will still run, or run again (a requeued job is PENDING again).
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -76,29 +78,48 @@ class Launched:
                 f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}")
 
 
-def progress_line(run_dir: Path) -> str:
-    """Rounds, env steps, best evaluation and steps/s of a run, from its HDF5 logs."""
-    from ..h5log import LogError, read_log
+_MONITORS: dict[str, Any] = {}  # run dir -> status.Monitor: each progress line reads only the rows appended since
+MONITORS_KEPT = 256
 
-    steps, best, sps, rounds, n = 0, float("-inf"), 0.0, 0, 0
-    for p in RunDir(run_dir).rank_logs().values():
-        try:
-            log = read_log(p)
-        except (LogError, OSError, KeyError):
-            continue
-        n += 1
-        tr, ev, to = log["train"], log["eval"], log["tournament"]
-        if len(tr["env_steps"]):
-            steps += int(tr["env_steps"][-1])
-            sps += float(tr["steps_per_s"][-1])
-        if len(ev["return_mean"]):
-            best = max(best, float(ev["return_mean"].max()))
-        if len(to["round"]):
-            rounds = max(rounds, int(to["round"][-1]) + 1)
-    if not n:
+
+def progress_line(run_dir: Path) -> str:
+    """Pods (running, done, ...), env steps, median and best evaluation, rounds and steps/s of a
+    run, from its HDF5 logs: only the rows appended since the last line for the same run
+    directory are read (a :class:`status.Monitor` is kept per run directory)."""
+    from ..status import Monitor, StatusError, pod_state
+
+    key = str(run_dir)
+    m = _MONITORS.get(key)
+    if m is None:
+        if len(_MONITORS) >= MONITORS_KEPT:
+            _MONITORS.pop(next(iter(_MONITORS)))
+        m = _MONITORS[key] = Monitor(run_dir)
+    try:
+        pods = [p for p in m.poll() if not p.error]
+    except StatusError:
+        pods = []
+    if not pods:
         return f"{run_dir.name}: waiting for the ranks to start"
-    best_text = f"best eval {best:.1f}" if best > float("-inf") else "best eval n/a"
-    return f"{run_dir.name}: {n} pods | {steps:,} env steps | {sps / 1e3:.0f}k steps/s | rounds {rounds} | {best_text}"
+    total = int(m.config.get("total_env_steps") or 0)
+    states: dict[str, int] = {}
+    for p in pods:
+        states[pod_state(p, total, False)] = states.get(pod_state(p, total, False), 0) + 1
+    steps = sum(p.env_steps for p in pods)
+    sps = sum(p.steps_per_s for p in pods if math.isfinite(p.steps_per_s))
+    rounds = max((p.rounds or 0 for p in pods), default=0)
+    evals = [p for p in pods if math.isfinite(p.best_eval)]
+    if evals:
+        best = max(evals, key=lambda p: p.best_eval)
+        last = sorted(p.last_eval for p in pods if math.isfinite(p.last_eval))
+        median = f"median last eval {last[len(last) // 2]:.1f}, " if len(pods) > 1 and last else ""
+        best_text = median + f"best eval {best.best_eval:.1f}" + (f" (pod {best.rank})" if len(pods) > 1 else "")
+    else:
+        best_text = "best eval n/a"
+    pct = f" ({100 * steps / (total * len(pods)):.0f}%)" if total else ""
+    breakdown = "" if set(states) == {"running"} else \
+        ", ".join(f"{n} {k}" for k, n in sorted(states.items(), key=lambda kv: -kv[1])) + " | "
+    return (f"{run_dir.name}: {len(pods)} pods | {breakdown}{steps:,} env steps{pct} | {sps / 1e3:.0f}k steps/s | "
+            f"rounds {rounds} | {best_text}")
 
 
 def summary_signature(run_dir: Path) -> tuple[int, int, int] | None:
@@ -140,32 +161,49 @@ class _Watch:
     ended_state: str = ""
 
 
-def _report_state(job: Job, st: Any, w: _Watch, d: Path, out: Any) -> None:
-    """Print a job's state when it changed, and its requeues."""
+JOB_LINES = 8  # up to this many jobs, a line for each state change; beyond, one line of counts when they change
+
+
+def _label(st: Any) -> str:
+    return st.state + (f" ({st.reason})" if st.reason and st.reason not in ("None", "") else "")
+
+
+def _report_state(job: Job, st: Any, w: _Watch, d: Path, out: Any, each: bool = True) -> None:
+    """Print a job's state when it changed (``each``: else the counts line says it), and its requeues."""
     w.seen = True
-    label = st.state + (f" ({st.reason})" if st.reason and st.reason not in ("None", "") else "")
+    label = _label(st)
     if st.restarts > w.restarts:
         w.restarts = st.restarts
         print(f"job {job.job_id}: requeued (start {st.restarts + 1}); it resumes from {d}", file=out, flush=True)
     if label != w.last:
         w.last = label
-        print(f"job {job.job_id}: {label}", file=out, flush=True)
+        if each:
+            print(f"job {job.job_id}: {label}", file=out, flush=True)
+
+
+def state_counts(states: dict[str, Any], restarts: int = 0) -> str:
+    """``97 RUNNING, 3 PENDING (Priority); 2 requeues`` for many jobs' states (most common first)."""
+    counts: dict[str, int] = {}
+    for st in states.values():
+        label = _label(st) if st is not None and st.state else ("no answer" if st is None else "gone")
+        counts[label] = counts.get(label, 0) + 1
+    text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return text + (f"; {restarts} requeue{'s' * (restarts != 1)}" if restarts else "")
 
 
 Done = Callable[[Any], bool]  # a summary (or None) -> whether the run needs no more work
 
 
-def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: float, done: Done) -> bool:
-    """One poll of Slurm job i: True when it completed its training; raises JobError when it will not."""
-    from .slurm import slurm_job_state
-
+def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: float, done: Done, st: Any,
+                each: bool = True) -> bool:
+    """One poll of Slurm job i, whose state this poll's one scheduler call gave (``st``; None:
+    slurmctld did not answer): True when it completed its training; raises JobError when it will not."""
     job, d = launched.jobs[i], launched.run_dirs[i]
-    st = slurm_job_state(job.job_id)
     if st is None:
         return False  # slurmctld busy: ask again
     now = time.monotonic()
     if st.state:
-        _report_state(job, st, w, d, out)
+        _report_state(job, st, w, d, out, each)
     if st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"):
         w.ended_at = None
         if st.state == "PENDING" and st.reason in NEVER_STARTS:
@@ -219,6 +257,11 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
     resolves), naming its state and log, within ``poll_s + confirm_s`` seconds of Slurm saying so;
     a requeued job is waited for. Raises JobError after ``timeout_s``.
 
+    Each poll asks Slurm once for every job still watched (:func:`jobstate.slurm_job_states`:
+    one ``scontrol`` call answers for all tasks of an array) and reads only the log rows appended
+    since the last poll (:func:`progress_line`). Up to JOB_LINES jobs, each state change is a
+    line; beyond, one line of counts (``jobs: 97 RUNNING, 3 PENDING (Priority)``) when they change.
+
     ``done``: what counts as finished, from the run's summary (default: ``complete`` is not false);
     ``progress``: the line printed for a run directory when it changes (None: no progress lines).
     """
@@ -227,7 +270,18 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
     last: dict[str, str] = {}
     watches = [_Watch() for _ in launched.run_dirs]
     finished: set[int] = set()
+    each = len(launched.jobs) <= JOB_LINES
+    counts = ""
     while len(finished) < len(launched.run_dirs):
+        states: dict[str, Any] = {}
+        if launched.executor != "local":  # one scheduler call per poll for every job still watched
+            states = jobstate.slurm_job_states([launched.jobs[i].job_id for i in range(len(launched.run_dirs))
+                                                if i not in finished])
+            if not each:
+                line = state_counts(states, sum(w.restarts for w in watches))
+                if line != counts:
+                    print(f"jobs: {line}", file=out, flush=True)
+                    counts = line
         for i, d in enumerate(launched.run_dirs):
             if i in finished:
                 continue
@@ -236,7 +290,8 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
                 print(line, file=out, flush=True)
                 last[str(d)] = line
             if (_local_step(launched, i, done) if launched.executor == "local"
-                    else _slurm_step(launched, i, watches[i], out, confirm_s, done)):
+                    else _slurm_step(launched, i, watches[i], out, confirm_s, done, states.get(launched.jobs[i].job_id),
+                                     each)):
                 finished.add(i)
         if len(finished) == len(launched.run_dirs):
             break

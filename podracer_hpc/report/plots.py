@@ -26,14 +26,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from .aggregate import MIN_RUNS_FOR_BAND, REDUCERS, Table, Targets, mean_curve, target_for
+from .lineage import LINEAGE_FULL_PODS, LINEAGE_ROWS, LINEAGE_TOP, _lineage_parent, ancestry, lineage  # noqa: F401
+from .style import ACTION_MARKERS, COLORS, _color, _empty  # noqa: F401
 
-__all__ = ["learning_curves", "scaling", "lineage", "hparam_trajectories", "fmt_steps", "text_overlaps"]
-
-COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
-          "#bcbd22")
-ACTION_MARKERS = {"keep": ("o", "kept its agent"), "copy_pod": ("^", "copied a pod of this round"),
-                  "load_entry": ("s", "loaded a leaderboard entry"), "reset": ("X", "re-initialized (NaN)"),
-                  "external": ("D", "loaded another job's entry")}
+__all__ = ["learning_curves", "scaling", "lineage", "ancestry", "hparam_trajectories", "fmt_steps", "text_overlaps"]
 
 
 def fmt_steps(x: float, _pos: Any = None) -> str:
@@ -47,15 +43,6 @@ def fmt_steps(x: float, _pos: Any = None) -> str:
 
 STEPS = FuncFormatter(fmt_steps)
 
-
-def _color(i: int) -> str:
-    return COLORS[i % len(COLORS)]
-
-
-def _empty(ax: Any, msg: str) -> None:
-    ax.text(0.5, 0.5, msg, ha="center", va="center", transform=ax.transAxes, wrap=True, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
 
 
 def _series(evals: Table, systems: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -305,124 +292,6 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
         _empty(axes[0], "no runs")
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False,
                fontsize=9)
-    return fig
-
-
-def _lineage_parent(row: dict[str, Any]) -> tuple[int, int] | None:
-    """The node (round, pod) whose agent a pod's agent after this round descends from; None when
-    the agent came from outside this run (another job's entry) or was re-initialized.
-
-    Node (r, p) is pod p's agent after round r's decision (r = -1: the start). An entry published
-    by pod q at round r' holds q's agent before that round's decision: it descends from (r'-1, q).
-    """
-    r, p = int(row["round"]), int(row["pod"])
-    action = row["action"]
-    if action == "reset":
-        return None
-    if action in ("copy_pod", "load_entry"):
-        if not row["source_internal"]:
-            return None
-        q = int(row["source_pod"])
-        rs = int(row["source_round"]) if int(row["source_round"]) >= 0 else r
-        return (rs - 1, q)
-    return (r - 1, p)
-
-
-def _action_kind(row: dict[str, Any]) -> str:
-    if row["action"] in ("copy_pod", "load_entry") and not row["source_internal"]:
-        return "external"
-    return row["action"] if row["action"] in ACTION_MARKERS else "keep"
-
-
-def lineage(tour: Table, run: str, evals: Table | None = None, width: float | None = None,
-            height: float | None = None) -> Figure:
-    """Lineage of one run's tournament: x = round, y = pod. A grey line continues a pod's own
-    agent; a coloured arrow shows an agent taken from another pod or an earlier entry (the
-    source's colour); the marker shape is the action and its colour the fitness at that round.
-    Thick black: the ancestry of the pod with the best last evaluation."""
-    t = tour.where(run=run)
-    rows = list(t.rows())
-    pods = int(t["pods"][0]) if len(t) else 1
-    rounds = int(t["round"].max()) + 1 if len(t) else 0
-    fig = Figure(figsize=(width or min(14.0, max(7.0, 2.2 + 0.55 * rounds)),
-                      height or min(12.0, max(3.6, 1.9 + 0.42 * pods))), layout="constrained")
-    ax = fig.add_subplot()
-    if not rows:
-        _empty(ax, f"{run}: no tournament rounds logged")
-        return fig
-    by_node = {(int(r["round"]), int(r["pod"])): r for r in rows}
-    parent = {node: _lineage_parent(r) for node, r in by_node.items()}
-    # winner: best last evaluation (else best fitness in the last round)
-    winner = None
-    if evals is not None and len(evals.where(run=run)):
-        e = evals.where(run=run)
-        last = {int(p): float(e.where(pod=p)["return_mean"][-1]) for p in e.unique("pod")}
-        fin = {p: v for p, v in last.items() if math.isfinite(v)}
-        winner = max(fin, key=fin.get) if fin else None
-    if winner is None:
-        lr = [r for r in rows if int(r["round"]) == rounds - 1 and math.isfinite(r["fitness"])]
-        winner = int(max(lr, key=lambda r: r["fitness"])["pod"]) if lr else None
-    ancestry: set[tuple[tuple[int, int], tuple[int, int]]] = set()
-    node = (rounds - 1, winner) if winner is not None else None
-    while node is not None and node in parent and parent[node] is not None:
-        ancestry.add((parent[node], node))
-        node = parent[node]
-    ms = max(18.0, min(70.0, 900.0 / max(pods, rounds, 1)))
-    for node, par in parent.items():
-        if par is None:
-            continue
-        (r0, q), (r1, p) = par, node
-        on_path = (par, node) in ancestry
-        if q == p and r0 == r1 - 1:
-            ax.plot([r0, r1], [q, p], color="black" if on_path else "0.75", lw=2.6 if on_path else 1.0, zorder=1)
-        else:
-            ax.annotate("", xy=(r1, p), xytext=(r0, q), zorder=2,
-                        arrowprops=dict(arrowstyle="-|>", color="black" if on_path else _color(q),
-                                        lw=2.6 if on_path else 1.4, shrinkA=4, shrinkB=6, mutation_scale=10,
-                                        connectionstyle="arc3,rad=0.12"))
-    fit = np.array([r["fitness"] for r in rows], dtype=float)
-    finite = fit[np.isfinite(fit)]
-    vmin, vmax = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
-    sc = None
-    kinds_present = []
-    for kind, (marker, _) in ACTION_MARKERS.items():
-        sel = [r for r in rows if _action_kind(r) == kind]
-        if not sel:
-            continue
-        kinds_present.append(kind)
-        xs = [int(r["round"]) for r in sel]
-        ys = [int(r["pod"]) for r in sel]
-        cs = [r["fitness"] if math.isfinite(r["fitness"]) else np.nan for r in sel]
-        sc = ax.scatter(xs, ys, c=cs, cmap="viridis", vmin=vmin, vmax=vmax, marker=marker, s=ms,
-                        edgecolors="0.2", linewidths=0.6, zorder=3, plotnonfinite=True)
-    ax.scatter([-1] * pods, list(range(pods)), marker="o", s=ms * 0.6, color="white", edgecolors="0.3", zorder=3)
-    if sc is not None:
-        cb = fig.colorbar(sc, ax=ax, shrink=0.9, pad=0.01)
-        cb.set_label("fitness at the round (eval return)", fontsize=9)
-    ax.set_xlim(-1.5, rounds - 0.5)
-    ax.set_ylim(pods - 0.5, -0.5)
-    step = max(1, math.ceil(rounds / 12))
-    ax.set_xticks([-1, *range(0, rounds, step)], ["start", *(str(r) for r in range(0, rounds, step))])
-    pstep = max(1, math.ceil(pods / 16))
-    ax.set_yticks(range(0, pods, pstep))
-    algo = {int(r["pod"]): str(r.get("algo") or "") for r in rows}
-    if len(set(algo.values())) > 1:  # a mixed pool: name each pod's learner
-        ax.set_yticklabels([f"{p} {algo.get(p, '')}".strip() for p in range(0, pods, pstep)])
-    if pods <= len(COLORS):  # the arrows carry the source pod's colour: so do the pod labels
-        for lab, p in zip(ax.get_yticklabels(), range(0, pods, pstep)):
-            lab.set_color(_color(p))
-    ax.set_xlabel("tournament round")
-    ax.set_ylabel("pod (MPI rank" + (", learner)" if len(set(algo.values())) > 1 else ")"))
-    system = t["system"][0]
-    ax.set_title(f"tournament lineage: {run} ({system}, {t['mode'][0]}, {pods} pods)", fontsize=11)
-    legend = [Line2D([], [], ls="", marker=ACTION_MARKERS[k][0], color="0.5", mec="0.2", ms=7,
-                     label=ACTION_MARKERS[k][1]) for k in kinds_present]
-    legend.append(Line2D([], [], color="0.5", lw=1.4, marker=">", ms=5,
-                         label="agent taken from" + (" (colour: source pod)" if pods <= len(COLORS) else "")))
-    if winner is not None:
-        legend.append(Line2D([], [], color="black", lw=2.6, label=f"ancestry of the final best pod ({winner})"))
-    fig.legend(handles=legend, loc="outside lower center", ncols=min(2 if fig.get_figwidth() < 9 else 3, len(legend)),
-               frameon=False, fontsize=9)
     return fig
 
 
