@@ -112,6 +112,9 @@ class LogConfig:
     progress_all_ranks: bool = F(False, "every rank prints its progress lines, not only rank 0 (4,096 ranks every "
                                         "10 s: 410 lines/s into one job log)")
     checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
+    round_checkpoints: str = F("auto", "every: each tournament round checkpoints | due: a round checkpoints once "
+                                       "checkpoint_interval_s has passed (collective: when any pod's has) | auto: every "
+                                       "when rounds come at exact env steps (tournament.min_interval_s 0), else due")
 
 
 # ------------------------------------------------------------------------------------------
@@ -120,6 +123,7 @@ class LogConfig:
 MODES = ("elegantrl", "pbt", "none")
 NETWORKS = ("mlp", "per_asset")  # agent.network
 SYNC_MODES = ("collective", "async")
+ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
 
 
 class HParamRange(NamedTuple):
@@ -159,7 +163,10 @@ class TournamentConfig:
     mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
     sync: str = F("collective", "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
                                 "async: a pod decides alone from the leaderboard and never waits for another")
-    interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds")
+    interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds (at least; see min_interval_s)")
+    min_interval_s: float = F(-1.0, "a floor on the time between rounds: the next round waits whole intervals until "
+                                    "this many seconds pass at the pod's measured speed (collective: the fastest "
+                                    "pod's); -1 = auto: 60 on a GPU pod, 0 on CPU (rounds at exact env steps)")
     warmup_env_steps: int = F(0, "env steps each pod trains before its first round (0: the first at interval_env_steps)")
     top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
     temperature: float = F(1.0, "elegantrl: softmax temperature over z-scored scores (> 0)")
@@ -206,6 +213,8 @@ class TournamentConfig:
         self.hparam_space = normalize_space(self.hparam_space)
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
+        if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= -1):
+            raise ValueError(f"tournament.min_interval_s must be >= 0 seconds, or -1 for auto, got {self.min_interval_s}")
         if self.population_sample < 1:
             raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
         if self.population_buckets < 0:
@@ -475,6 +484,8 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    need(cfg.log.round_checkpoints in ROUND_CHECKPOINTS, "log.round_checkpoints",
+         f"must be one of {' | '.join(ROUND_CHECKPOINTS)}")
     for section, options in registry.sections().items():  # every section: a typo in another task's too
         values = getattr(e, section, None)
         need(isinstance(values, options), f"env.{section}",

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -83,6 +83,17 @@ class Fitness:
     def to_json(self) -> dict:
         return {"seed": self.seed, "episodes": self.episodes, "mean": self.mean, "se": self.se,
                 "returns": list(self.returns)}
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """This evaluation as checkpoint JSON (NaN returns, a frozen pod's, as null)."""
+        return {"seed": self.seed, "returns": [x if math.isfinite(x) else None for x in self.returns]}
+
+    @classmethod
+    def from_checkpoint(cls, d: Any) -> "Fitness":
+        """The evaluation a checkpoint kept; a plain number (checkpoints before 2026-12-01) has no episodes."""
+        if isinstance(d, dict) and isinstance(d.get("returns"), list):
+            return cls(tuple(math.nan if x is None else float(x) for x in d["returns"]), int(d.get("seed", -1)))
+        return cls((math.nan if d is None else float(d),))
 
     @classmethod
     def from_json(cls, d: object) -> "Fitness | None":

@@ -32,8 +32,6 @@ import re
 import socket
 import time
 import uuid
-import warnings
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -42,7 +40,8 @@ import numpy as np
 import torch
 
 from podracer_hpc import safeio
-from podracer_hpc.records import parse_entry_id
+from podracer_hpc.entryfiles import (DIR_MODE, FILE_MODE, FS_OPS, LeaderboardWarning,  # noqa: F401 (re-exported)
+                                     _make_private_dir, _op, _unlink, _warn, _write_new, fs_ops)
 
 __all__ = [
     "ENTRY_KIND",
@@ -55,7 +54,6 @@ __all__ = [
     "fs_ops",
     "make_entry_id",
     "plan_prune",
-    "Population",
     "validate_entry_id",
 ]
 
@@ -63,26 +61,9 @@ ENTRY_KIND = "leaderboard-entry"  # safeio kind of the tensor files
 SIDECAR_FORMAT = "podracer-hpc-leaderboard"  # "format" field of the JSON sidecars
 SIDECAR_VERSION = 2
 SIDECAR_VERSIONS_READ = (1, 2)  # version 1: no sidecar_sha256
-DIR_MODE = 0o2770  # setgid, group-writable (group members may publish and prune), no world access
-FILE_MODE = 0o640
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,199}$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _OURS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-[0-9a-f]{12}$")  # ids that make_entry_id generates
-
-
-# Filesystem operations on the leaderboard directory by this process, by kind (open, write,
-# scandir, stat, link, rename, unlink, fsync): a shared filesystem's metadata server pays for
-# each, so the pool's rounds are measured in them (bench/pool_scale.py, the round log).
-FS_OPS: dict[str, int] = {}
-
-
-def _op(kind: str, n: int = 1) -> None:
-    FS_OPS[kind] = FS_OPS.get(kind, 0) + n
-
-
-def fs_ops() -> int:
-    """Total leaderboard filesystem operations of this process so far."""
-    return sum(FS_OPS.values())
 
 
 class InvalidEntryId(ValueError):
@@ -95,10 +76,6 @@ class EntryGone(LookupError):
 
 class EntryCorrupt(safeio.StateFileError):
     """The entry exists but is corrupt or foreign; nothing was loaded."""
-
-
-class LeaderboardWarning(UserWarning):
-    """A file in the leaderboard directory was skipped."""
 
 
 def validate_entry_id(entry_id: Any) -> str:
@@ -542,138 +519,6 @@ class Leaderboard:
                 pass  # the publisher wrote them again itself
         _unlink(hidden)
 
-POPULATION_DIR = "population"  # under the leaderboard's root, beside entries/
-PODS_PER_BUCKET = 16  # an automatic bucket count aims at this many pods per bucket
-
-
-def auto_buckets(pool_size: int) -> int:
-    """Buckets for a pool of ``pool_size`` pods: a power of two near ``pool_size / 16``."""
-    want = max(1, math.ceil(max(1, int(pool_size)) / PODS_PER_BUCKET))
-    return 1 << (want - 1).bit_length()
-
-
-class Population:
-    """Every pod's latest agents, for asynchronous PBT, read a bounded sample at a time.
-
-    Layout: ``root/population/layout.json`` (the bucket count, fixed by the first pod that
-    comes: ``{"buckets": B}``) and ``root/population/<bucket>/``, each a leaderboard directory
-    (same immutable entries, same integrity checks). A pod's entries go to the bucket its job and
-    rank hash to, and it keeps its newest ``keep_last`` there (deleting its own older ones).
-
-    Why (issue 26): when every pod kept every other pod's latest entry in one directory, each
-    pod listed and read all N sidecars each round (N^2 per round over the pool: 16.8M opens at
-    4,096 pods). Here a pod lists a few random buckets and reads at most ``n`` sidecars, chosen
-    from the entry names (``job-pod-round-hex``) without opening anything: its work per round
-    does not depend on the pool's size, and with hashed buckets of similar size the sample is
-    close to uniform over the pods.
-    """
-
-    def __init__(self, root: str | os.PathLike, pool_size: int = 1, buckets: int = 0):
-        self.root = Path(root)
-        self.dir = self.root / POPULATION_DIR
-        for d in (self.root, self.dir):
-            _make_private_dir(d)
-        self.buckets = self._layout(buckets or auto_buckets(pool_size))
-        self._boards: dict[tuple[int, bool], Leaderboard] = {}
-
-    def _layout(self, want: int) -> int:
-        """The bucket count of this population: the first pod's choice, read by all later ones."""
-        path = self.dir / "layout.json"
-        for _ in range(2):
-            _op("open")
-            try:
-                d = json.loads(path.read_bytes())
-                b = int(d["buckets"])
-                if b < 1:
-                    raise ValueError(b)
-                return b
-            except FileNotFoundError:
-                try:
-                    _write_new(path, json.dumps({"buckets": int(want), "pods_per_bucket": PODS_PER_BUCKET}).encode())
-                    return int(want)
-                except FileExistsError:
-                    continue  # another pod wrote it first: read its choice
-            except (OSError, ValueError, TypeError, KeyError) as e:
-                raise EntryCorrupt(f"{path}: not a population layout ({e}); delete it to start the population over")
-        raise EntryCorrupt(f"{path}: cannot be read or written")
-
-    def bucket_of(self, job: Any, pod: Any) -> int:
-        """The bucket of a pod (stable across restarts: a hash of its job and rank as ids spell them)."""
-        return zlib.crc32(f"{_sanitize(job)}/{_sanitize(pod, 16)}".encode()) % self.buckets
-
-    def board(self, bucket: int, create: bool = False) -> Leaderboard:
-        """One bucket's directory (``create``: made if missing, for a publisher; readers only read)."""
-        if (bucket, create) not in self._boards:
-            self._boards[bucket, create] = Leaderboard(self.root, f"{POPULATION_DIR}/{bucket:04d}", create=create)
-        return self._boards[bucket, create]
-
-    def board_of(self, entry_id: str) -> Leaderboard:
-        """The bucket directory an entry id belongs to (from the job and rank its name carries)."""
-        name = parse_entry_id(validate_entry_id(entry_id))
-        if name is None:
-            raise EntryGone(f"{entry_id} is not a population entry id (job-pod-round-hex)")
-        return self.board(self.bucket_of(name.job, name.pod))
-
-    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any],
-                keep_last: int = 2) -> str:
-        """Write this pod's agent (``meta`` has ``job`` and ``pod``) and delete its own entries but the
-        newest ``keep_last`` (2: a reader that listed the previous one can still load it)."""
-        job, pod = meta.get("job", "local"), meta.get("pod", 0)
-        board = self.board(self.bucket_of(job, pod), create=True)
-        eid = board.publish(tensors, score, meta, content_id=True)
-        mine = sorted(((n.round, i) for i, n in self._names(board) if (n.job, n.pod) == (_sanitize(job), int(pod))),
-                      reverse=True)
-        board.remove(i for _, i in mine[keep_last:] if i != eid)
-        return eid
-
-    def _names(self, board: Leaderboard) -> list[tuple[str, Any]]:
-        """``(id, parsed name)`` of the complete entries (sidecars) of one bucket: one listing, no opens."""
-        _op("scandir")
-        try:
-            names = [x.name[: -len(".json")] for x in os.scandir(board.entries_dir)
-                     if x.name.endswith(".json") and not x.name.startswith(".")]
-        except FileNotFoundError:
-            return []
-        return [(i, n) for i in names if (n := parse_entry_id(i)) is not None]
-
-    def sample(self, rng: Any, n: int, exclude: tuple[Any, Any] | None = None) -> list[EntryInfo]:
-        """The latest entry of up to ``n`` pods drawn at random (``rng``: a numpy Generator), best
-        first; ``exclude``: a ``(job, pod)`` left out (the caller). Lists random buckets until it has
-        ``n`` pods or has listed ``max(2, ceil(2n / 16))`` of them; reads only the chosen sidecars."""
-        if n <= 0:
-            return []
-        skip = (_sanitize(exclude[0]), int(exclude[1])) if exclude is not None else None
-        latest: dict[tuple[str, int], tuple[int, str, int]] = {}
-        max_listed = max(2, math.ceil(2 * n / PODS_PER_BUCKET))
-        for listed, b in enumerate(rng.permutation(self.buckets).tolist()):
-            if listed >= max_listed or len(latest) >= n:
-                break
-            for eid, name in self._names(self.board(b)):
-                key = (name.job, name.pod)
-                if key != skip and (key not in latest or name.round > latest[key][0]):
-                    latest[key] = (name.round, eid, b)
-        chosen = sorted(latest.values(), key=lambda x: x[1])
-        if len(chosen) > n:
-            chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), size=n, replace=False).tolist())]
-        out = []
-        for _, eid, b in chosen:
-            try:
-                info = self.board(b).info(eid)
-            except EntryGone:
-                continue  # its pod published again and retired it meanwhile
-            except EntryCorrupt as e:
-                _warn(f"{e}; skipped")
-                continue
-            if math.isfinite(info.score):
-                out.append(info)
-        out.sort(key=lambda e: (-e.score, e.id))
-        return out
-
-    def load(self, entry_id: str, device: str | torch.device = "cpu") -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
-        """Load a population entry (as :meth:`Leaderboard.load_best_available` of one candidate)."""
-        return self.board_of(entry_id).load_best_available([entry_id], device=device, skip_corrupt=False)
-
-
 def plan_prune(ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = (),
                group: Callable[[EntryInfo], str] | None = None) -> list[str]:
     """The ids a prune deletes: all but the ``top_k`` best of each ``group`` (one group by
@@ -689,42 +534,6 @@ def plan_prune(ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = ()
         if place[g] > top_k and e.id not in keep:
             out.append(e.id)
     return out
-
-
-# ---------------------------------------------------------------------- file helpers
-
-
-def _make_private_dir(d: Path) -> None:
-    try:
-        d.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        if not d.is_dir():
-            raise NotADirectoryError(f"{d} exists and is not a directory") from None
-        if d.stat().st_mode & 0o007:
-            _warn(f"{d} is accessible by all users; restrict it with `chmod o-rwx {d}`")
-        return
-    os.chmod(d, DIR_MODE)
-
-
-def _write_new(path: Path, data: bytes, mode: int = FILE_MODE, sync_dir: bool = True) -> None:
-    """Atomically create ``path`` with ``data``; never replaces an existing file."""
-    _op("write", 5 if sync_dir else 3)  # create, fsync, link, unlink of the temporary (+ open, fsync of the dir)
-    try:
-        safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False, sync_dir=sync_dir)
-    except FileExistsError:
-        raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
-
-
-def _unlink(path: Path) -> None:
-    _op("unlink")
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _warn(msg: str) -> None:
-    warnings.warn(msg, LeaderboardWarning, stacklevel=3)
 
 
 def _sidecar_digest(d: dict[str, Any]) -> str:

@@ -29,8 +29,9 @@ from .comm import Comm
 from .config import Config
 from .fitness import Fitness, better
 from .h5log import H5Writer
-from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, Population, fs_ops, plan_prune
+from .leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops, plan_prune
 from .pod import Pod, entry_kind
+from .population import Population
 from .records import Comparison, RoundRecord, Source
 from .rundir import RunDir
 from .tournament import Candidate, Decision, PodReport, decide, effective_space, make_rng
@@ -87,6 +88,9 @@ class Meeting:
     announced: bool = False  # this rank announced a stop (comm.announce_stop)
     summary: dict[str, Any] = field(default_factory=dict)  # this rank's part of the run summary
     notified: tuple[int, ...] = ()  # the ranks this rank sent stop notices to (comm.notified): settled at the end
+    # at a round: whole intervals this pod wants before the next round (its speed and the time
+    # floor), and whether its checkpoint is due; every rank takes the same max / any
+    schedule: tuple[int, bool] = (1, True)
 
 
 class Pool:
@@ -98,13 +102,16 @@ class Pool:
         self.tcfg = cfg.tournament
         self.rundir = rundir
         self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
-        # async PBT: every pod's latest agent, read a bounded sample at a time (leaderboard.Population)
+        # async PBT: every pod's latest agent, read a bounded sample at a time (population.Population)
         self.population = (Population(self.board.root, comm.size, self.tcfg.population_buckets)
                            if self.tcfg.sync == "async" and self.tcfg.mode == "pbt" else None)
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
         self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
+        # entries collective rounds loaded since the pool last checkpointed together: a resume
+        # redoes those rounds and loads them again, so no prune may take them (the run clears it)
+        self.loaded_since_checkpoint: set[str] = set()
 
     @property
     def collective(self) -> bool:
@@ -285,9 +292,11 @@ class Pool:
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
         # Every rank computes the same prune plan (same listing, decisions and entries) and removes
         # only its own entry; rank 0 removes the listed ones: no rank's work grows with the pool.
-        # An entry loaded from the listing stays (a redo of the round loads it again); a source pod's
-        # entry of this round may go: a redo publishes it again (same content, same id).
-        needed = {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
+        # An entry loaded from the listing stays until the pool checkpoints (a redo of the round
+        # loads it again); a source pod's entry of this round may go: a redo publishes it again
+        # (same content, same id).
+        self.loaded_since_checkpoint |= {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
+        needed = self.loaded_since_checkpoint
         seen = [e.info() for e in entries]  # the listing decided on: no sidecar is read again
         seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index,
                            meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]

@@ -50,7 +50,7 @@ from typing import Any, Callable
 import torch
 import yaml
 
-from . import __version__, resume, safeio
+from . import __version__, faults, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, for_rank, to_dict
 from .h5log import H5Writer
@@ -61,7 +61,7 @@ from .pod import Pod, entry_kind
 from .pool import Meeting, Pool
 from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
-from .tournament import describe_space, effective_space, round_env_steps
+from .tournament import describe_space, effective_space, intervals_to_next_round, round_env_steps
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
@@ -135,8 +135,8 @@ class RankRun:
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
         self.pending_fitness: Fitness | None = None  # a round's evaluation whose meeting ended the run
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
-        self.inject_nan, self.slow = _nan_injection(comm.rank), _slow_injection(comm.rank)
-        self.inject_signal = _signal_injection(comm.rank)
+        self.inject_nan, self.slow = faults.nan_update(comm.rank), faults.slow_factor(comm.rank)
+        self.inject_signal = faults.signal_update(comm.rank)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
@@ -196,8 +196,15 @@ class RankRun:
         self.round_index = int(self.state.get("round", 0))
         pending = self.state.get("pending_round")
         if isinstance(pending, list) and len(pending) == 2 and pending[0] == self.round_index:
-            self.pending_fitness = _fitness_from_meta(pending[1])
-        self.next_round = round_env_steps(cfg.tournament, self.round_index)
+            self.pending_fitness = Fitness.from_checkpoint(pending[1])
+        # rounds: at exact env-step points, or spaced by a time floor (a GPU pod); the point of the
+        # next round is state (kept in the checkpoint: a resume holds the same rounds)
+        t = cfg.tournament
+        self.min_interval_s = t.min_interval_s if t.min_interval_s >= 0 else (60.0 if device.type == "cuda" else 0.0)
+        self.round_checkpoints = cfg.log.round_checkpoints if cfg.log.round_checkpoints != "auto" else (
+            "every" if self.min_interval_s == 0 else "due")
+        self.next_round = int(self.state.get("next_round") or round_env_steps(t, self.round_index))
+        self.round_clock = (time.perf_counter(), self.pod.env_steps)  # when and where the last round was
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
         self.best = float(self.state.get("best_return", -math.inf))
         self.last_eval = float(self.state.get("last_eval_return", math.nan))
@@ -351,12 +358,15 @@ class RankRun:
         else:  # every pod of round i on the same start states (common random numbers; fitness.py)
             fitness = self.evaluate(eval_seed(self.cfg.seed, "round", self.round_index) if self.pool.collective
                                     else eval_seed(self.cfg.seed, "async"))
+        wish = self.schedule_wish()
         if self.pool.collective:
             met_at = time.perf_counter()
-            everyone = self.meet("round", self.pool.report(fitness))
+            everyone = self.meet("round", self.pool.report(fitness), schedule=wish)
             if self.met is not None:  # someone stopped: no round; the run ends here for everyone
                 self.pending_fitness = fitness
                 return
+            # the same schedule on every rank: the fastest pod's spacing, a checkpoint if anyone's is due
+            wish = (max(m.schedule[0] for m in everyone), any(m.schedule[1] for m in everyone))
             reports = [m.report for m in everyone]
             record = self.pool.collective_round(self.round_index, fitness, self.wall(), reports, met_at=met_at)
             if self.comm.rank == 0:
@@ -368,11 +378,31 @@ class RankRun:
             self.say(f"round {self.round_index}: restored from {record.source.id or 'a fresh agent'} after NaN; "
                      "training goes on")
         self.round_index += 1
-        self.next_round = round_env_steps(self.cfg.tournament, self.round_index)
-        self.checkpoint()
+        self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
+        self.round_clock = (time.perf_counter(), self.pod.env_steps)
+        if wish[1]:
+            self.checkpoint()
+            if self.pool.collective:  # the whole pool checkpointed at this round: a resume starts here or later
+                self.pool.loaded_since_checkpoint.clear()
+
+    def schedule_wish(self) -> tuple[int, bool]:
+        """At a round: whole intervals this pod wants before the next round (its speed since the
+        last round against ``tournament.min_interval_s``), and whether this round should checkpoint
+        (``log.round_checkpoints``: every round, or once ``log.checkpoint_interval_s`` has passed)."""
+        t0, steps0 = self.round_clock
+        rate = (self.pod.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
+        intervals = intervals_to_next_round(self.cfg.tournament, rate, self.min_interval_s)
+        interval = self.cfg.log.checkpoint_interval_s
+        due = self.round_checkpoints == "every" or (bool(interval) and time.monotonic() - self.last_ckpt >= interval)
+        return intervals, due
 
     def checkpoint_due(self) -> bool:
+        """A checkpoint of this rank's own between rounds (``log.checkpoint_interval_s``). Collective
+        pods take one only in an epoch whose round checkpointed: their files stay within one
+        round of each other's, as :func:`resume.choose` needs (``.prev`` keeps the previous epoch)."""
         interval = self.cfg.log.checkpoint_interval_s
+        if self.pool is not None and self.pool.collective and self.ckpt_epochs[0] != self.round_index:
+            return False
         return bool(interval) and time.monotonic() - self.last_ckpt >= interval
 
     def checkpoint(self) -> None:
@@ -387,9 +417,9 @@ class RankRun:
             os.replace(tmp, resume.prev_of(self.ckpt))
             prev_epoch = ckpt_epoch
         extra = {"best_return": self.best, "last_eval_return": self.last_eval, "next_eval": self.next_eval,
-                 "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size,
+                 "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size, "next_round": self.next_round,
                  "last_copy_round": self.pool.last_copy_round if self.pool is not None else -1,
-                 "pending_round": [self.round_index, _fitness_to_meta(self.pending_fitness)]
+                 "pending_round": [self.round_index, self.pending_fitness.to_checkpoint()]
                  if self.pending_fitness is not None else None,
                  "collectives": dict(self.comm.calls),  # this process's collective calls so far (tests count them)
                  "log_rows": self.log.rows()}  # what the (flushed) log holds: a resume cuts it back to this
@@ -431,7 +461,7 @@ class RankRun:
         return True
 
     # --- the end --------------------------------------------------------------------------
-    def meet(self, kind: str, report: Any = None) -> list[Meeting]:
+    def meet(self, kind: str, report: Any = None, schedule: tuple[int, bool] = (1, True)) -> list[Meeting]:
         """Meet every rank: a collective, only at rounds and at the end. Each rank brings its part
         of the summary; unless everyone came for a round, this meeting is the last one (anyone's
         ``stop`` stops everyone) and :attr:`met` keeps it."""
@@ -440,7 +470,7 @@ class RankRun:
                 "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
         # made once every rank has come (comm.meet passes stop notices on while this rank waits):
         # then it says every notice this rank will ever send, and the last meeting settles them
-        everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, part, self.comm.notified))
+        everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, part, self.comm.notified, schedule))
         kinds = {m.kind for m in everyone}
         if kinds == {"round", "done"}:
             raise TrainingError(f"ranks reached different points of the schedule ({sorted(kinds)}); "
@@ -544,46 +574,8 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
     return out
 
 
-def _injection(name: str, rank: int) -> str | None:
-    """Fault testing: the value for ``rank`` in ``PODRACER_INJECT_<NAME>=RANK:VALUE[,RANK:VALUE...]``."""
-    for item in filter(None, os.environ.get(f"PODRACER_INJECT_{name}", "").split(",")):
-        r, v = item.split(":")
-        if int(r) == rank:
-            return v
-    return None
-
-
-def _nan_injection(rank: int) -> int:
-    """``PODRACER_INJECT_NAN=RANK:UPDATE`` poisons that rank's weights at that update."""
-    return int(_injection("NAN", rank) or 0)
-
-
-def _slow_injection(rank: int) -> float:
-    """``PODRACER_INJECT_SLOW=RANK:FACTOR[,...]`` makes those ranks' updates take FACTOR times as
-    long (a straggler: a throttled GPU, a busy node)."""
-    return float(_injection("SLOW", rank) or 1.0)
-
-
-def _signal_injection(rank: int) -> int:
-    """``PODRACER_INJECT_SIGNAL=RANK:UPDATE[,...]``: that rank sends itself a real SIGUSR2 right
-    after that update (a warning signal at an exact point of the schedule, through the real handler)."""
-    return int(_injection("SIGNAL", rank) or 0)
-
-
 def _finite_or_none(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
-
-
-def _fitness_to_meta(f: Fitness) -> dict[str, Any]:
-    """An evaluation as checkpoint JSON (NaN, a frozen pod's returns, as null)."""
-    return {"seed": f.seed, "returns": [x if math.isfinite(x) else None for x in f.returns]}
-
-
-def _fitness_from_meta(d: Any) -> Fitness:
-    """The evaluation a checkpoint kept; a plain number (checkpoints before 2026-12-01) has no episodes."""
-    if isinstance(d, dict) and isinstance(d.get("returns"), list):
-        return Fitness(tuple(math.nan if x is None else float(x) for x in d["returns"]), int(d.get("seed", -1)))
-    return Fitness((math.nan if d is None else float(d),))
 
 
 def pool_summary(index: int, reports: list[Any]) -> str:

@@ -68,6 +68,7 @@ __all__ = [
     "pbt_select",
     "quantile_size",
     "round_env_steps",
+    "intervals_to_next_round",
     "softmax_zscore",
 ]
 
@@ -157,6 +158,16 @@ def round_env_steps(cfg: TournamentConfig, index: int) -> int:
     lineages survive (Jaderberg et al.'s "ready" criterion, for every pod at once).
     """
     return max(cfg.interval_env_steps, cfg.warmup_env_steps) + index * cfg.interval_env_steps
+
+
+def intervals_to_next_round(cfg: TournamentConfig, steps_per_s: float, min_interval_s: float) -> int:
+    """Whole ``interval_env_steps`` from one round to the next: 1, or as many as it takes for
+    ``min_interval_s`` seconds to pass at ``steps_per_s`` (a GPU pod at 500k env steps/s would
+    otherwise hold a round every 0.2 s at a 100k interval). Rounds stay on the interval's grid,
+    so every pod of a pool, whatever its batch, passes the same points."""
+    if not min_interval_s > 0 or not (math.isfinite(steps_per_s) and steps_per_s > 0):
+        return 1
+    return max(1, math.ceil(min_interval_s * steps_per_s / cfg.interval_env_steps))
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -160,6 +160,47 @@ def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
                           d / "checkpoints" / f"rank{rank}.safetensors")
 
 
+def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path):
+    """Issue 26: rounds that do not checkpoint (``log.round_checkpoints=due``, no time checkpoints).
+    Killed after several rounds, the pool resumes from its first checkpoint and redoes every round:
+    the entries those rounds loaded were kept for it, each update and round is logged once, and both
+    pods end bit-equal to an uninterrupted run."""
+    extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
+             "log.checkpoint_interval_s=0", "log.round_checkpoints=due", "tournament.top_k=1")
+    ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
+    assert ref.returncode == 0, ref.stderr
+    d = tmp_path / "killed"
+    slow = {**env(), "PODRACER_INJECT_SLOW": "0:5,1:5"}
+    p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=slow,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        def rounds_done() -> bool:
+            try:
+                t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"]
+            except Exception:  # noqa: BLE001
+                return p.poll() is not None
+            return len(t.get("round", [])) >= 4 or p.poll() is not None
+        wait_for(rounds_done, 200, "four rounds")
+        assert p.poll() is None, "the run ended before it could be killed"
+        os.kill(rank_pids(d)[-1], signal.SIGKILL)
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    for rank in (0, 1):  # no round checkpointed: both still hold the fresh start's checkpoint
+        assert tensors_of(d / "checkpoints" / f"rank{rank}.safetensors")[1]["round"] == 0
+    r = run(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2))
+    assert r.returncode == 0, r.stderr
+    loads = 0
+    for rank in (0, 1):
+        log = read_log(d / "logs" / f"quickstart_rank{rank}.h5")
+        assert_once(log, ranks_rounds=8)
+        loads += sum(1 for a in log["tournament"]["action"] if a in (b"load_entry", "load_entry"))
+        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors",
+                          d / "checkpoints" / f"rank{rank}.safetensors")
+    assert loads, "no round loaded an entry: the test would not exercise the kept sources"
+
+
 def test_a_run_killed_before_its_first_checkpoint_logs_each_update_once(tmp_path):
     """The chaos run's [1, 2, 3, 4, 1, 2, 3, 4, 5, ...]: the log kept rows no checkpoint holds."""
     d = tmp_path / "r"

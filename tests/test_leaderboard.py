@@ -470,7 +470,8 @@ def test_prune_on_a_listing_the_caller_made_keeps_what_it_did_not_see(lb: Leader
 
 
 # --------------------------------------------------------------------------- the population (issue 26)
-from podracer_hpc.leaderboard import Population, auto_buckets, plan_prune  # noqa: E402
+from podracer_hpc.leaderboard import plan_prune  # noqa: E402
+from podracer_hpc.population import Population, auto_buckets  # noqa: E402
 
 
 def fill(pop: Population, pods: int, rounds: int = 1, job: str = "77") -> None:

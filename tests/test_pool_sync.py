@@ -160,3 +160,22 @@ def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
         copies += [x for x in recs if x.action == "copy_pod"]
     assert copies, "no pod copied another in 24 rounds with half the sample below it"
     assert all(x.source.kind == "entry" and x.source.pod is not None and not x.source.rejected for x in copies)
+
+
+def test_a_time_floor_spaces_collective_rounds_on_the_interval_grid(tmp_path):
+    """``tournament.min_interval_s`` (issue 26): rounds wait whole intervals until the floor has passed
+    at the pods' speed, both pods hold the same rounds at the same env steps, and with rounds that no
+    longer checkpoint each (auto: due) the run still ends complete."""
+    run = tmp_path / "r"
+    interval = 512  # 32 envs x 16 steps = 1 update
+    r = subprocess.run(cmd(2, run, "env.num_envs=32", "total_env_steps=24576", f"tournament.interval_env_steps={interval}",
+                           "eval.interval_env_steps=0", "tournament.min_interval_s=1.0"),
+                       cwd=REPO, env=env(PODRACER_INJECT_SLOW="0:3,1:3"), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    recs = [[x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0]
+            for k in range(2)]
+    steps = [[x.env_steps for x in rr] for rr in recs]
+    assert steps[0] == steps[1] and all(s % interval == 0 for s in steps[0]), steps
+    assert 2 <= len(steps[0]) < 24576 // interval - 8, steps  # fewer rounds than intervals (how many: the speed)
+    gaps = [b.wall_s - a.wall_s for a, b in zip(recs[0], recs[0][1:])]
+    assert min(gaps) > 0.5, gaps  # ~1 s apart (a second at the speed of the interval before)

@@ -494,3 +494,16 @@ def test_explore_resamples_a_value_outside_its_range_instead_of_pinning_it_to_th
     assert len(set(lrs)) == 50 and max(lrs) > 1e-3  # drawn from the prior, not 3e-6 x 1.2 clipped to 1e-5
     inside = explore({"learning_rate": 1e-3}, space, make_rng(0, 0, 0, 2), resample_prob=0.0)["learning_rate"]
     assert inside in (pytest.approx(8e-4), pytest.approx(1.2e-3))  # inside the range: perturbed as before
+
+
+@pytest.mark.parametrize("rate, floor, expect", [
+    (5e5, 60.0, 300),    # an H200 pod at 500k env steps/s, 100k interval: a round every 60 s, not every 0.2 s
+    (2e4, 60.0, 12),     # a CPU pod at 20k/s
+    (1e3, 60.0, 1),      # slower than one interval a minute: every interval
+    (5e5, 0.0, 1),       # no floor: every interval (the CPU default)
+    (float("nan"), 60.0, 1), (0.0, 60.0, 1),
+])
+def test_intervals_to_next_round_keep_a_time_floor_on_the_interval_grid(rate, floor, expect):
+    from podracer_hpc.tournament import intervals_to_next_round
+    cfg = TournamentConfig(mode="elegantrl", interval_env_steps=100_000)
+    assert intervals_to_next_round(cfg, rate, floor) == expect
