@@ -417,14 +417,16 @@ def pbt_select(
     # every non-finite pod.
     targets = {r for r in range(n) if not _finite(fit[r])}
     not_ready: set[int] = set()
-    for r in reversed([r for r in finite if r not in sources]):
-        if len(targets & set(finite)) >= k:
+    source_set, finite_targets = set(sources), 0  # (sets and a count: linear in the pool, not quadratic)
+    for r in reversed([r for r in finite if r not in source_set]):
+        if finite_targets >= k:
             break
         last = reports[r].last_copy_round
         if last >= 0 and round - last < ready_rounds:
             not_ready.add(r)
         else:
             targets.add(r)
+            finite_targets += 1
 
     decisions: dict[int, Decision] = {}
     drawn: set[int] = set()
