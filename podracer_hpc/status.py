@@ -208,6 +208,8 @@ class _Tracker:
                     action = f"keep ({_short_source(last.source)})"
                 st.last_action = f"r{last.round}: {action}"
                 st.hparams = last.new_hparams
+                # a round's row is flushed at once, the training rows before it may still be buffered
+                st.env_steps = max(st.env_steps, int(last.env_steps))
         return st
 
     def _poll_tail(self) -> dict[str, Any]:

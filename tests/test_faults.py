@@ -125,33 +125,33 @@ def test_sigkill_of_a_pod_resumes_bit_equal_with_every_update_logged_once(tmp_pa
 
 
 @pytest.mark.mpi
-def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
-    """A rank killed mid-run (its partner dies with the job): the same command resumes, every
-    update and round is logged once per rank, and both pods end bit-equal to an uninterrupted run."""
-    extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
-             "log.checkpoint_interval_s=0.5")
-    ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
-    assert ref.returncode == 0, ref.stderr
-    d = tmp_path / "killed"
-    # updates 5x as long (a sleep: the results are the same), so that the kill lands mid-run on a fast
-    # machine too (with torch 2.4 the whole run took less time than this test's polling)
+def kill_a_rank_after_rounds(d: Path, extra: tuple[str, ...], rounds: int, timeout: float) -> None:
+    """Run the 2-rank quickstart in ``d`` and SIGKILL its last rank once ``rounds`` rounds are logged
+    (its partner dies with the job). Updates take 5x as long (a sleep: the results are the same),
+    so that the kill lands mid-run on a fast machine too (with torch 2.4 the whole run took less
+    time than the polling)."""
     slow = {**env(), "PODRACER_INJECT_SLOW": "0:5,1:5"}
     p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=slow,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        def mid_run() -> bool:
+        def reached() -> bool:
             try:  # (a read can race the writer's flush: try again)
                 t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"]
             except Exception:  # noqa: BLE001
                 return p.poll() is not None
-            return len(t.get("round", [])) >= 2 or p.poll() is not None
-        wait_for(mid_run, 150, "two rounds")
+            return len(t.get("round", [])) >= rounds or p.poll() is not None
+        wait_for(reached, timeout, f"{rounds} rounds")
         assert p.poll() is None, "the run ended before it could be killed"
         os.kill(rank_pids(d)[-1], signal.SIGKILL)
         p.wait(60)  # mpiexec ends the job when a rank dies
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
+
+
+def resume_and_compare(tmp_path: Path, d: Path, extra: tuple[str, ...]) -> None:
+    """The same command resumes ``d``: every update and round logged once per rank, and both pods
+    bit-equal to the uninterrupted run in ``tmp_path / "ref"``."""
     r = run(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2))
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
@@ -160,45 +160,32 @@ def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
                           d / "checkpoints" / f"rank{rank}.safetensors")
 
 
+def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
+    """A rank killed mid-run (its partner dies with the job): the same command resumes, every
+    update and round is logged once per rank, and both pods end bit-equal to an uninterrupted run."""
+    extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
+             "log.checkpoint_interval_s=0.5")
+    ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
+    assert ref.returncode == 0, ref.stderr
+    kill_a_rank_after_rounds(tmp_path / "killed", extra, 2, 150)
+    resume_and_compare(tmp_path, tmp_path / "killed", extra)
+
+
 def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path):
     """Issue 26: rounds that do not checkpoint (``log.round_checkpoints=due``, no time checkpoints).
-    Killed after several rounds, the pool resumes from its first checkpoint and redoes every round:
-    the entries those rounds loaded were kept for it, each update and round is logged once, and both
-    pods end bit-equal to an uninterrupted run."""
+    Killed after four rounds, the pool resumes from its first checkpoint and redoes every round on
+    the listings it kept: each update and round is logged once, and both pods end bit-equal to an
+    uninterrupted run. (That an entry a round loaded survives later prunes until the pool
+    checkpoints is tests/test_pool_keep.py's: these runs never needed it.)"""
     extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
              "log.checkpoint_interval_s=0", "log.round_checkpoints=due", "tournament.top_k=1")
     ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
     assert ref.returncode == 0, ref.stderr
     d = tmp_path / "killed"
-    slow = {**env(), "PODRACER_INJECT_SLOW": "0:5,1:5"}
-    p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=slow,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        def rounds_done() -> bool:
-            try:
-                t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"]
-            except Exception:  # noqa: BLE001
-                return p.poll() is not None
-            return len(t.get("round", [])) >= 4 or p.poll() is not None
-        wait_for(rounds_done, 200, "four rounds")
-        assert p.poll() is None, "the run ended before it could be killed"
-        os.kill(rank_pids(d)[-1], signal.SIGKILL)
-        p.wait(60)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
+    kill_a_rank_after_rounds(d, extra, 4, 200)
     for rank in (0, 1):  # no round checkpointed: both still hold the fresh start's checkpoint
         assert tensors_of(d / "checkpoints" / f"rank{rank}.safetensors")[1]["round"] == 0
-    r = run(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2))
-    assert r.returncode == 0, r.stderr
-    loads = 0
-    for rank in (0, 1):
-        log = read_log(d / "logs" / f"quickstart_rank{rank}.h5")
-        assert_once(log, ranks_rounds=8)
-        loads += sum(1 for a in log["tournament"]["action"] if a in (b"load_entry", "load_entry"))
-        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors",
-                          d / "checkpoints" / f"rank{rank}.safetensors")
-    assert loads, "no round loaded an entry: the test would not exercise the kept sources"
+    resume_and_compare(tmp_path, d, extra)
 
 
 def test_a_run_killed_before_its_first_checkpoint_logs_each_update_once(tmp_path):
