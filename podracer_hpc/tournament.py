@@ -161,10 +161,8 @@ def round_env_steps(cfg: TournamentConfig, index: int) -> int:
 
 
 def intervals_to_next_round(cfg: TournamentConfig, steps_per_s: float, min_interval_s: float) -> int:
-    """Whole ``interval_env_steps`` from one round to the next: 1, or as many as it takes for
-    ``min_interval_s`` seconds to pass at ``steps_per_s`` (a GPU pod at 500k env steps/s would
-    otherwise hold a round every 0.2 s at a 100k interval). Rounds stay on the interval's grid,
-    so every pod of a pool, whatever its batch, passes the same points."""
+    """Whole ``interval_env_steps`` to the next round: 1, or as many as ``min_interval_s`` takes at
+    ``steps_per_s`` (on the interval's grid: every pod of a pool, whatever its batch, passes them)."""
     if not min_interval_s > 0 or not (math.isfinite(steps_per_s) and steps_per_s > 0):
         return 1
     return max(1, math.ceil(min_interval_s * steps_per_s / cfg.interval_env_steps))
@@ -417,7 +415,7 @@ def pbt_select(
     # every non-finite pod.
     targets = {r for r in range(n) if not _finite(fit[r])}
     not_ready: set[int] = set()
-    source_set, finite_targets = set(sources), 0  # (sets and a count: linear in the pool, not quadratic)
+    source_set, finite_targets = set(sources), 0  # a set and a count: linear in the pool
     for r in reversed([r for r in finite if r not in source_set]):
         if finite_targets >= k:
             break

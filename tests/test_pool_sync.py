@@ -176,6 +176,8 @@ def test_a_time_floor_spaces_collective_rounds_on_the_interval_grid(tmp_path):
             for k in range(2)]
     steps = [[x.env_steps for x in rr] for rr in recs]
     assert steps[0] == steps[1] and all(s % interval == 0 for s in steps[0]), steps
-    assert 2 <= len(steps[0]) < 24576 // interval - 8, steps  # fewer rounds than intervals (how many: the speed)
+    assert 3 <= len(steps[0]) < 24576 // interval - 8, steps  # fewer rounds than intervals (how many: the speed)
     gaps = [b.wall_s - a.wall_s for a, b in zip(recs[0], recs[0][1:])]
-    assert min(gaps) > 0.5, gaps  # ~1 s apart (a second at the speed of the interval before)
+    # ~1 s apart (a second at the speed of the interval before); the first wish comes from the speed
+    # since the start, start-up included, so the first gap may be shorter
+    assert min(gaps[1:]) > 0.5, gaps

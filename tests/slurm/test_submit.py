@@ -252,8 +252,10 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
                       "--set", "total_env_steps=12288", "--set", "tournament.mode=none", *SHORT, out=out, cwd=clone)
     try:
         end = time.monotonic() + 120
-        while not list((run / "logs").glob("*_rank0.h5")) and time.monotonic() < end and proc.poll() is None:
-            time.sleep(0.3)  # training has started: the requeue stops it with a checkpoint
+        # the fresh start's checkpoint is written: the requeued start resumes from it (waiting for the
+        # log alone raced it under load: the log opens just before the first checkpoint)
+        while not (run / "checkpoints" / "rank0.safetensors").exists() and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.3)
         assert _launch_lines(run), out.read_text()
         # the checkout moves on while the job runs
         init = clone / "podracer_hpc" / "__init__.py"
