@@ -158,10 +158,10 @@ class Pool:
     def publish(self, fitness: Fitness, index: int, hp: dict[str, float], population: bool = False) -> str | None:
         """This pod's agent as a leaderboard entry (``population``: as its entry in :attr:`population`),
         with the evaluation it was scored on (None if it could not be written: logged, not fatal)."""
+        if population and not math.isfinite(fitness.mean):
+            return None  # a NaN pod is never a source (checked before its agent is copied out)
         tensors, meta = self.pod.agent_tensors()
         meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp, eval=fitness.to_json())
-        if population and not math.isfinite(fitness.mean):
-            return None  # a NaN pod is never a source
         try:
             if population:
                 return self.population.publish(tensors, fitness.mean, meta)

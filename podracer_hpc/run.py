@@ -392,18 +392,20 @@ class RankRun:
         t0, steps0 = self.round_clock
         rate = (self.pod.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
         intervals = intervals_to_next_round(self.cfg.tournament, rate, self.min_interval_s)
+        return intervals, self.round_checkpoints == "every" or self.checkpoint_interval_passed()
+
+    def checkpoint_interval_passed(self) -> bool:
+        """Whether ``log.checkpoint_interval_s`` (0: never) has passed since this rank's last checkpoint."""
         interval = self.cfg.log.checkpoint_interval_s
-        due = self.round_checkpoints == "every" or (bool(interval) and time.monotonic() - self.last_ckpt >= interval)
-        return intervals, due
+        return bool(interval) and time.monotonic() - self.last_ckpt >= interval
 
     def checkpoint_due(self) -> bool:
         """A checkpoint of this rank's own between rounds (``log.checkpoint_interval_s``). Collective
         pods take one only in an epoch whose round checkpointed: their files stay within one
         round of each other's, as :func:`resume.choose` needs (``.prev`` keeps the previous epoch)."""
-        interval = self.cfg.log.checkpoint_interval_s
         if self.pool is not None and self.pool.collective and self.ckpt_epochs[0] != self.round_index:
             return False
-        return bool(interval) and time.monotonic() - self.last_ckpt >= interval
+        return self.checkpoint_interval_passed()
 
     def checkpoint(self) -> None:
         """Save the pod (its log flushed first, so the log holds every row the checkpoint holds)."""
