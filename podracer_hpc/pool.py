@@ -38,7 +38,7 @@ from .tournament import Candidate, Decision, PodReport, decide, effective_space,
 
 _STREAM_SAMPLE = 3  # the random stream of an async pod's draws of files to read (tournament.py has 1, 2)
 
-__all__ = ["Listed", "Meeting", "Pool"]
+__all__ = ["Listed", "Meeting", "Pool", "pool_line"]
 
 
 def _kind_of(e: EntryInfo) -> str:
@@ -97,13 +97,19 @@ class Pool:
     """One rank's side of the tournament; the leaderboard is files, decisions are tournament.py."""
 
     def __init__(self, cfg: Config, comm: Comm, pod: Pod, rundir: RunDir, job: str,
-                 say: Callable[[str], None], log: H5Writer | None = None):
+                 say: Callable[[str], None], log: H5Writer | None = None, index: int | None = None,
+                 pool_size: int | None = None):
         self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
+        # the pod's index in the pool and the pool's size: its MPI rank and world unless the pool
+        # runs as several jobs (rundir.PoolPart); a collective round is one job's world
+        self.index = comm.rank if index is None else index
+        self.pool_size = comm.size if pool_size is None else pool_size
+        self.offset = self.index - comm.rank  # pool index of this world's rank 0
         self.tcfg = cfg.tournament
         self.rundir = rundir
         self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
         # async PBT: every pod's latest agent, read a bounded sample at a time (population.Population)
-        self.population = (Population(self.board.root, comm.size, self.tcfg.population_buckets)
+        self.population = (Population(self.board.root, self.pool_size, self.tcfg.population_buckets)
                            if self.tcfg.sync == "async" and self.tcfg.mode == "pbt" else None)
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
@@ -161,7 +167,7 @@ class Pool:
         if population and not math.isfinite(fitness.mean):
             return None  # a NaN pod is never a source (checked before its agent is copied out)
         tensors, meta = self.pod.agent_tensors()
-        meta.update(job=self.job, pod=self.comm.rank, round=index, hparams=hp, eval=fitness.to_json())
+        meta.update(job=self.job, pod=self.index, round=index, hparams=hp, eval=fitness.to_json())
         try:
             if population:
                 return self.population.publish(tensors, fitness.mean, meta)
@@ -250,7 +256,7 @@ class Pool:
         if not entries:
             return None
         # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
-        k = self.comm.rank % len(entries)
+        k = self.index % len(entries)
         eid = None
         for cand, _score in entries[k:] + entries[:k]:
             try:
@@ -282,7 +288,8 @@ class Pool:
         hp = self.hparams()
         # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
         entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
-        decisions = decide(reports, self.comparable(entries, fitness), index, self.cfg.seed, self.tcfg)
+        decisions = decide(reports, self.comparable(entries, fitness), index, self.cfg.seed, self.tcfg,
+                           rng_ranks=[self.offset + p.rank for p in reports] if self.offset else None)
         self.last_decisions = decisions
         d = decisions[comm.rank]
         mine = self.publish(fitness, index, hp) if d.publish else None
@@ -298,7 +305,7 @@ class Pool:
         self.loaded_since_checkpoint |= {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
         needed = self.loaded_since_checkpoint
         seen = [e.info() for e in entries]  # the listing decided on: no sidecar is read again
-        seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, r, self.job, index,
+        seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, self.offset + r, self.job, index,
                            meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]
         plan = set(plan_prune(seen, self.tcfg.top_k, keep=needed, group=_kind_of))
         try:
@@ -317,7 +324,7 @@ class Pool:
         with every pod episode by episode."""
         t0, ops0 = time.perf_counter(), fs_ops()
         hp, me = self.hparams(), self.report(fitness)
-        rng = make_rng(self.cfg.seed, index, self.comm.rank, _STREAM_SAMPLE)  # this pod's draws of files to read
+        rng = make_rng(self.cfg.seed, index, self.index, _STREAM_SAMPLE)  # this pod's draws of files to read
         # the top entries only (a prune keeps top_k of each kind), each sidecar read once, and at
         # most 2 top_k new ones per round (a burst of publications at the pool's first round)
         infos = self.board.list(max_new=2 * self.tcfg.top_k, rng=rng)
@@ -328,7 +335,7 @@ class Pool:
             copy_from_population = d.action == "copy_pod"
             self.publish(fitness, index, hp, population=True)  # the population must see every pod
         else:
-            d = decide([replace(me, rank=0)], listed, index, self.cfg.seed, self.tcfg, rng_ranks=[self.comm.rank])[0]
+            d = decide([replace(me, rank=0)], listed, index, self.cfg.seed, self.tcfg, rng_ranks=[self.index])[0]
             src = d.source_entry
         mine = self.publish(fitness, index, hp) if d.publish else None  # onto the leaderboard: if among its top K
         action, source, compared = self.apply(d, index, src, fitness, population=copy_from_population)
@@ -345,14 +352,14 @@ class Pool:
         pods' latest entries, scored on this pod's start states: episode by episode comparable;
         others are not the population). ``listed``: the leaderboard, for a NaN pod's fallback and
         for whether this pod enters its top K (then it is published there too)."""
-        sample = self.population.sample(rng, self.tcfg.population_sample, exclude=(self.job, self.comm.rank))
+        sample = self.population.sample(rng, self.tcfg.population_sample, exclude=(self.job, self.index))
         pop = [(e, ev.returns) for e in sample
                if (ev := Fitness.from_json(e.meta.get("eval"))) is not None and ev.key == fitness.key]
         reports = [replace(me, rank=0)]
         reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets, kind=entry_kind(e.meta))
                     for i, (e, rets) in enumerate(pop)]
         d = decide(reports, listed, index, self.cfg.seed, self.tcfg,
-                   rng_ranks=[self.comm.rank] + [10_000 + i for i in range(len(pop))])[0]
+                   rng_ranks=[self.index] + [10_000 + i for i in range(len(pop))])[0]
         src = pop[d.source_rank - 1][0].id if d.action == "copy_pod" else d.source_entry
         # onto the leaderboard only if it enters the top K of its kind there (its own place in the
         # population is published every round regardless)
@@ -368,3 +375,15 @@ class Pool:
             lines.append(f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
                          f"{e.round if e.round is not None else '-':>5}  {e.id}")
         return "\n".join(lines)
+
+
+def pool_line(index: int, reports: list[Any]) -> str:
+    """`` | pool at round 3: 64 pods, fitness median -310.2, best -120.5 (pod 17)``: what every
+    pod reported at a collective round (tournament.PodReport), for rank 0's progress line."""
+    fit = [(r.fitness, r.rank) for r in reports if r is not None and math.isfinite(r.fitness)]
+    if not fit:
+        return f" | pool at round {index}: {len(reports)} pods, no finite fitness"
+    values = sorted(f for f, _ in fit)
+    best, rank = max(fit)
+    return (f" | pool at round {index}: {len(reports)} pods, fitness median {values[len(values) // 2]:.1f}, "
+            f"best {best:.1f} (pod {rank})")

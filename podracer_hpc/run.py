@@ -50,7 +50,7 @@ from typing import Any, Callable
 import torch
 import yaml
 
-from . import __version__, faults, resume, safeio
+from . import __version__, faults, poolsummary, resume, safeio
 from .comm import Comm, get_comm
 from .config import Config, ConfigError, for_rank, to_dict
 from .h5log import H5Writer
@@ -58,8 +58,8 @@ from .h5recover import open_log
 from .device import DeviceError, resolve_device, set_cpu_threads, start_line
 from .fitness import Fitness, eval_seed
 from .pod import Pod, entry_kind
-from .pool import Meeting, Pool
-from .rundir import EXIT_REQUEUE, RunDir, git_revision, job_id, slurm_ids
+from .pool import Meeting, Pool, pool_line
+from .rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
 from .tournament import describe_space, effective_space, intervals_to_next_round, round_env_steps
 
@@ -85,13 +85,15 @@ class RunResult:
 
 
 def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
-          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None) -> RunResult:
+          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None,
+          part: PoolPart = PoolPart()) -> RunResult:
     """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
 
     ``stop``: the warning-signal flag (the console script installs the process's own before
-    anything else); by default a new one is installed here.
+    anything else); by default a new one is installed here. ``part``: which pods of the pool this
+    MPI world runs (a pool of several jobs; default: the whole pool).
     """
-    rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet)
+    rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet, part)
     try:
         rank.start()
         while not rank.stopping():
@@ -115,12 +117,15 @@ class RankRun:
     """The state of one rank's run and the steps of its loop (each a method, called by :func:`train`)."""
 
     def __init__(self, cfg: Config, run_dir: str | os.PathLike | None, comm: Comm, stop: StopFlag,
-                 stop_after_updates: int, quiet: bool):
+                 stop_after_updates: int, quiet: bool, part: PoolPart = PoolPart()):
+        # the pod's index in the pool: its MPI rank, offset by its part when the pool runs as several
+        # jobs (each its own MPI world); it names the pod's files, seeds and population member
+        self.part, self.index, self.pool_size = part, part.pod(comm.rank, comm.size), part.count * comm.size
         self.run_cfg = cfg  # the job's (config.yaml); self.cfg is this rank's pod (its population entry applied)
-        self.cfg, self.comm, self.stop, self.quiet = for_rank(cfg, comm.rank), comm, stop, quiet
+        self.cfg, self.comm, self.stop, self.quiet = for_rank(cfg, self.index), comm, stop, quiet
         self.stop_after_updates = stop_after_updates
         self.rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
-        self.ckpt = self.rundir.checkpoint(comm.rank)
+        self.ckpt = self.rundir.checkpoint(self.index)
         self.pod: Pod | None = None
         self.pool: Pool | None = None
         self.log: H5Writer | None = None
@@ -135,8 +140,8 @@ class RankRun:
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
         self.pending_fitness: Fitness | None = None  # a round's evaluation whose meeting ended the run
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
-        self.inject_nan, self.slow = faults.nan_update(comm.rank), faults.slow_factor(comm.rank)
-        self.inject_signal = faults.signal_update(comm.rank)
+        self.inject_nan, self.slow = faults.nan_update(self.index), faults.slow_factor(self.index)
+        self.inject_signal = faults.signal_update(self.index)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
@@ -144,7 +149,7 @@ class RankRun:
     def say(self, msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
         if not (self.quiet and progress):
-            print(f"[{self.cfg.name} r{self.comm.rank}] {msg}", file=sys.stderr, flush=True)
+            print(f"[{self.cfg.name} r{self.index}] {msg}", file=sys.stderr, flush=True)
 
     @property
     def independent(self) -> bool:
@@ -170,13 +175,15 @@ class RankRun:
                 "match srun's --mpi plugin to the MPI of mpi4py (pmi2 for the mpich wheel, pmix for Open MPI)."
             )
         try:
-            self.pod = Pod(cfg, rank=comm.rank, device=device)
+            self.pod = Pod(cfg, rank=self.index, device=device)
         except MemoryError as e:
-            raise TrainingError(f"rank {comm.rank}: {e}") from None
-        self.say(start_line(comm.rank, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
-                            world_size=comm.size, local_rank=comm.local_rank, revision=self.revision))
+            raise TrainingError(f"pod {self.index}: {e}") from None
+        self.say(start_line(self.index, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
+                            world_size=self.pool_size, local_rank=comm.local_rank, revision=self.revision)
+                 + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else ""))
+        poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
         choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
-                              self.rundir.checkpoint_ranks() if comm.rank == 0 else [], independent=self.independent)
+                              self.part_checkpoints() if comm.rank == 0 else [], independent=self.independent)
         fresh = choice.fresh or choice.use[comm.rank] == "fresh"
         if fresh:
             self.prepare_fresh()
@@ -184,7 +191,8 @@ class RankRun:
             self.resume(choice.epochs)
         self.open_log(device)
         if cfg.tournament.mode != "none":
-            self.pool = Pool(cfg, comm, self.pod, self.rundir, job_id(), self.say, self.log)
+            self.pool = Pool(cfg, comm, self.pod, self.rundir, self.part.identity(self.rundir.root, job_id()), self.say,
+                             self.log, index=self.index, pool_size=self.pool_size)
             self.pool.last_copy_round = int(self.state.get("last_copy_round", -1))
             if not self.state:
                 self.pool.join()
@@ -215,6 +223,12 @@ class RankRun:
         if not self.state:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
+    def part_checkpoints(self) -> list[int]:
+        """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
+        left out; a pod beyond the pool counts as a rank beyond this world (a bigger run was here)."""
+        mine = self.part.pods(self.comm.size)
+        return [r - mine.start for r in self.rundir.checkpoint_ranks() if r in mine or r >= self.pool_size]
+
     def resume(self, epochs: tuple[int | None, int | None]) -> None:
         """Load the checkpoint (read once: verified, config compared, restored) of the epochs that
         ``resume.agree`` found it and its .prev in."""
@@ -235,7 +249,7 @@ class RankRun:
                      "its environments start new episodes")
 
     def prepare_fresh(self) -> None:
-        if self.comm.rank == 0:
+        if self.index == 0 or (self.comm.rank == 0 and not self.rundir.config.exists()):
             self.rundir.root.mkdir(parents=True, exist_ok=True)
             safeio.atomic_write_bytes(self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(),
                                       mode=0o644)
@@ -248,10 +262,11 @@ class RankRun:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "device_type": device.type,
             "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
-            "seed": pod.seed, "rank": comm.rank, "world_size": comm.size, "slurm": slurm_ids(),
+            "seed": pod.seed, "rank": self.index, "world_size": comm.size, "slurm": slurm_ids(),
+            "pool_size": self.pool_size, "pool_part": str(self.part), "mpi_rank": comm.rank,
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
         }
-        self.log = open_log(self.rundir.log(comm.rank), attrs, say=self.say)
+        self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
         rows = self.state.get("log_rows")
         if isinstance(rows, dict):  # the rows the checkpoint's log held (exact)
             dropped = self.log.truncate_to(rows)
@@ -297,7 +312,7 @@ class RankRun:
         pod = self.pod
         if self.pool is None:
             raise TrainingError(
-                f"rank {self.comm.rank}: loss is {loss} at update {pod.updates} ({pod.env_steps} env steps). "
+                f"pod {self.index}: loss is {loss} at update {pod.updates} ({pod.env_steps} env steps). "
                 f"Nothing after the last checkpoint ({self.ckpt}) was saved. Lower agent.learning_rate, "
                 "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
             )
@@ -370,7 +385,7 @@ class RankRun:
             reports = [m.report for m in everyone]
             record = self.pool.collective_round(self.round_index, fitness, self.wall(), reports, met_at=met_at)
             if self.comm.rank == 0:
-                self.pool_line = pool_summary(self.round_index, reports)
+                self.pool_line = pool_line(self.round_index, reports)
         else:
             record = self.pool.async_round(self.round_index, fitness, self.wall())
         if self.poisoned and record.action != "keep":
@@ -464,15 +479,11 @@ class RankRun:
 
     # --- the end --------------------------------------------------------------------------
     def meet(self, kind: str, report: Any = None, schedule: tuple[int, bool] = (1, True)) -> list[Meeting]:
-        """Meet every rank: a collective, only at rounds and at the end. Each rank brings its part
-        of the summary; unless everyone came for a round, this meeting is the last one (anyone's
-        ``stop`` stops everyone) and :attr:`met` keeps it."""
-        part = {"algo": self.cfg.agent.algo, "env_steps": self.pod.env_steps, "best": self.best, "final": self.last_eval, "wall_s": self.wall(),
-                "run_steps": self.pod.env_steps - self.steps_at_start, "run_wall": time.perf_counter() - self.t_start,
-                "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
+        """Meet every rank: a collective, only at rounds and at the end. Unless everyone came for a
+        round, this meeting is the last one (anyone's ``stop`` stops everyone) and :attr:`met` keeps it."""
         # made once every rank has come (comm.meet passes stop notices on while this rank waits):
         # then it says every notice this rank will ever send, and the last meeting settles them
-        everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, part, self.comm.notified, schedule))
+        everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, {}, self.comm.notified, schedule))
         kinds = {m.kind for m in everyone}
         if kinds == {"round", "done"}:
             raise TrainingError(f"ranks reached different points of the schedule ({sorted(kinds)}); "
@@ -483,9 +494,19 @@ class RankRun:
                 self.stopped_by = "another rank's stop"
         return everyone
 
+    def record(self) -> dict[str, Any]:
+        """This pod's part of the run summary (poolsummary.py), written to the run directory when it ends."""
+        return {"state": "stopped" if self.stopped_by or self.met is not None or not self.trained() else "done",
+                "algo": self.cfg.agent.algo, "env_steps": self.pod.env_steps, "best": self.best,
+                "final": self.last_eval, "wall_s": self.wall(), "run_steps": self.pod.env_steps - self.steps_at_start,
+                "run_wall": time.perf_counter() - self.t_start, "rounds": self.round_index, "job": job_id(),
+                "part": str(self.part), "updates": self.pod.updates,
+                "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
+
     def finish(self) -> RunResult:
-        """The final verdict (a trained pod on the run's common final set), checkpoint, the ranks'
-        last meeting (everyone's summary part), rank 0 writes summary.json."""
+        """The final verdict (a trained pod on the run's common final set), checkpoint, this pod's
+        record in the run directory, the ranks' last meeting (who stopped), and rank 0 writes
+        summary.json from every pod's record (the whole pool's, when it runs as several jobs)."""
         n = self.cfg.eval.final_episodes
         if n and self.trained() and not self.stopped_by and self.met is None:
             seed = eval_seed(self.cfg.seed, "final")
@@ -493,6 +514,7 @@ class RankRun:
             self.verdict = Fitness(tuple(r.tolist()), seed)
         if self.stopped_by or self.updates_here or not self.ckpt.exists():
             self.checkpoint()
+        poolsummary.write_record(self.rundir, self.index, self.record())  # before the meeting: rank 0 reads it after
         if self.met is None:
             self.meet("stop" if self.stopped_by else "done")
         self.comm.settle_notices([m.notified for m in self.met])
@@ -502,44 +524,30 @@ class RankRun:
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
             self.say(f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
                      "checkpoint saved, run again to resume")
-        return RunResult(complete=complete, summary=self.summarize([m.summary for m in self.met], complete),
-                         rank=self.comm.rank, wait_for_all=self.comm.barrier)
+        summary = self.summarize() if self.comm.rank == 0 else {}
+        return RunResult(complete=complete, summary=summary, rank=self.comm.rank, wait_for_all=self.comm.barrier)
 
-    def summarize(self, parts: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
-        finals = [p["final"] for p in parts if math.isfinite(p["final"])]
-        bests = [p["best"] for p in parts if math.isfinite(p["best"])]
-        run_wall = max(p["run_wall"] for p in parts)
-        summary: dict[str, Any] = {
-            "task": self.cfg.env.name,
-            "pods": self.comm.size,
-            "env_steps": sum(p["env_steps"] for p in parts),
-            "wall_s": round(max(p["wall_s"] for p in parts), 3),
-            "steps_per_s": round(sum(p["run_steps"] for p in parts) / max(run_wall, 1e-9), 1),
-            "best_return": max(bests) if bests else None,
-            "final_return": max(finals) if finals else None,
-            "git_revision": self.revision,
-            "algos": [p.get("algo", "ppo") for p in parts],  # each pod's learner (agent.algo), by rank
-        }
-        best_pod = max(range(len(parts)), key=lambda r: parts[r]["best"] if math.isfinite(parts[r]["best"]) else -math.inf)
-        verdicts = [p.get("verdict") for p in parts]
-        if complete and all(v is not None for v in verdicts):  # the verdict on common ground
-            best_pod = max(range(len(parts)), key=lambda r: verdicts[r][0] if math.isfinite(verdicts[r][0]) else -math.inf)
-            mean, se, (lo, hi) = verdicts[best_pod]
-            summary.update(peak_return=summary["best_return"], best_return=_finite_or_none(mean),
-                           best_return_se=_finite_or_none(se), best_return_ci95=[_finite_or_none(lo), _finite_or_none(hi)],
-                           final_episodes=self.cfg.eval.final_episodes, final_eval_seed=eval_seed(self.cfg.seed, "final"))
-        if not complete:
-            summary["complete"] = False
-        if self.pool is not None or "final_episodes" in summary:
-            summary["best_pod"] = best_pod
-        if self.pool is not None:
-            summary["rounds"] = self.round_index
-            if complete and self.comm.rank == 0:  # every rank checkpointed: the last round's sources may go
-                self.pool.board.prune(self.cfg.tournament.top_k, group=lambda e: entry_kind(e.meta))
-        if self.comm.rank == 0:
+    def summarize(self) -> dict[str, Any]:
+        """Rank 0 of a job: summary.json from every pod's record (poolsummary.assemble); once the
+        whole pool is done, the last round's sources may go from the leaderboard."""
+        records = poolsummary.read_records(self.rundir, range(self.pool_size))
+        for _ in range(3):  # another job of the pool may have ended meanwhile: the last writer must see it
+            summary = poolsummary.assemble(records, self.pool_size, task=self.cfg.env.name, revision=self.revision,
+                                           tournament=self.pool is not None, final_episodes=self.cfg.eval.final_episodes,
+                                           final_eval_seed=eval_seed(self.cfg.seed, "final"))
             safeio.atomic_write_bytes(self.rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
-            if self.pool is not None and not self.quiet:
-                print(self.pool.table(), file=sys.stderr, flush=True)
+            again = poolsummary.read_records(self.rundir, range(self.pool_size)) if self.part.count > 1 else records
+            if again == records:
+                break
+            records = again
+        complete = summary.get("complete", True)
+        if not complete and self.part.count > 1:
+            self.say(f"summary of the pool so far ({summary.get('pods_done', 0)} of {self.pool_size} pods done): "
+                     + poolsummary.describe_missing(summary))
+        if self.pool is not None and complete:  # every pod checkpointed: the last round's sources may go
+            self.pool.board.prune(self.cfg.tournament.top_k, group=lambda e: entry_kind(e.meta))
+        if self.pool is not None and not self.quiet:
+            print(self.pool.table(), file=sys.stderr, flush=True)
         return summary
 
     def close(self) -> None:
@@ -574,22 +582,6 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
         elif a != b:
             out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
     return out
-
-
-def _finite_or_none(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def pool_summary(index: int, reports: list[Any]) -> str:
-    """`` | pool at round 3: 64 pods, fitness median -310.2, best -120.5 (pod 17)``: what every
-    pod reported at a collective round (tournament.PodReport), for rank 0's progress line."""
-    fit = [(r.fitness, r.rank) for r in reports if r is not None and math.isfinite(r.fitness)]
-    if not fit:
-        return f" | pool at round {index}: {len(reports)} pods, no finite fitness"
-    values = sorted(f for f, _ in fit)
-    best, rank = max(fit)
-    return (f" | pool at round {index}: {len(reports)} pods, fitness median {values[len(values) // 2]:.1f}, "
-            f"best {best:.1f} (pod {rank})")
 
 
 def _fmt_steps(n: float) -> str:

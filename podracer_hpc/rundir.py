@@ -3,14 +3,20 @@
 ``--run-dir`` (default ``runs/<name>``)::
 
     config.yaml                       the resolved config (rank 0, at the first start)
-    summary.json                      the final summary (rank 0), also the last line of stdout
-    logs/<name>_rank<r>.h5            rank r's HDF5 log (h5log.py)
-    checkpoints/rank<r>.safetensors   rank r's pod state (+ .prev, the one before)
+    summary.json                      the run's summary (assembled from pods/ by a job's rank 0 at its end;
+                                      also its last line of stdout)
+    pods/pod<i>.json                  pod i's part of the summary, written when it ends (done or stopped)
+    pool.json                         a pool of several jobs (podracer submit --pods-per-job): its shape and
+                                      each part's last job id (a resubmission starts only the parts needed)
+    logs/<name>_rank<r>.h5            pod r's HDF5 log (h5log.py; r: the pod's index in the pool, which is
+                                      its MPI rank unless the pool runs as several jobs)
+    checkpoints/rank<r>.safetensors   pod r's state (+ .prev, the one before)
     leaderboard/                      the default leaderboard (tournament.leaderboard_dir overrides)
     rounds/<i>.json                   the leaderboard listing round i decided on (exact redo)
     slurm/<job id>/                   submitit's per-task stdout/stderr
     code/<id>/                        the code snapshot a submitted job runs (launch/snapshot.py)
     launch.log                        a local run's mpiexec output (podracer submit --executor local)
+    launch-part<i>.log                the same, of part i of a local pool of several jobs (--pods-per-job)
     task<i>/                          array task i's own run directory (podracer submit --array)
 
 Nothing here imports torch, h5py or MPI.
@@ -22,10 +28,12 @@ import json
 import os
 import re
 import subprocess
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "RunDir", "git_revision", "job_id", "slurm_ids"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "PoolPart", "RunDir", "git_revision", "job_id", "slurm_ids"]
 
 _LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
 
@@ -41,6 +49,60 @@ def job_id(environ: dict[str, str] | None = None) -> str:
     if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_JOB_ID" in env:
         job += f"_{env['SLURM_ARRAY_TASK_ID']}"
     return job
+
+
+@dataclass(frozen=True)
+class PoolPart:
+    """Which pods of the pool one MPI world runs: part ``index`` of ``count`` (``podracer submit
+    --pods-per-job``: each part its own job, failure domain and MPI world, all of them one run
+    directory and one leaderboard). Part i of a pool of worlds of n ranks runs pods i*n .. i*n+n-1;
+    a single job is part 0 of 1 (pod index = MPI rank)."""
+
+    index: int = 0
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str, environ: Mapping[str, str] | None = None) -> "PoolPart":
+        """``"1/4"`` -> part 1 of 4; ``"auto"``: this Slurm array task's (tasks 0..N-1 of an
+        ``sbatch --array=0-<N-1>`` of a template); raises ValueError with what is wrong."""
+        if str(text).strip() == "auto":
+            env = os.environ if environ is None else environ
+            try:
+                task, count = int(env["SLURM_ARRAY_TASK_ID"]), int(env["SLURM_ARRAY_TASK_COUNT"])
+                lo, hi = int(env.get("SLURM_ARRAY_TASK_MIN", 0)), int(env.get("SLURM_ARRAY_TASK_MAX", count - 1))
+            except (KeyError, ValueError):
+                raise ValueError("--pool-part auto takes the part from a Slurm job array (sbatch --array=0-<N-1>), "
+                                 "but this is not an array task; give INDEX/COUNT") from None
+            if (lo, hi) != (0, count - 1):
+                raise ValueError(f"--pool-part auto: the array's tasks are {lo}-{hi} ({count} of them); a pool's parts "
+                                 f"are 0..N-1: submit with --array=0-{count - 1}")
+            text = f"{task}/{count}"
+        a, sep, b = str(text).partition("/")
+        if not sep or not a.strip().isdigit() or not b.strip().isdigit():
+            raise ValueError(f"--pool-part {text!r}: expected INDEX/COUNT, e.g. 0/4")
+        part = cls(int(a), int(b))
+        if part.count < 1 or part.index >= part.count:
+            raise ValueError(f"--pool-part {text!r}: INDEX must be 0..COUNT-1 and COUNT >= 1")
+        return part
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def pod(self, rank: int, world: int) -> int:
+        """The pool index of MPI rank ``rank`` of this part's world of ``world`` ranks."""
+        return self.index * world + rank
+
+    def pods(self, world: int) -> range:
+        """This part's pods (pool indices)."""
+        return range(self.index * world, (self.index + 1) * world)
+
+    def identity(self, run_root: Path, job: str) -> str:
+        """The job name a pod's leaderboard entries carry: the job id of a single job; for a pool of
+        several jobs one name for all (from the run directory), stable when a part is resubmitted
+        under a new job id (its population entries stay its own)."""
+        if self.count == 1:
+            return job
+        return f"pool{zlib.crc32(str(Path(run_root).resolve()).encode()):08x}"
 
 
 def slurm_ids(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -148,6 +210,19 @@ class RunDir:
                 ranks.add(int(head))
         return sorted(ranks)
 
+    @property
+    def pods_dir(self) -> Path:
+        return self.root / "pods"
+
+    def pod_record(self, pod: int) -> Path:
+        """Pod ``pod``'s part of the summary (poolsummary.py), written when it ends."""
+        return self.pods_dir / f"pod{pod}.json"
+
+    @property
+    def pool_file(self) -> Path:
+        """A pool of several jobs: its shape and each part's job (launch/pooljobs.py)."""
+        return self.root / "pool.json"
+
     def leaderboard(self, shared_dir: str = "") -> Path:
         """The leaderboard directory: ``shared_dir`` if given, else ``<run>/leaderboard``."""
         return Path(shared_dir) if shared_dir else self.root / "leaderboard"
@@ -170,6 +245,10 @@ class RunDir:
     @property
     def launch_log(self) -> Path:
         return self.root / "launch.log"
+
+    def part_launch_log(self, part: int) -> Path:
+        """Part ``part``'s mpiexec output, for a local pool of several jobs."""
+        return self.root / f"launch-part{part}.log"
 
     def task(self, index: int) -> Path:
         """Array task ``index``'s own run directory."""

@@ -440,7 +440,8 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None
     lines = [f"run {run_dir}  [{cfg.get('name', '?')}: {task}, {len(statuses)} pod{'s' * (len(statuses) != 1)}, "
              f"tournament {mode}]  {state}  at {time.strftime('%H:%M:%S')}"]
     every = len(statuses) <= POD_ROWS if pods is None else pods
-    world = max((int((t.tail.attrs or {}).get("world_size") or 0) for t in monitor.trackers.values()), default=0)
+    world = max((int((t.tail.attrs or {}).get("pool_size") or (t.tail.attrs or {}).get("world_size") or 0)
+                 for t in monitor.trackers.values()), default=0)  # the pool's pods (all its jobs)
     if len(statuses) > 1 or world > len(statuses):
         agg = _aggregate_lines(statuses, total, summary is not None, world)
         lines += ["", *(agg if not every or len(statuses) > POD_ROWS else agg[:1])]  # a few pods: their rows say it

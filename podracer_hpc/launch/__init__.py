@@ -18,13 +18,14 @@ request is checked as far as it can be here and the script is printed.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-
 from typing import Any
 
 from ..config import Config, ConfigError
 from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states
-from . import local
+from ..rundir import RunDir
+from . import local, pooljobs
 from .checks import validate
 from .errors import JobError, LaunchError, SlurmUnreachable
 from .local import find_mpiexec, start_command
@@ -55,14 +56,49 @@ __all__ = ["ACTIONS", "ACTIVE_STATES", "ConfigError", "Job", "JobError", "Launch
 
 
 def submit_slurm(req: Request, cfg: Config) -> Launched:
-    """Submit the request's job (or array) to Slurm; returns what to watch."""
+    """Submit the request's job (or array; a pool of several jobs: the parts it needs) to Slurm;
+    returns what to watch."""
     import importlib
 
-    jobs, dirs, snap, stale = importlib.import_module(f"{__name__}.slurm").submit(req, cfg)
+    plan = _pool_plan(req, cfg)
+    if plan is not None and not plan.start:
+        return Launched("slurm", [], pool_jobs=req.jobs)
+    jobs, dirs, snap, stale = importlib.import_module(f"{__name__}.slurm").submit(
+        req, cfg, parts=plan.start if plan is not None else None)
     handles = [Job(str(j.job_id), Path(str(j.paths.stderr))) for j in jobs]
-    return Launched("slurm", dirs, jobs=handles, logs=[h.log for h in handles], stale_summaries=stale, snapshot=snap)
+    launched = Launched("slurm", dirs, jobs=handles, logs=[h.log for h in handles], stale_summaries=stale,
+                        snapshot=snap)
+    if plan is not None:
+        launched.parts, launched.pool_jobs = [_pods(req, g) for g in plan.start], req.jobs
+        pooljobs.record(RunDir(run_dir_for(req, cfg)), req.jobs, req.job_ranks,
+                        {g: {"executor": "slurm", "job": h.job_id} for g, h in zip(plan.start, handles)})
+    return launched
 
 
 def submit_local(req: Request, cfg: Config) -> Launched:
-    """Start the request's ranks on this machine (array tasks up to %P at a time)."""
-    return local.submit(req, cfg)
+    """Start the request's ranks on this machine (array tasks up to %P at a time; a pool of
+    several jobs: the parts it needs, at once)."""
+    plan = _pool_plan(req, cfg)
+    if plan is None:
+        return local.submit(req, cfg)
+    if not plan.start:
+        return Launched("local", [], pool_jobs=req.jobs)
+    launched = local.submit(req, cfg, parts=plan.start)
+    launched.pool_jobs = req.jobs
+    pooljobs.record(RunDir(run_dir_for(req, cfg)), req.jobs, req.job_ranks,
+                    {g: pooljobs.local_job(p.pid) for g, p in zip(plan.start, launched.procs)})
+    return launched
+
+
+def _pods(req: Request, part: int) -> range:
+    return range(part * req.job_ranks, (part + 1) * req.job_ranks)
+
+
+def _pool_plan(req: Request, cfg: Config) -> pooljobs.Plan | None:
+    """A pool of several jobs (--pods-per-job): the parts to start now (notes on the others)."""
+    if not req.pods_per_job:
+        return None
+    plan = pooljobs.plan(RunDir(run_dir_for(req, cfg)), req.jobs, req.job_ranks)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return plan

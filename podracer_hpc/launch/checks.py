@@ -29,6 +29,8 @@ def validate(req: Request, dry_run: bool = False) -> Config:
             "on one GPU; ask for as many GPUs as tasks per node (or fewer tasks)"
         )
     parse_sbatch(req.sbatch)
+    if req.pods_per_job:
+        _check_pool_jobs(req)
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
@@ -38,3 +40,18 @@ def validate(req: Request, dry_run: bool = False) -> Config:
     elif req.nodes > 1:
         raise LaunchError("--executor local runs on this machine: use --nodes 1 (and --tasks-per-node for the pods)")
     return cfg
+
+
+def _check_pool_jobs(req: Request) -> None:
+    """--pods-per-job: whole nodes per job, whole jobs per pool, and not with --array (that is
+    separate runs; a pool of jobs is one)."""
+    m = req.pods_per_job
+    if req.array:
+        raise LaunchError("--pods-per-job runs one pool as several jobs (one run directory); --array runs separate "
+                          "runs: use one or the other")
+    if req.ranks % m:
+        raise LaunchError(f"--pods-per-job {m}: the pool's {req.ranks} pods (--nodes {req.nodes} x --tasks-per-node "
+                          f"{req.tasks_per_node}) do not split into jobs of {m}; use a divisor of {req.ranks}")
+    if req.executor == "slurm" and m % req.tasks_per_node:
+        raise LaunchError(f"--pods-per-job {m}: a job is whole nodes of --tasks-per-node {req.tasks_per_node} pods; "
+                          f"use a multiple of {req.tasks_per_node}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import Config
 from ..rundir import RunDir
 from .errors import LaunchError
-from .request import Request, task_overrides
+from .request import Request, run_dir_for, task_overrides
 from .watch import Launched, summary_signature
 
 __all__ = ["find_mpiexec", "start_command", "stop", "submit"]
@@ -29,11 +29,12 @@ def find_mpiexec() -> str:
         raise LaunchError(str(e)) from None
 
 
-def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[str, str] | None = None) -> None:
-    """Start ``cmd`` in its own session, its output appended to ``<run_dir>/launch.log``; add it to
-    ``launched`` (watched by :func:`watch.wait` like a job)."""
+def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[str, str] | None = None,
+                  log: Path | None = None) -> None:
+    """Start ``cmd`` in its own session, its output appended to ``log`` (default
+    ``<run_dir>/launch.log``); add it to ``launched`` (watched by :func:`watch.wait` like a job)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = RunDir(run_dir).launch_log
+    log = log or RunDir(run_dir).launch_log
     launched.stale_summaries.append(summary_signature(run_dir))
     with open(log, "ab") as f:
         f.write(f"$ {shlex.join(cmd)}\n".encode())
@@ -45,15 +46,25 @@ def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[s
     launched.logs.append(log)
 
 
-def submit(req: Request, cfg: Config) -> Launched:
+def submit(req: Request, cfg: Config, parts: list[int] | None = None) -> Launched:
     """Start the job's ranks on this machine with mpiexec (array tasks up to %P at a time).
 
     Each run is ``python -m podracer_hpc.mpirun -n <ranks> ...``: the signal relay in front of
     mpiexec (podracer_hpc/mpirun.py), so that USR1/USR2/TERM sent to the pid printed here stop
-    every rank with a checkpoint (exit 75), as on Slurm.
+    every rank with a checkpoint (exit 75), as on Slurm. ``parts``: those parts of a pool of
+    several jobs (--pods-per-job), each its own mpiexec world of the part's pods, all at once.
     """
     launched = Launched("local", [])
     mpiexec = find_mpiexec()
+    if parts is not None:
+        base = RunDir(run_dir_for(req, cfg))
+        for g in parts:
+            cmd = [sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", mpiexec, "-n", str(req.job_ranks),
+                   sys.executable, "-m", "podracer_hpc.cli", "train", str(Path(req.job_file).resolve()), "--run-dir",
+                   str(base.root), "--pool-part", f"{g}/{req.jobs}", *sum((["--set", s] for s in req.overrides), [])]
+            start_command(cmd, base.root, launched, log=base.part_launch_log(g))
+            launched.parts.append(range(g * req.job_ranks, (g + 1) * req.job_ranks))
+        return launched
     for t in req.array or [None]:
         sets, d = task_overrides(req, cfg, t)
         cmd = [sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", mpiexec, "-n", str(req.ranks),

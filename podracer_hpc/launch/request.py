@@ -71,11 +71,15 @@ class Request:
                                metavar="KEY=VALUE")
     executor: str = opt("local", "local: mpiexec here; slurm: submitit (auto: slurm when sbatch exists)", "--executor",
                         choices=("local", "slurm"))
-    nodes: int = opt(1, "nodes (one MPI world over all of them)", "--nodes", check=_min(1), sbatch="nodes")
+    nodes: int = opt(1, "nodes (one MPI world over all of them, unless --pods-per-job splits the pool into jobs)",
+                     "--nodes", check=_min(1), sbatch="nodes")
     tasks_per_node: int = opt(1, "pod ranks per node (one per GPU)", "--tasks-per-node", check=_min(1),
                               sbatch="ntasks_per_node")
     gpus_per_node: int = opt(0, "GPUs per node (one bound GPU per pod)", "--gpus-per-node", check=_min(0),
                              sbatch="gpus_per_node")
+    pods_per_job: int = opt(0, "run the pool of --nodes x --tasks-per-node pods as several jobs of this many pods each "
+                                "(each its own MPI world and failure domain, requeued alone; one run directory and "
+                                "leaderboard); 0 = one job", "--pods-per-job", check=_min(0), metavar="M")
     array: list[int] = opt([], "job array: N, A-B or A,B,C tasks, at most P at once (A[%P])", "--array",
                            metavar="A[%P]", sbatch="array")
     array_parallelism: int = opt(0, "the %P throttle of --array; 0 = no limit", cli="none", sbatch="array_parallelism")
@@ -116,7 +120,23 @@ class Request:
 
     @property
     def ranks(self) -> int:
+        """Pods of the whole pool (all its jobs)."""
         return self.nodes * self.tasks_per_node
+
+    @property
+    def jobs(self) -> int:
+        """Jobs the pool runs as (--pods-per-job; 1 = one MPI world)."""
+        return self.ranks // self.pods_per_job if self.pods_per_job else 1
+
+    @property
+    def job_ranks(self) -> int:
+        """Pods (MPI ranks) of one job."""
+        return self.ranks // self.jobs
+
+    @property
+    def job_nodes(self) -> int:
+        """Nodes of one job."""
+        return self.nodes // self.jobs
 
 
 # What podracer submit does with the request (not part of it): declared here beside the options.

@@ -189,16 +189,19 @@ def requeue(run_dir: str) -> None:
 
 
 class RankProgram:
-    """One pod rank of a submitit job: trains, and on a warning signal checkpoints and requeues."""
+    """One pod rank of a submitit job: trains, and on a warning signal checkpoints and requeues.
+    ``part``: ``i/J`` when the job is part i of a pool of J jobs (--pods-per-job)."""
 
-    def __init__(self, job_file: str, overrides: list[str], run_dir: str):
-        self.job_file, self.overrides, self.run_dir = job_file, list(overrides), run_dir
+    def __init__(self, job_file: str, overrides: list[str], run_dir: str, part: str = "0/1"):
+        self.job_file, self.overrides, self.run_dir, self.part = job_file, list(overrides), run_dir, part
 
     def __call__(self) -> dict[str, Any]:
         print(launch_line(), file=sys.stderr, flush=True)
+        from ..rundir import PoolPart
         from ..run import train
 
-        result = train(load_config(self.job_file, self.overrides), self.run_dir)
+        result = train(load_config(self.job_file, self.overrides), self.run_dir,
+                       part=PoolPart.parse(getattr(self, "part", "0/1")))
         if result.complete:
             return result.summary
         # Stopped by Slurm's warning: every rank has checkpointed. Rank 0 requeues the job; the
@@ -211,7 +214,8 @@ class RankProgram:
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """submitit's hook (a signal before training started): resubmit as is; the run dir resumes."""
-        return submitit.helpers.DelayedSubmission(RankProgram(self.job_file, self.overrides, self.run_dir))
+        return submitit.helpers.DelayedSubmission(RankProgram(self.job_file, self.overrides, self.run_dir,
+                                                              getattr(self, "part", "0/1")))
 
 
 # ------------------------------------------------------------------------------------------
@@ -277,6 +281,8 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
         if not name or name in ("job_name", "array") or not value:
             continue
         params[name] = value.upper() if name in ("mem", "mail_type") else value
+    if req.jobs > 1:  # a pool of several jobs: each job is its own world of --pods-per-job pods
+        params["nodes"] = req.job_nodes
     return params
 
 
@@ -290,16 +296,18 @@ def sbatch_text(req: Request, cfg: Config) -> str:
     folder = RunDir(base).slurm_folder
     snap = plan_snapshot(base, req.job_file) if req.snapshot else None
     params = parameters(req, cfg, snap)
-    if req.array:
-        params["map_count"] = len(req.array)
+    if req.array or req.jobs > 1:
+        params["map_count"] = len(req.array) or req.jobs
     python = shlex.quote(sys.executable)
     return _make_sbatch_string(command=f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}",
                                folder=folder, **params)
 
 
-def submit(req: Request, cfg: Config) -> tuple[list[Any], list[Path], Snapshot | None, list[Any]]:
-    """Submit the request's job (or array); returns submitit's jobs, their run dirs, the snapshot
-    and each run dir's summary signature from before the submission (RunDir.summary_signature)."""
+def submit(req: Request, cfg: Config, parts: list[int] | None = None
+           ) -> tuple[list[Any], list[Path], Snapshot | None, list[Any]]:
+    """Submit the request's job (or array; ``parts``: those parts of a pool of several jobs, as
+    one array); returns submitit's jobs, their run dirs, the snapshot and each run dir's summary
+    signature from before the submission (RunDir.summary_signature)."""
     base = run_dir_for(req, cfg)
     snap = None
     job_file = str(Path(req.job_file).resolve())
@@ -312,13 +320,18 @@ def submit(req: Request, cfg: Config) -> tuple[list[Any], list[Path], Snapshot |
     ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30)
     ex.update_parameters(**parameters(req, cfg, snap))
     calls, dirs = [], []
-    for t in req.array or [None]:
-        sets, d = task_overrides(req, cfg, t)
-        calls.append(RankProgram(job_file, sets, str(d)))
-        dirs.append(d)
+    if parts is not None:  # a pool of several jobs: one run directory, each job its part of the pods
+        for g in parts:
+            calls.append(RankProgram(job_file, list(req.overrides), str(base), f"{g}/{req.jobs}"))
+            dirs.append(base)
+    else:
+        for t in req.array or [None]:
+            sets, d = task_overrides(req, cfg, t)
+            calls.append(RankProgram(job_file, sets, str(d)))
+            dirs.append(d)
     stale = [RunDir(d).summary_signature() for d in dirs]
     try:
-        if req.array:
+        if len(calls) > 1:
             with ex.batch():
                 jobs = [ex.submit(c) for c in calls]
         else:

@@ -17,8 +17,8 @@ from .. import jobstate
 from ..rundir import EXIT_REQUEUE, RunDir
 from .errors import JobError
 
-__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "progress_line", "read_summary", "state_counts",
-           "summary_signature", "wait"]
+__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "part_done", "progress_line", "read_summary",
+           "state_counts", "summary_signature", "wait"]
 
 # States in which a job will still run, or run again (a requeued job is PENDING again).
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -66,15 +66,31 @@ class Launched:
     stale_summaries: list[tuple[int, int, int] | None] = field(default_factory=list)  # per run dir, at submission
     started: float = field(default_factory=time.monotonic)
     snapshot: Any = None  # the code snapshot (snapshot.Snapshot) of a Slurm submission
+    # a pool of several jobs (--pods-per-job): the pods of each job (same run directory for all);
+    # empty: each job is a run of its own
+    parts: list[range] = field(default_factory=list)
+    pool_jobs: int = 0  # the pool's jobs, started now or not
+
+    def label(self, i: int) -> str:
+        """How messages name job i: its run directory, and its pods when it is part of a pool."""
+        if not self.parts:
+            return str(self.run_dirs[i])
+        r = self.parts[i]
+        return f"{self.run_dirs[i]} (pods {r.start}-{r.stop - 1})"
 
     def describe(self) -> str:
+        if not self.run_dirs:
+            return "nothing to start: every part of the pool is done, or still queued or running (notes above)"
+        pool = (f" ({len(self.parts)} of the pool's {self.pool_jobs} jobs of {len(self.parts[0])} pods, one MPI world "
+                f"each)" if self.parts else "")
         if self.executor == "slurm":
             ids = ", ".join(j.job_id for j in self.jobs)
             code = (f"; code snapshot {self.snapshot.path} (revision {self.snapshot.revision})" if self.snapshot
                     else "")
-            return (f"submitted Slurm job {ids}; logs {self.logs[0].parent}; run dir "
-                    f"{self.run_dirs[0].parent if len(self.run_dirs) > 1 else self.run_dirs[0]}{code}")
-        return (f"started {len(self.procs)} local mpiexec run(s) (pid {', '.join(str(p.pid) for p in self.procs)}: "
+            one_dir = len(set(self.run_dirs)) == 1
+            return (f"submitted Slurm job {ids}{pool}; logs {self.logs[0].parent}; run dir "
+                    f"{self.run_dirs[0] if one_dir else self.run_dirs[0].parent}{code}")
+        return (f"started {len(self.procs)} local mpiexec run(s){pool} (pid {', '.join(str(p.pid) for p in self.procs)}: "
                 f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}")
 
 
@@ -222,14 +238,31 @@ def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: floa
         return False
     summary = read_summary(d, launched.stale_summaries[i])
     state = st.state or "gone from the queue, and Slurm keeps no record of it (no accounting)"
+    pool = (f" It ran pods {launched.parts[i].start}-{launched.parts[i].stop - 1} of a pool: the pool's other jobs go "
+            "on, and the same podracer submit command starts only this part again." if launched.parts else "")
     if st.state == "COMPLETED" or not st.state:
         if done(summary):
             return True
         raise JobError(f"Slurm job {job.job_id} ended {state} without completing its training: "
-                       f"{_incomplete_text(summary, d)}; see {job.log}:\n" + _tail(job.log))
+                       f"{_incomplete_text(summary, d)}; see {job.log}.{pool}\n" + _tail(job.log))
     code = f", exit code {st.exit_code}" if st.exit_code and st.exit_code != "0:0" else ""
-    raise JobError(f"Slurm job {job.job_id} ended {state}{code}: {_incomplete_text(summary, d)}; see {job.log}:\n"
+    raise JobError(f"Slurm job {job.job_id} ended {state}{code}: {_incomplete_text(summary, d)}; see {job.log}.{pool}\n"
                    + _tail(job.log))
+
+
+def part_done(run_dir: Path, pods: range) -> bool:
+    """Whether every pod of ``pods`` left a ``done`` record (poolsummary.py): a job of a pool."""
+    from ..poolsummary import read_records
+
+    recs = read_records(RunDir(run_dir), pods)
+    return all(recs.get(i, {}).get("state") == "done" for i in pods)
+
+
+def _done_of(launched: Launched, i: int, done: Done) -> Done:
+    """What counts as finished for job i: its run's summary, or, for a job of a pool, its pods' records."""
+    if not launched.parts:
+        return done
+    return lambda _summary: part_done(launched.run_dirs[i], launched.parts[i])
 
 
 def _local_step(launched: Launched, i: int, done: Done) -> bool:
@@ -241,12 +274,12 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     if rc == 0 and done(summary):
         return True
     if rc == EXIT_REQUEUE:
-        raise JobError(f"local run {d} stopped early (exit 75): every rank checkpointed; submit the same command "
-                       f"again to resume; see {log}", exit_code=EXIT_REQUEUE)
+        raise JobError(f"local run {launched.label(i)} stopped early (exit 75): every rank checkpointed; submit the "
+                       f"same command again to resume; see {log}", exit_code=EXIT_REQUEUE)
     why = f"exit {rc}" if rc >= 0 else f"killed by signal {-rc}"
     if rc == 0:
         why += f", but {_incomplete_text(summary, d)}"
-    raise JobError(f"local run {d} failed ({why}); see {log}:\n" + _tail(log))
+    raise JobError(f"local run {launched.label(i)} failed ({why}); see {log}:\n" + _tail(log))
 
 
 def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = None, confirm_s: float = 4.0,
@@ -282,16 +315,19 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
                 if line != counts:
                     print(f"jobs: {line}", file=out, flush=True)
                     counts = line
+        shown: set[str] = set()  # a pool's jobs share one run directory: one line for it per poll
         for i, d in enumerate(launched.run_dirs):
             if i in finished:
                 continue
-            line = progress(d) if progress is not None else ""
+            line = progress(d) if progress is not None and str(d) not in shown else ""
+            shown.add(str(d))
             if line and last.get(str(d)) != line:
                 print(line, file=out, flush=True)
                 last[str(d)] = line
-            if (_local_step(launched, i, done) if launched.executor == "local"
-                    else _slurm_step(launched, i, watches[i], out, confirm_s, done, states.get(launched.jobs[i].job_id),
-                                     each)):
+            done_i = _done_of(launched, i, done)
+            if (_local_step(launched, i, done_i) if launched.executor == "local"
+                    else _slurm_step(launched, i, watches[i], out, confirm_s, done_i,
+                                     states.get(launched.jobs[i].job_id), each)):
                 finished.add(i)
         if len(finished) == len(launched.run_dirs):
             break
@@ -299,7 +335,8 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
             raise JobError(f"gave up waiting after {timeout_s:.0f} s; the job goes on: "
                            f"podracer status {launched.run_dirs[0]}")
         time.sleep(poll_s)
-    return [read_summary(d, launched.stale_summaries[i]) for i, d in enumerate(launched.run_dirs)]
+    firsts = {str(d): i for i, d in reversed(list(enumerate(launched.run_dirs)))}  # a pool: its one summary
+    return [read_summary(launched.run_dirs[i], launched.stale_summaries[i]) for i in sorted(firsts.values())]
 
 
 def _tail(path: Path, n: int = 15) -> str:

@@ -48,12 +48,12 @@ class Run:
     def resources(self) -> dict[str, float]:
         """``{pods, gpus, cpus, nodes}`` the run had: the ``resources`` root attribute of its log
         (RLlib's runner records it), else ``<run>/resources.json`` (what a study gave it), else
-        from the logs: pods = MPI world size (else the number of rank logs), GPUs = one per pod
+        from the logs: pods = the pool's size (its MPI world, or all its jobs' worlds; else the number of rank logs), GPUs = one per pod
         on CUDA, nodes = distinct Slurm node ids (else hosts), CPU cores = ``threads`` x pods
         (NaN with ``threads: 0``, i.e. the node's cores shared)."""
         attrs = [a for a in self.attrs.values()]
         logged = next((a["resources"] for a in attrs if isinstance(a.get("resources"), dict)), None)
-        ws = [int(a["world_size"]) for a in attrs if a.get("world_size") is not None]
+        ws = [int(a.get("pool_size") or a["world_size"]) for a in attrs if a.get("world_size") is not None]
         pods = max(ws) if ws else max(1, len(self.logs))
         cuda = any(str(a.get("device_type", "")) == "cuda" for a in attrs)
         places = {str((a.get("slurm") or {}).get("SLURM_NODEID", a.get("host", ""))) for a in attrs}

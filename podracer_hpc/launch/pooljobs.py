@@ -1,0 +1,121 @@
+"""A pool of several jobs (``podracer submit --pods-per-job M``): which parts to start.
+
+The pool of N pods runs as N/M jobs of M pods, each its own MPI world (``podracer train
+--pool-part i/J``) and failure domain: a job that fails, is preempted or killed requeues (or is
+resubmitted) alone, and its pods resume from their checkpoints and rejoin through the shared
+leaderboard while the other jobs never stop. ``<run>/pool.json`` keeps the pool's shape and the
+last job (Slurm id, or a local pid) of each part, so that the same ``podracer submit`` command
+run again starts only the parts that are neither done (every pod's record says ``done``:
+poolsummary.py) nor still queued or running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import jobstate
+from ..atomicfile import atomic_write_bytes
+from ..poolsummary import read_records
+from ..rundir import RunDir
+from .errors import LaunchError
+from .watch import ACTIVE_STATES
+
+__all__ = ["Plan", "plan", "record"]
+
+
+@dataclass
+class Plan:
+    """What a submission of a pool does: the parts to start, and why the others are left alone."""
+
+    start: list[int]
+    notes: list[str] = field(default_factory=list)
+
+
+def _read(rundir: RunDir) -> dict[str, Any] | None:
+    try:
+        d = json.loads(rundir.pool_file.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise LaunchError(f"{rundir.pool_file} is unreadable ({e}): move it away (the run resumes without it; parts "
+                          "still running would then be started twice), or use a new --run-dir") from None
+    return d if isinstance(d, dict) else None
+
+
+def _alive(job: dict[str, Any], slurm_states: dict[str, Any]) -> bool:
+    """Whether a part's last job still runs or will run (queued, requeued)."""
+    if job.get("executor") == "local":
+        if job.get("host") != socket.gethostname():
+            return False  # another machine's process: not ours to see (a local pool is one machine's)
+        return _running(int(job.get("pid", 0) or 0))
+    st = slurm_states.get(str(job.get("job", "")))
+    if st is None:
+        return True  # slurmctld did not answer: assume it runs rather than start it twice
+    return bool(st.state) and (st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"))
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs here (a zombie nobody reaped yet does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: it answered the signal
+
+
+def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
+    """The parts to start: all of a new pool; of an existing one (``pool.json``), those neither
+    done nor still queued or running. Raises LaunchError when the run directory holds a pool of
+    another shape."""
+    old = _read(rundir)
+    if old is None:
+        if rundir.checkpoint_ranks() and rundir.checkpoint_ranks()[-1] >= jobs * pods_per_job:
+            raise LaunchError(f"{rundir.root} holds the checkpoints of a bigger run (pod "
+                              f"{rundir.checkpoint_ranks()[-1]}); use a new --run-dir or the same pool size")
+        return Plan(list(range(jobs)))
+    shape = (old.get("jobs"), old.get("pods_per_job"))
+    if shape != (jobs, pods_per_job):
+        raise LaunchError(f"{rundir.root} holds a pool of {shape[0]} jobs x {shape[1]} pods ({rundir.pool_file}); "
+                          f"this submission asks for {jobs} x {pods_per_job}: submit it with the same --nodes, "
+                          "--tasks-per-node and --pods-per-job to resume it, or use a new --run-dir")
+    parts: dict[str, Any] = old.get("parts") or {}
+    slurm_ids = [str(p["job"]) for p in parts.values() if p.get("executor") == "slurm" and p.get("job")]
+    states = jobstate.slurm_job_states(slurm_ids) if slurm_ids else {}
+    records = read_records(rundir, range(jobs * pods_per_job))
+    out = Plan([])
+    for g in range(jobs):
+        pods = range(g * pods_per_job, (g + 1) * pods_per_job)
+        job = parts.get(str(g)) or {}
+        if all(records.get(i, {}).get("state") == "done" for i in pods):
+            out.notes.append(f"part {g} (pods {pods.start}-{pods.stop - 1}): done")
+        elif job and _alive(job, states):
+            out.notes.append(f"part {g} (pods {pods.start}-{pods.stop - 1}): still running or queued as "
+                             f"{job.get('executor', 'slurm')} job {job.get('job') or job.get('pid')}; left alone")
+        else:
+            out.start.append(g)
+    return out
+
+
+def record(rundir: RunDir, jobs: int, pods_per_job: int, started: dict[int, dict[str, Any]]) -> None:
+    """Write ``pool.json``: the shape and, for each part just started, its job (the others keep theirs)."""
+    old = _read(rundir) or {}
+    parts = dict(old.get("parts") or {})
+    parts.update({str(g): job for g, job in started.items()})
+    rundir.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(rundir.pool_file, (json.dumps(
+        {"jobs": jobs, "pods_per_job": pods_per_job, "parts": parts}, indent=1) + "\n").encode(), mode=0o644)
+
+
+def local_job(pid: int) -> dict[str, Any]:
+    """A local part's job: the relay's pid on this host."""
+    return {"executor": "local", "pid": pid, "host": socket.gethostname()}
