@@ -4,7 +4,7 @@ explore step (perturb or resample within bounds). Pure; tournament.py's PBT rule
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -84,3 +84,21 @@ def explore(
             v = out[name] * factor
         out[name] = float(min(max(v, r.low), r.high))
     return out
+
+
+def draw_eligible(rng: Any, items: Sequence[int], ok: Callable[[int], bool], tries: int = 16) -> int | None:
+    """One of ``items`` that passes ``ok``, uniformly at random (None if none does): first by
+    rejection (a uniform draw from all, kept if it passes: expected O(1) checks when most pass,
+    as PBT's top-quantile sources mostly beat a bottom-quantile target), after ``tries`` draws
+    from the whole list. Either way uniform over the passing items, so the pool's PBT round is
+    linear in the pool instead of (N/4)^2 paired comparisons."""
+    tried: set[int] = set()
+    for _ in range(min(len(items), tries)):
+        x = items[int(rng.integers(len(items)))]
+        if x not in tried:
+            tried.add(x)
+            if ok(x):
+                return x
+    passing = [x for x in items if x not in tried and ok(x)]
+    return passing[int(rng.integers(len(passing)))] if passing else None
+

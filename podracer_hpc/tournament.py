@@ -47,7 +47,7 @@ import numpy as np
 
 from .config import MODES, HParamRange, TournamentConfig, normalize_space
 from .fitness import better
-from .hparams import DEFAULT_PBT_SPACE, describe_space, effective_space, explore  # noqa: F401  (this module's API)
+from .hparams import DEFAULT_PBT_SPACE, describe_space, draw_eligible, effective_space, explore  # noqa: F401  (API)
 
 __all__ = [
     "ACTIONS",
@@ -441,14 +441,11 @@ def pbt_select(
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
-        eligible = [s for s in sources if reports[s].env_steps >= min_steps]
-        if _finite(fit[r]):  # on common start states: better in the paired sense (any margin > 0)
-            eligible = [s for s in eligible if _compare(fit[r], me.returns, fit[s], reports[s].returns or None,
-                                                        0.0)[0] == "take"]
-        elif not eligible and finite:
-            eligible = [finite[0]]
-        if eligible:
-            s = eligible[int(rng.integers(len(eligible)))]
+        s = draw_eligible(rng, sources, lambda s, r=r, me=me: reports[s].env_steps >= min_steps and (  # on common
+            not _finite(fit[r]) or _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)[0] == "take"))
+        if s is None and not _finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
+            s = finite[0]
+        if s is not None:
             drawn.add(s)
             new = explore(reports[s].hparams, space, rng, resample_prob, perturb_factors)
             why = "fitness is NaN" if not _finite(fit[r]) else "bottom quantile"

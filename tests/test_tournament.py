@@ -507,3 +507,22 @@ def test_intervals_to_next_round_keep_a_time_floor_on_the_interval_grid(rate, fl
     from podracer_hpc.tournament import intervals_to_next_round
     cfg = TournamentConfig(mode="elegantrl", interval_env_steps=100_000)
     assert intervals_to_next_round(cfg, rate, floor) == expect
+
+
+@pytest.mark.parametrize("n, passing", [(10, {0, 2, 4, 6, 8}), (100, {37}), (40, set(range(40))), (5, set())])
+def test_draw_eligible_is_uniform_over_the_passing_items(n, passing):
+    """PBT draws a target's source by rejection, then from the list: uniform over the eligible
+    sources either way (so a pool's round is linear in the pool), None when none is eligible."""
+    import numpy as np
+
+    from podracer_hpc.hparams import draw_eligible
+
+    rng = np.random.default_rng(0)
+    draws = [draw_eligible(rng, list(range(n)), lambda x: x in passing) for _ in range(4000)]
+    if not passing:
+        assert set(draws) == {None}
+        return
+    assert set(draws) == passing
+    counts = np.array([draws.count(x) for x in sorted(passing)])
+    expected = 4000 / len(passing)
+    assert ((counts - expected) ** 2 / expected).sum() < 3 * len(passing) + 10  # chi-square, generous
