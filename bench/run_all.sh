@@ -9,3 +9,4 @@ $PODRACER bench env --task cartpole --num-envs 64 4096 65536
 $PODRACER bench train
 $PY bench/learning.py
 $PY bench/status_poll.py
+$PY bench/decide_scale.py
