@@ -1,4 +1,5 @@
-"""The ``podracer`` console script: train | mpirun | submit | status | evaluate | backtest | data | bench | config | study."""
+"""The ``podracer`` console script: train | mpirun | submit | status | jobs | cancel | evaluate | export | backtest |
+data | bench | config | study."""
 
 from __future__ import annotations
 
@@ -144,6 +145,31 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return status(args.run_dir, args.watch, pods=args.pods, top_pods=args.top)
 
 
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from .launch.control import jobs_table
+    from .launch.errors import LaunchError
+
+    try:
+        print("\n".join(jobs_table(args.target)))
+    except LaunchError as e:
+        print(f"podracer jobs: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from .launch.control import cancel
+    from .launch.errors import LaunchError
+
+    try:
+        for line in cancel(args.target, args.requeue):
+            print(line)
+    except LaunchError as e:
+        print(f"podracer cancel: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
@@ -221,6 +247,18 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--top", type=int, default=5, metavar="N",
                     help="pods shown beside the aggregates of a large pool, best evaluation first (default 5)")
     st.set_defaults(func=_cmd_status)
+
+    jb = sub.add_parser("jobs", help="a run's Slurm jobs (submitted, template, a pool's parts) with their states and "
+                                     "requeue counts")
+    jb.add_argument("target", metavar="RUN_DIR|JOB", help="a run directory, or a Slurm job id")
+    jb.set_defaults(func=_cmd_jobs)
+    ca = sub.add_parser("cancel", help="cancel a run's queued and running Slurm jobs (their ranks checkpoint), or with "
+                                       "--requeue checkpoint and requeue them")
+    ca.add_argument("target", metavar="RUN_DIR|JOB", help="a run directory, or a Slurm job id")
+    ca.add_argument("--requeue", action="store_true",
+                    help="send the warning signal instead (scancel --signal=USR2 --full): every rank checkpoints and "
+                         "the job is requeued, as before a time limit or a preemption")
+    ca.set_defaults(func=_cmd_cancel)
 
     d = sub.add_parser("data", help="stock trading: prepare the shared market cache of a data file (podracer data prepare DATA)")
     dsub = d.add_subparsers(dest="what", required=True)

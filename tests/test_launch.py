@@ -26,7 +26,7 @@ def test_parse_array(spec, ids, par):
     assert launch.parse_array(spec) == (ids, par)
 
 
-@pytest.mark.parametrize("spec", ["", "a", "3-1", "1,,x", "%2"])
+@pytest.mark.parametrize("spec", ["", "a", "3-1", "1,,x", "%2", "0-3%0"])
 def test_parse_array_rejects(spec):
     with pytest.raises(launch.LaunchError, match="--array"):
         launch.parse_array(spec)
@@ -49,6 +49,51 @@ def req(**kw):
 def test_impossible_requests_fail_before_anything_runs(kw, msg):
     with pytest.raises(launch.LaunchError, match=msg):
         launch.validate(req(**kw))
+
+
+@pytest.mark.parametrize("given, minutes", [("90", 90), ("12:00:00", 720), ("2-00:00:00", 2880), ("1-6", 1800),
+                                             ("45:30", 45)])
+def test_time_takes_minutes_or_slurms_syntax(given, minutes):
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
+                        "--mpi", "pmi2", "--time", given, "--dry-run"], capture_output=True, text=True, cwd=REPO,
+                       timeout=120, env={**os.environ, "PATH": "/nonexistent"})
+    assert r.returncode == 0, r.stderr
+    assert f"#SBATCH --time={minutes}\n" in r.stdout
+
+
+@pytest.mark.parametrize("given", ["infinite", "1h", "-5", ""])
+def test_time_refuses_what_slurm_would_not_take_or_never_ends(given):
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--time", given,
+                        "--dry-run"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2 and "--time" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_run_dir_that_cannot_be_made_is_refused_also_by_dry_run(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    for d, msg in ((f, "a file stands there"), (f / "run", "is a file, not a directory")):
+        with pytest.raises(launch.LaunchError, match=msg):
+            launch.validate(req(run_dir=str(d)), dry_run=True)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):  # root writes anywhere: the check cannot fail here
+            pytest.skip("running as root: a read-only directory is writable")
+        with pytest.raises(launch.LaunchError, match="no permission"):
+            launch.validate(req(run_dir=str(ro / "run")), dry_run=True)
+    finally:
+        ro.chmod(0o700)
+
+
+def test_array_ids_other_than_0_to_n_minus_1_are_one_job_each_and_take_no_throttle(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no Slurm here: --dry-run shows the script
+    text = launch.sbatch_text(req(executor="slurm", mpi="pmi2", array=[1, 3, 5]), load_config("jobs/quickstart.yaml"))
+    assert "--array" not in text  # not an array: Slurm's index would be 0..2 for tasks 1, 3, 5
+    assert "#SBATCH --array=0-2" in launch.sbatch_text(req(executor="slurm", mpi="pmi2", array=[0, 1, 2]),
+                                                        load_config("jobs/quickstart.yaml"))
+    with pytest.raises(launch.LaunchError, match="throttle cannot hold"):
+        launch.validate(req(executor="slurm", mpi="pmi2", array=[1, 3], array_parallelism=1), dry_run=True)
 
 
 def test_bad_config_fails_before_anything_runs():

@@ -4,13 +4,15 @@ cluster as sinfo and srun describe it."""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 from ..config import Config, job_file, load_config
 from .errors import LaunchError
-from .request import Request, check_fields, parse_sbatch
+from .request import Request, check_fields, parse_sbatch, run_dir_for
 
-__all__ = ["validate"]
+__all__ = ["check_run_dir", "validate"]
 
 
 def validate(req: Request, dry_run: bool = False) -> Config:
@@ -31,6 +33,11 @@ def validate(req: Request, dry_run: bool = False) -> Config:
     parse_sbatch(req.sbatch)
     if req.pods_per_job:
         _check_pool_jobs(req)
+    check_run_dir(run_dir_for(req, cfg))
+    if req.executor == "slurm" and req.array and req.array != list(range(len(req.array))) and req.array_parallelism:
+        raise LaunchError(f"--array {','.join(map(str, req.array))}%{req.array_parallelism}: tasks other than 0..N-1 go "
+                          "to Slurm as one job each (submitit numbers an array from 0, and the task's directory and "
+                          "Slurm's index must agree), so a %P throttle cannot hold; drop %P or use --array N")
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
@@ -55,3 +62,19 @@ def _check_pool_jobs(req: Request) -> None:
     if req.executor == "slurm" and m % req.tasks_per_node:
         raise LaunchError(f"--pods-per-job {m}: a job is whole nodes of --tasks-per-node {req.tasks_per_node} pods; "
                           f"use a multiple of {req.tasks_per_node}")
+
+
+def check_run_dir(path: Path) -> None:
+    """The run directory can be made (or is one) and written: checked before anything is queued
+    (also by --dry-run), so that a typo is an error here, not a job that fails on a compute node."""
+    if path.exists() and not path.is_dir():
+        raise LaunchError(f"--run-dir {path}: a file stands there; choose a directory")
+    anc = path
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise LaunchError(f"--run-dir {path}: {anc} is a file, not a directory; choose another --run-dir")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        what = "write in" if anc == path else f"create {path} under"
+        raise LaunchError(f"--run-dir {path}: no permission to {what} {anc}; choose a --run-dir you can write to "
+                          "(on the cluster's shared filesystem)")

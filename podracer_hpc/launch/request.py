@@ -49,14 +49,24 @@ def _mail(v: str) -> str:
     return f"{', '.join(bad)} unknown; use {', '.join(sorted(MAIL_TYPES))}" if bad else ""
 
 
+def _time_arg(text: str) -> int:
+    """``--time``: minutes (``90``) or Slurm's syntax (``1:30:00``, ``2-00:00:00``, ``45:30``), in minutes."""
+    minutes = slurm_minutes(text)
+    if minutes is None or not re.fullmatch(r"[0-9]+(-[0-9]+(:[0-9]+){0,2})?|[0-9]+(:[0-9]+){1,2}", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected minutes (90) or Slurm's time syntax (1:30:00, "
+                                         "2-00:00:00, 45:30); a pod job needs a finite limit")
+    return minutes
+
+
 def opt(default: Any, doc: str, flag: str = "", *, check: Callable[[Any], str] | None = None,
-        sbatch: str = "", choices: tuple[str, ...] = (), metavar: str | None = None, cli: str = "value") -> Any:
+        sbatch: str = "", choices: tuple[str, ...] = (), metavar: str | None = None, cli: str = "value",
+        parse: Callable[[str], Any] | None = None) -> Any:
     """One ``podracer submit`` option: a Request field with its flag (``""``: no flag), its doc, a
     check (returns "" or what is wrong), the sbatch option it sets (``sbatch``: submitit's name of
     it) and how argparse reads it (``cli``: value | flag (true when given) | inverted (false when
     given) | append | none)."""
     meta = {"doc": doc, "flag": flag, "check": check, "sbatch": sbatch, "choices": choices, "metavar": metavar,
-            "cli": cli}
+            "cli": cli, "parse": parse}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -80,12 +90,15 @@ class Request:
     pods_per_job: int = opt(0, "run the pool of --nodes x --tasks-per-node pods as several jobs of this many pods each "
                                 "(each its own MPI world and failure domain, requeued alone; one run directory and "
                                 "leaderboard); 0 = one job", "--pods-per-job", check=_min(0), metavar="M")
-    array: list[int] = opt([], "job array: N, A-B or A,B,C tasks, at most P at once (A[%P])", "--array",
+    array: list[int] = opt([], "job array: N (tasks 0..N-1), A-B or A,B,C tasks (run dirs task<i>), at most P at once "
+                               "(A[%P]); ids other than 0..N-1 go as one job each (submitit numbers an array from 0)",
+                           "--array",
                            metavar="A[%P]", sbatch="array")
     array_parallelism: int = opt(0, "the %P throttle of --array; 0 = no limit", cli="none", sbatch="array_parallelism")
     partition: str = opt("", "Slurm partition", "--partition", check=_no_spaces, sbatch="partition")
     account: str = opt("", "Slurm account", "--account", check=_no_spaces, sbatch="account")
-    time_min: int = opt(60, "time limit in minutes", "--time", check=_min(1), sbatch="time", metavar="MIN")
+    time_min: int = opt(60, "time limit: minutes, or Slurm's syntax (1:30:00, 2-00:00:00)", "--time", check=_min(1),
+                        sbatch="time", metavar="TIME", parse=_time_arg)
     mpi: str = opt("pmix", "srun --mpi plugin matching the MPI of mpi4py: pmix (default; a site's Open MPI/HPC-X, as "
                            "slurm_templates/site.sh), pmi2 (the PyPI mpich wheel of .venv, MPICH, MVAPICH)", "--mpi",
                    choices=("pmix", "pmi2", "none"))
@@ -168,7 +181,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         elif m["cli"] == "append":
             p.add_argument(m["flag"], dest=dest, action="append", default=[], metavar=m["metavar"], help=m["doc"])
         else:
-            kind = int if isinstance(f.default, int) and not isinstance(f.default, bool) else str
+            kind = m["parse"] or (int if isinstance(f.default, int) and not isinstance(f.default, bool) else str)
             choices = ("auto", *m["choices"]) if f.name == "executor" else (m["choices"] or None)
             default = "auto" if f.name == "executor" else "" if f.name == "array" else f.default
             p.add_argument(m["flag"], dest=dest, type=kind, default=default, choices=choices,
@@ -201,6 +214,8 @@ def parse_array(spec: str) -> tuple[list[int], int]:
     if not m:
         raise LaunchError(f"--array {spec!r}: expected N, A-B or A,B,C, optionally followed by %P")
     body, par = m.group(1), int(m.group(2) or 0)
+    if m.group(2) is not None and par < 1:
+        raise LaunchError(f"--array {spec!r}: a throttle of %0 would run nothing; give %P >= 1, or no %P for no limit")
     ids: list[int] = []
     if re.fullmatch(r"[0-9]+", body):
         ids = list(range(int(body)))

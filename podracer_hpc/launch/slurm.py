@@ -122,6 +122,10 @@ def _check_partition(req: Request, part: str) -> None:
         raise LaunchError(f"--gpus-per-node {req.gpus_per_node}: the nodes of partition {part!r} have at most "
                           f"{max(gpus)} GPUs (sinfo -o %G); the job would never start")
     if gpus and max(gpus) and not req.gpus_per_node:
+        if req.exclusive:
+            raise LaunchError(f"--exclusive on partition {part!r}, whose nodes have {max(gpus)} GPUs each, but no "
+                              f"--gpus-per-node: the job would hold the GPUs and its pods would run on the CPU. Ask for "
+                              f"them (--gpus-per-node {min(max(gpus), req.tasks_per_node)}), or drop --exclusive")
         print(f"note: the nodes of partition {part!r} have {max(gpus)} GPUs each, but the job asks for none "
               f"(--gpus-per-node): its pods run on the CPU", file=sys.stderr)
 
@@ -296,7 +300,7 @@ def sbatch_text(req: Request, cfg: Config) -> str:
     folder = RunDir(base).slurm_folder
     snap = plan_snapshot(base, req.job_file) if req.snapshot else None
     params = parameters(req, cfg, snap)
-    if req.array or req.jobs > 1:
+    if (req.array and req.array == list(range(len(req.array)))) or req.jobs > 1:
         params["map_count"] = len(req.array) or req.jobs
     python = shlex.quote(sys.executable)
     return _make_sbatch_string(command=f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}",
@@ -317,8 +321,12 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None
         except OSError as e:
             raise LaunchError(f"cannot write the code snapshot in {RunDir(base).code_dir}: {e}") from e
         job_file = str(snap.job_file)
-    ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30)
-    ex.update_parameters(**parameters(req, cfg, snap))
+    try:
+        ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30)
+    except OSError as e:
+        raise LaunchError(f"cannot create the job's log folder in {base}: {e}; choose a --run-dir you can write to") from e
+    params = parameters(req, cfg, snap)
+    ex.update_parameters(**params)
     calls, dirs = [], []
     if parts is not None:  # a pool of several jobs: one run directory, each job its part of the pods
         for g in parts:
@@ -331,11 +339,11 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None
             dirs.append(d)
     stale = [RunDir(d).summary_signature() for d in dirs]
     try:
-        if len(calls) > 1:
-            with ex.batch():
+        if len(calls) > 1 and (parts is not None or req.array == list(range(len(req.array)))):
+            with ex.batch():  # one array: Slurm's index is the task's (or the part's: parts start at 0)
                 jobs = [ex.submit(c) for c in calls]
-        else:
-            jobs = [ex.submit(calls[0])]
+        else:  # one job each: submitit numbers an array from 0, and --array 1,3,5 must run tasks 1, 3 and 5
+            jobs = [ex.submit(c) for c in calls]
     except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError) as e:
         raise LaunchError(f"sbatch refused the job: {str(e).strip() or type(e).__name__}") from e
     return jobs, dirs, snap, stale
