@@ -54,6 +54,10 @@ def test_refused_before_queueing(slurm_cluster, tmp_path):
     assert r.returncode == 2 and "has only 4 nodes" in r.stderr
     r = submit(slurm_cluster, "--tasks-per-node", "2", "--gpus-per-node", "1", "--run-dir", str(tmp_path / "a"))
     assert r.returncode == 2 and "one rank on one GPU" in r.stderr
+    r = submit(slurm_cluster, "--exclusive", "--run-dir", str(tmp_path / "a"))  # the nodes' GPUs held, unused
+    assert r.returncode == 2 and "--exclusive on partition" in r.stderr and "--gpus-per-node" in r.stderr, r.stderr
+    r = submit(slurm_cluster, "--time", "infinite", "--run-dir", str(tmp_path / "a"))
+    assert r.returncode == 2 and "--time" in r.stderr
     queued = slurm_cluster.run("squeue", "-h", "-n", "podracer-quickstart").stdout.strip()
     assert queued == "" and not (tmp_path / "a").exists()
 
