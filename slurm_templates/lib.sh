@@ -286,7 +286,10 @@ podracer_launch() {
             *) podracer_die "PODRACER_GPU_BIND=$PODRACER_GPU_BIND: use per-task or none" ;;
         esac
     fi
-    local srun=(srun --mpi="$PODRACER_MPI" --wait="$PODRACER_SRUN_WAIT" "${res[@]}" "${opts[@]}" "${cmd[@]}")
+    local extra=()
+    # shellcheck disable=SC2206  # word-split on purpose: "--cpu-bind=cores --network=..."
+    [[ -n ${PODRACER_SRUN_ARGS:-} ]] && extra=($PODRACER_SRUN_ARGS)
+    local srun=(srun --mpi="$PODRACER_MPI" --wait="$PODRACER_SRUN_WAIT" "${res[@]}" "${extra[@]}" "${opts[@]}" "${cmd[@]}")
     local v
     for v in $(compgen -e | LC_ALL=C sort); do
         case $v in

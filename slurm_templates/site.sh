@@ -25,6 +25,8 @@
 # Anything else, as sbatch options (word-split): e.g. "--reservation=dgx --hint=nomultithread
 # --wckey=myteam". No wckey is sent unless given here.
 : "${PODRACER_SBATCH_ARGS:=}"
+# Any other srun options for the ranks (word-split): e.g. "--cpu-bind=cores --network=single_node_vni"
+: "${PODRACER_SRUN_ARGS:=}"
 
 # ---- software on the compute nodes
 : "${PODRACER_MODULES:=}"          # e.g. "cuda/12.6 openmpi/4.1.7": `module load` them first

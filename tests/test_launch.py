@@ -139,6 +139,12 @@ GOLDEN_CASES = {
                                  cache_dir="/raid/podracer-cache"),
     "submit_cpu_unbound": dict(nodes=1, tasks_per_node=2, cpus_per_task=4, gpus_per_node=2, gpu_bind="none",
                                snapshot=False, mpi="pmi2"),
+    # issue 28: the ranks in a container (pyxis on srun; charliecloud's ch-run as the rank's python), srun extras
+    "submit_container_pyxis": dict(nodes=2, tasks_per_node=8, gpus_per_node=8, time_min=120,
+                                   container_image="/lustre/images/podracer.sqsh", container_mounts="/lustre/data:/data",
+                                   srun=["cpu-bind=cores", "network=single_node_vni"]),
+    "submit_container_charliecloud": dict(nodes=1, tasks_per_node=2, mpi="pmi2", container_image="/scratch/img/podracer",
+                                          container_runtime="charliecloud"),
 }
 
 
@@ -596,3 +602,44 @@ def test_a_slurmctld_that_does_not_answer_is_not_an_end(tmp_path, monkeypatch):
     (bin_ / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     assert jobstate.slurm_job_states(["900_1", "900_2"]) == {"900_1": None, "900_2": None}
+
+
+SITE = REPO / "tests" / "fixtures" / "site_dgx.sh"
+
+
+def _dry_run(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
+                        "--run-dir", "/scratch/runs/qs", "--dry-run", *args], capture_output=True, text=True, cwd=REPO,
+                       timeout=120, env={**os.environ, "PATH": "/nonexistent"})  # no Slurm: the script only
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_site_file_is_read_alike_by_submit_and_the_templates():
+    """The same site file gives the same sbatch options through slurm_templates/submit.sh and
+    podracer submit --site; podracer submit adds its srun extras and modules; the command line wins."""
+    t = subprocess.run(["bash", str(REPO / "slurm_templates" / "submit.sh"), "--print", "slurm_templates/tournament.sbatch"],
+                       capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "PODRACER_SITE": str(SITE)})
+    assert t.returncode == 0, t.stderr
+    template = dict(re.findall(r"--([a-z-]+)=(\S+)", t.stdout))
+    script = _dry_run("--site", str(SITE))
+    submit = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)$", script, re.M))
+    shared = ("partition", "account", "qos", "cpus-per-task", "mem", "constraint", "reservation")
+    assert {k: template.get(k) for k in shared} == {k: submit.get(k) for k in shared}
+    assert template["partition"] == "batch" and submit["reservation"] == "dgx"
+    assert "module load cuda/12.6 openmpi/4.1.7" in script and "--cpu-bind=cores" in script and "--mpi=pmix" in script
+    mine = _dry_run("--site", str(SITE), "--partition", "debug", "--cpus-per-task", "4", "--srun", "cpu-bind=none")
+    assert "#SBATCH --partition=debug\n" in mine and "#SBATCH --cpus-per-task=4\n" in mine
+    assert mine.index("--cpu-bind=cores") < mine.index("--cpu-bind=none")  # srun takes the last: the command line's
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--site", "/nonexistent/site.sh"), "no such file"),
+    (("--srun", "mpi=pmi2"), "use podracer submit --mpi instead"),
+    (("--srun", "bad key"), "long srun option name"),
+    (("--container-mounts", "/a:/a"), "without --container-image"),
+])
+def test_bad_site_container_and_srun_options_fail_before_anything_runs(args, message):
+    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
+                        "--mpi", "pmi2", "--dry-run", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..config import Config, job_file, load_config
 from .errors import LaunchError
-from .request import Request, check_fields, parse_sbatch, run_dir_for
+from .request import Request, check_fields, parse_sbatch, parse_srun, run_dir_for
 
 __all__ = ["check_run_dir", "validate"]
 
@@ -31,6 +31,9 @@ def validate(req: Request, dry_run: bool = False) -> Config:
             "on one GPU; ask for as many GPUs as tasks per node (or fewer tasks)"
         )
     parse_sbatch(req.sbatch)
+    parse_srun(req.srun)
+    if req.container_mounts and not req.container_image:
+        raise LaunchError("--container-mounts without --container-image: give the image the ranks run in")
     if req.pods_per_job:
         _check_pool_jobs(req)
     check_run_dir(run_dir_for(req, cfg))

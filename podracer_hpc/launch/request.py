@@ -21,7 +21,7 @@ from ..rundir import RunDir
 from .errors import LaunchError
 
 __all__ = ["ACTIONS", "Request", "add_arguments", "check_fields", "from_args", "own_sbatch", "parse_array",
-           "parse_sbatch", "run_dir_for", "slurm_minutes", "task_overrides"]
+           "parse_sbatch", "parse_srun", "run_dir_for", "slurm_minutes", "task_overrides"]
 
 MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
               "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
@@ -128,6 +128,20 @@ class Request:
                             choices=("", "best-effort", "true", "false"))
     cache_dir: str = opt("", "per-node compile caches (Warp kernels, torch.compile) go under DIR/<host>; default "
                              "/tmp/podracer-cache-$USER on each node", "--cache-dir")
+    container_image: str = opt("", "run every rank in this container image (pyxis: an enroot .sqsh or docker://...; "
+                                   "charliecloud: an image directory or .sqsh); the run directory is mounted at its own "
+                                   "path", "--container-image", check=_no_spaces, metavar="IMAGE")
+    container_mounts: str = opt("", "more bind mounts for the container, SRC:DST[,SRC:DST...]", "--container-mounts",
+                                check=_no_spaces, metavar="MOUNTS")
+    container_runtime: str = opt("pyxis", "pyxis (srun --container-image, enroot), or charliecloud (ch-run IMAGE -- "
+                                          "python3, unprivileged, for sites without pyxis)", "--container-runtime",
+                                 choices=("pyxis", "charliecloud"))
+    srun: list[str] = opt([], "any other srun option for the ranks, repeatable: --srun cpu-bind=cores --srun "
+                              "network=... (a bare KEY is a flag)", "--srun", cli="append", metavar="KEY=VALUE")
+    modules: str = opt("", "environment modules the batch script loads before srun (module load ...)", cli="none")
+    site: str = opt("", "a site file (slurm_templates/site.sh syntax, the templates' own): its partition, account, "
+                        "QoS, CPUs, memory, MPI, modules, sbatch and srun extras and container, under the options "
+                        "given here", "--site", metavar="FILE")
     snapshot: bool = opt(True, "run the live checkout instead of a copy of the code made at submission (a requeue "
                                "then runs whatever is checked out at that moment)", "--no-snapshot", cli="inverted")
 
@@ -198,6 +212,11 @@ def from_args(args: argparse.Namespace, slurm_here: bool) -> Request:
     if kw["executor"] == "auto":
         kw["executor"] = "slurm" if slurm_here else "local"
     kw["array"], kw["array_parallelism"] = parse_array(kw["array"]) if kw["array"] else ([], 0)
+    if kw["site"]:
+        from .site import apply_site
+
+        kw = apply_site(kw, kw["site"], {f.name: [] if f.default is dataclasses.MISSING else f.default
+                                         for f in dataclasses.fields(Request)})
     return Request(**kw)
 
 
@@ -251,6 +270,31 @@ def parse_sbatch(items: list[str]) -> dict[str, Any]:
                               f"--{key} is set by podracer submit itself (logs in the run dir, the signal "
                               "that checkpoints, requeue)"))
         out[key] = value if eq else True
+    return out
+
+
+# srun options the launcher sets itself (--srun may not): what to use instead
+OWN_SRUN = {"kill-on-bad-exit": "", "mpi": "--mpi", "cpus-per-task": "--cpus-per-task",
+            "gpus-per-task": "--gpu-bind", "container-image": "--container-image",
+            "container-mounts": "--container-mounts", "container-workdir": "", "ntasks": "--nodes and --tasks-per-node",
+            "output": "", "error": "", "unbuffered": ""}
+
+
+def parse_srun(items: list[str]) -> list[str]:
+    """``--srun KEY=VALUE`` (or a bare ``KEY``) items -> srun's ``--key=value`` arguments; refuses
+    what the launcher sets itself."""
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-").lower()
+        if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
+            raise LaunchError(f"--srun {item!r}: expected a long srun option name, KEY=VALUE or KEY "
+                              "(e.g. --srun cpu-bind=cores --srun network=single_node_vni)")
+        if key in OWN_SRUN:
+            use = OWN_SRUN[key]
+            raise LaunchError(f"--srun {item!r}: " + (f"use podracer submit {use} instead" if use else
+                              f"--{key} is set by podracer submit itself"))
+        out.append(f"--{key}={value}" if eq else f"--{key}")
     return out
 
 

@@ -27,7 +27,7 @@ from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states  # re-ex
 from ..mpich import pypi_mpich
 from ..rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
 from .errors import LaunchError, SlurmUnreachable
-from .request import HDF5_LOCKING, Request, parse_sbatch, run_dir_for, slurm_minutes, task_overrides
+from .request import HDF5_LOCKING, Request, parse_sbatch, parse_srun, run_dir_for, slurm_minutes, task_overrides
 from .snapshot import Snapshot, make_snapshot, plan_snapshot
 
 try:  # submitit's own script writer is private: guarded, and pyproject bounds submitit below 2
@@ -235,6 +235,8 @@ def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
     # (A trap's command runs only once srun has ended, after the requeue has killed this shell: no echo.)
     lines = ["trap : USR1 USR2  # a warning signal to the whole job (scancel --full) must not end this shell",
              "export PYTHONUNBUFFERED=1"]
+    if req.modules:
+        lines.append(f"module load {req.modules}  # the site's modules (--site: PODRACER_MODULES)")
     if snap is not None:
         lines += [f"export PYTHONPATH={q(str(snap.path))}${{PYTHONPATH:+:$PYTHONPATH}}",
                   "export PYTHONSAFEPATH=1  # the snapshot, not a checkout in the working directory",
@@ -267,6 +269,12 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
         srun.append(f"--cpus-per-task={req.cpus_per_task}")
     if req.gpus_per_node and req.gpu_bind == "per-task":
         srun.append("--gpus-per-task=1")
+    if req.container_image and req.container_runtime == "pyxis":
+        base = str(run_dir_for(req, cfg))
+        mounts = ",".join(m for m in (f"{base}:{base}", req.container_mounts) if m)
+        srun += [f"--container-image={req.container_image}", f"--container-mounts={mounts}",
+                 f"--container-workdir={base}"]
+    srun += parse_srun(req.srun)
     extra: dict[str, Any] = {"requeue": True}
     if sys.version_info < (3, 11):  # no PYTHONSAFEPATH: a checkout in the working directory would come first
         extra["chdir"] = str(run_dir_for(req, cfg))
@@ -290,6 +298,20 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
     return params
 
 
+def rank_python(req: Request, cfg: Config) -> str:
+    """The command that runs a rank's Python: this interpreter, or the container's ``python3``
+    (pyxis: srun enters the image; charliecloud: ``ch-run`` enters it here, with the run
+    directory and the extra mounts bound at their own paths)."""
+    if not req.container_image:
+        return shlex.quote(sys.executable)
+    if req.container_runtime == "pyxis":
+        return "python3"
+    base = str(run_dir_for(req, cfg))
+    binds = [f"{base}:{base}"] + [m for m in req.container_mounts.split(",") if m]
+    return " ".join(["ch-run", *sum((["-b", shlex.quote(b)] for b in binds), []), "--cd", shlex.quote(base),
+                     shlex.quote(req.container_image), "--", "python3"])
+
+
 def sbatch_text(req: Request, cfg: Config) -> str:
     """The sbatch script submitit will submit for this request (shown by --dry-run; the code
     snapshot is named, not written)."""
@@ -302,7 +324,7 @@ def sbatch_text(req: Request, cfg: Config) -> str:
     params = parameters(req, cfg, snap)
     if (req.array and req.array == list(range(len(req.array)))) or req.jobs > 1:
         params["map_count"] = len(req.array) or req.jobs
-    python = shlex.quote(sys.executable)
+    python = rank_python(req, cfg)
     return _make_sbatch_string(command=f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}",
                                folder=folder, **params)
 
@@ -322,7 +344,7 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None
             raise LaunchError(f"cannot write the code snapshot in {RunDir(base).code_dir}: {e}") from e
         job_file = str(snap.job_file)
     try:
-        ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30)
+        ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30, python=rank_python(req, cfg))
     except OSError as e:
         raise LaunchError(f"cannot create the job's log folder in {base}: {e}; choose a --run-dir you can write to") from e
     params = parameters(req, cfg, snap)
