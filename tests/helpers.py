@@ -111,3 +111,15 @@ def assert_hopper_autoreset(env, n: int, steps: int, limit: int, rtol: float) ->
         ret[done] = 0
         length[done] = 0
     assert n_term > 0 and n_trunc > 0, (n_term, n_trunc)
+
+
+def wait_for(cond, timeout: float, what: str, poll_s: float = 0.1) -> None:
+    """Poll ``cond()`` until it is true; an AssertionError naming ``what`` after ``timeout`` seconds."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(poll_s)
+

@@ -20,7 +20,7 @@ import pytest
 
 from podracer_hpc import safeio
 from podracer_hpc.h5log import read_log
-from helpers import mpiexec_or_skip, rank_pids
+from helpers import mpiexec_or_skip, rank_pids, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 # 64 envs x 16 steps = 1,024 env steps an update
@@ -62,14 +62,6 @@ def train_rows(run_dir: Path, rank: int = 0, name: str = "pendulum") -> int:
         return len(read_log(run_dir / "logs" / f"{name}_rank{rank}.h5")["train"]["update"])
     except Exception:  # noqa: BLE001  (not there yet)
         return 0
-
-
-def wait_for(cond, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def assert_once(log: dict, ranks_rounds: int | None = None) -> None:

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from podracer_hpc.launch import pooljobs
 from podracer_hpc.poolsummary import assemble, describe_missing, read_records, write_record
 from podracer_hpc.rundir import PoolPart, RunDir
 
-from helpers import REPO, mpiexec_or_skip, run_cli
+from helpers import REPO, mpiexec_or_skip, run_cli, wait_for
 
 SMALL = ("total_env_steps=40960", "tournament.interval_env_steps=8192", "eval.interval_env_steps=8192",
          "tournament.sync=async", "eval.final_episodes=20", "log.progress_interval_s=0")
@@ -161,13 +160,6 @@ def _read_log(path: Path) -> dict:
     return read_log(path)
 
 
-def _wait_for(what, timeout: float, message: str) -> None:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.3)
-
 
 def _part_pids(run_dir: Path, part: str) -> list[int]:
     """Every live process of one part of a local pool (its command line names the run dir and the part)."""
@@ -203,11 +195,11 @@ def test_a_pool_of_two_jobs_survives_one_killed_hard(tmp_path):
     assert r.returncode == 0, r.stderr
     parts = json.loads(RunDir(d).pool_file.read_text())["parts"]
     pid0 = int(parts["0"]["pid"])
-    _wait_for(lambda: _rounds(d / "logs" / "quickstart_rank3.h5") >= 2, 240, "part 1's second round")
+    wait_for(lambda: _rounds(d / "logs" / "quickstart_rank3.h5") >= 2, 240, "part 1's second round")
     for pid in _part_pids(d, "1/2"):  # the whole job at once, as a node failure: relay, mpiexec, proxies, ranks
         os.kill(pid, signal.SIGKILL)
-    _wait_for(lambda: not _part_pids(d, "1/2"), 60, "part 1's processes to die")
-    _wait_for(lambda: not pooljobs._running(pid0), 300, "part 0 to finish")
+    wait_for(lambda: not _part_pids(d, "1/2"), 60, "part 1's processes to die")
+    wait_for(lambda: not pooljobs._running(pid0), 300, "part 0 to finish")
     rd = RunDir(d)
     recs = read_records(rd, range(4))
     assert [recs[i]["state"] for i in (0, 1)] == ["done", "done"] and 2 not in recs and 3 not in recs

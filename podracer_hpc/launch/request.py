@@ -254,23 +254,29 @@ def parse_array(spec: str) -> tuple[list[int], int]:
     return sorted(set(ids)), par
 
 
-def parse_sbatch(items: list[str]) -> dict[str, Any]:
-    """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag) items -> {key: value}; refuses keys
-    that have a submit option of their own or that the launcher must set."""
-    own, out = own_sbatch(), {}
+def _option_items(items: list[str], flag: str, own: dict[str, str], example: str) -> list[tuple[str, Any]]:
+    """``KEY=VALUE`` (or a bare ``KEY``: a flag) items of a pass-through option (``flag``) ->
+    ``[(key, value or True)]``; refuses what is not a long option name and the keys in ``own``
+    (-> the submit option to use instead; "": set by the launcher itself)."""
+    out = []
     for item in items:
         key, eq, value = item.partition("=")
         key = key.strip().lstrip("-").replace("_", "-").lower()
         if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
-            raise LaunchError(f"--sbatch {item!r}: expected a long sbatch option name, KEY=VALUE or KEY "
-                              "(e.g. --sbatch reservation=dgx --sbatch hint=nomultithread)")
+            raise LaunchError(f"{flag} {item!r}: expected a long {flag[2:]} option name, KEY=VALUE or KEY (e.g. {example})")
         if key in own:
             use = own[key]
-            raise LaunchError(f"--sbatch {item!r}: " + (f"use podracer submit {use} instead" if use else
-                              f"--{key} is set by podracer submit itself (logs in the run dir, the signal "
-                              "that checkpoints, requeue)"))
-        out[key] = value if eq else True
+            raise LaunchError(f"{flag} {item!r}: " + (f"use podracer submit {use} instead" if use else
+                              f"--{key} is set by podracer submit itself (logs in the run dir, the signal that "
+                              "checkpoints, requeue, the ranks' MPI world)"))
+        out.append((key, value if eq else True))
     return out
+
+
+def parse_sbatch(items: list[str]) -> dict[str, Any]:
+    """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag) items -> {key: value}; refuses keys
+    that have a submit option of their own or that the launcher must set."""
+    return dict(_option_items(items, "--sbatch", own_sbatch(), "--sbatch reservation=dgx --sbatch hint=nomultithread"))
 
 
 # srun options the launcher sets itself (--srun may not): what to use instead
@@ -283,19 +289,8 @@ OWN_SRUN = {"kill-on-bad-exit": "", "mpi": "--mpi", "cpus-per-task": "--cpus-per
 def parse_srun(items: list[str]) -> list[str]:
     """``--srun KEY=VALUE`` (or a bare ``KEY``) items -> srun's ``--key=value`` arguments; refuses
     what the launcher sets itself."""
-    out = []
-    for item in items:
-        key, eq, value = item.partition("=")
-        key = key.strip().lstrip("-").replace("_", "-").lower()
-        if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
-            raise LaunchError(f"--srun {item!r}: expected a long srun option name, KEY=VALUE or KEY "
-                              "(e.g. --srun cpu-bind=cores --srun network=single_node_vni)")
-        if key in OWN_SRUN:
-            use = OWN_SRUN[key]
-            raise LaunchError(f"--srun {item!r}: " + (f"use podracer submit {use} instead" if use else
-                              f"--{key} is set by podracer submit itself"))
-        out.append(f"--{key}={value}" if eq else f"--{key}")
-    return out
+    pairs = _option_items(items, "--srun", OWN_SRUN, "--srun cpu-bind=cores --srun network=single_node_vni")
+    return [f"--{k}" if v is True else f"--{k}={v}" for k, v in pairs]
 
 
 def slurm_minutes(text: str) -> int | None:

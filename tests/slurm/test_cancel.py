@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import wait_for
 from podracer_hpc.h5log import read_log
 
 pytestmark = pytest.mark.slurm
@@ -48,13 +49,6 @@ def trained_rows(run: Path) -> int:
     except Exception:  # noqa: BLE001  (not there yet, or a read racing a flush)
         return 0
 
-
-def wait_for(what, timeout: float, message: str) -> None:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.3)
 
 
 def test_cancel_requeue_checkpoints_requeues_and_resumes_with_nothing_lost(slurm_cluster_noacct, tmp_path):

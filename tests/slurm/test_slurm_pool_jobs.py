@@ -11,11 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers import wait_for
 from podracer_hpc.h5log import read_log
 from podracer_hpc.leaderboard import Leaderboard
 
@@ -61,13 +61,6 @@ def rounds(log: Path) -> int:
     except Exception:  # noqa: BLE001  (not written yet, or a read racing a flush)
         return 0
 
-
-def wait_for(what, timeout: float, message: str) -> None:
-    end = time.monotonic() + timeout
-    while not what():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(0.5)
 
 
 def test_pool_of_two_jobs_one_killed_hard_the_other_untouched_and_the_same_command_rejoins(slurm_cluster_noacct, tmp_path):
