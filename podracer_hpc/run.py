@@ -59,6 +59,7 @@ from .device import DeviceError, resolve_device, set_cpu_threads, start_line
 from .fitness import Fitness, eval_seed
 from .pod import Pod, entry_kind
 from .pool import Meeting, Pool, pool_line
+from .rankstate import RankState
 from .rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
 from .signals import StopFlag
 from .tournament import describe_space, effective_space, intervals_to_next_round, round_env_steps
@@ -129,7 +130,7 @@ class RankRun:
         self.pod: Pod | None = None
         self.pool: Pool | None = None
         self.log: H5Writer | None = None
-        self.state: dict[str, Any] = {}  # the checkpoint's meta when resumed
+        self.state: RankState | None = None  # the run loop's state in the checkpoint it resumed from
         self.stopped_by = ""  # why this rank stops early ("" while it trains)
         self.poisoned = False  # NaN loss: frozen until a round replaces the agent
         self.updates_here = 0
@@ -193,34 +194,33 @@ class RankRun:
         if cfg.tournament.mode != "none":
             self.pool = Pool(cfg, comm, self.pod, self.rundir, self.part.identity(self.rundir.root, job_id()), self.say,
                              self.log, index=self.index, pool_size=self.pool_size)
-            self.pool.last_copy_round = int(self.state.get("last_copy_round", -1))
-            if not self.state:
+            if self.state is None:
                 self.pool.join()
+            else:
+                self.pool.last_copy_round = self.state.last_copy_round
             if comm.rank == 0 and cfg.tournament.mode == "pbt":
                 t = cfg.tournament
                 what = "tournament.hparam_space" if t.hparam_space else "the default space (tournament.hparam_space is empty)"
                 self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied another is "
                          f"not replaced again for {t.ready_rounds} rounds")
-        self.round_index = int(self.state.get("round", 0))
-        pending = self.state.get("pending_round")
-        if isinstance(pending, list) and len(pending) == 2 and pending[0] == self.round_index:
-            self.pending_fitness = Fitness.from_checkpoint(pending[1])
+        st = self.state if self.state is not None else RankState()
+        self.round_index = st.round
+        if st.pending_for(self.round_index) is not None:
+            self.pending_fitness = Fitness.from_checkpoint(st.pending_for(self.round_index))
         # rounds: at exact env-step points, or spaced by a time floor (a GPU pod); the point of the
         # next round is state (kept in the checkpoint: a resume holds the same rounds)
         t = cfg.tournament
         self.min_interval_s = t.min_interval_s if t.min_interval_s >= 0 else (60.0 if device.type == "cuda" else 0.0)
         self.round_checkpoints = cfg.log.round_checkpoints if cfg.log.round_checkpoints != "auto" else (
             "every" if self.min_interval_s == 0 else "due")
-        self.next_round = int(self.state.get("next_round") or round_env_steps(t, self.round_index))
+        self.next_round = st.next_round or round_env_steps(t, self.round_index)
         self.round_clock = (time.perf_counter(), self.pod.env_steps)  # when and where the last round was
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
-        self.best = float(self.state.get("best_return", -math.inf))
-        self.last_eval = float(self.state.get("last_eval_return", math.nan))
-        self.next_eval = int(self.state.get("next_eval", self.eval_every))
-        self.wall_before = float(self.state.get("wall_s", 0.0))
+        self.best, self.last_eval = st.best_return, st.last_eval_return
+        self.next_eval, self.wall_before = st.next_eval or self.eval_every, st.wall_s
         self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
         self.last_ckpt = self.last_progress = time.monotonic()
-        if not self.state:
+        if self.state is None:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
     def part_checkpoints(self) -> list[int]:
@@ -241,10 +241,10 @@ class RankRun:
                 + "\n  ".join(diffs) + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
             )
         self.pod.restore(tensors, meta, version, source=str(self.ckpt))
-        self.state = meta
-        self.ckpt_epochs = (int(meta.get("round", 0)) if epochs[0] is None else epochs[0], epochs[1])
+        self.state = RankState.from_meta(meta)
+        self.ckpt_epochs = (self.state.round if epochs[0] is None else epochs[0], epochs[1])
         self.say(f"resuming from {self.ckpt} at {_fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
-        if not self.state.get("env_exact", True):
+        if not meta.get("env_exact", True):  # the pod's own key (pod.py)
             self.say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
                      "its environments start new episodes")
 
@@ -267,11 +267,11 @@ class RankRun:
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
         }
         self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
-        rows = self.state.get("log_rows")
-        if isinstance(rows, dict):  # the rows the checkpoint's log held (exact)
+        rows = self.state.log_rows if self.state is not None else None
+        if rows is not None:  # the rows the checkpoint's log held (exact)
             dropped = self.log.truncate_to(rows)
         else:  # a checkpoint from before 2026-12-01, or a fresh start
-            dropped = self.log.truncate_after(pod.env_steps if self.state else -1)
+            dropped = self.log.truncate_after(pod.env_steps if self.state is not None else -1)
         if dropped:
             self.say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
 
@@ -433,14 +433,13 @@ class RankRun:
             os.link(self.ckpt, tmp)
             os.replace(tmp, resume.prev_of(self.ckpt))
             prev_epoch = ckpt_epoch
-        extra = {"best_return": self.best, "last_eval_return": self.last_eval, "next_eval": self.next_eval,
-                 "wall_s": self.wall(), "round": epoch, "world_size": self.comm.size, "next_round": self.next_round,
-                 "last_copy_round": self.pool.last_copy_round if self.pool is not None else -1,
-                 "pending_round": [self.round_index, self.pending_fitness.to_checkpoint()]
-                 if self.pending_fitness is not None else None,
-                 "collectives": dict(self.comm.calls),  # this process's collective calls so far (tests count them)
-                 "log_rows": self.log.rows()}  # what the (flushed) log holds: a resume cuts it back to this
-        self.pod.save(self.ckpt, extra)
+        extra = RankState(
+            best_return=self.best, last_eval_return=self.last_eval, next_eval=self.next_eval, wall_s=self.wall(),
+            round=epoch, world_size=self.comm.size, next_round=self.next_round,
+            last_copy_round=self.pool.last_copy_round if self.pool is not None else -1,
+            pending_round=[self.round_index, self.pending_fitness.to_checkpoint()] if self.pending_fitness is not None else None,
+            collectives=dict(self.comm.calls), log_rows=self.log.rows())
+        self.pod.save(self.ckpt, extra.to_meta())
         self.ckpt_epochs = (epoch, prev_epoch)
         self.last_ckpt = time.monotonic()
 

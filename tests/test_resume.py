@@ -1,5 +1,8 @@
 """Which checkpoint every rank resumes from (resume.choose): the same round for all, or a clear error."""
 
+import json
+import math
+
 import pytest
 
 from podracer_hpc.resume import FileState, RankFiles, ResumeError, choose, rotate_prev
@@ -91,3 +94,21 @@ def test_independent_pods_resume_each_from_its_own_latest_and_a_new_one_starts_f
 ])
 def test_prev_keeps_the_last_state_of_the_previous_round(ckpt, prev, new, independent, rotate):
     assert rotate_prev(ckpt, prev, new, independent) == rotate
+
+
+@pytest.mark.parametrize("meta, check", [
+    ({}, lambda s: s.round == 0 and s.best_return == -math.inf and math.isnan(s.last_eval_return) and s.log_rows is None),
+    ({"round": 3, "best_return": -1.5, "next_round": 8192, "log_rows": {"train": 4}, "pending_round": [3, {"m": 1}]},
+     lambda s: s.round == 3 and s.best_return == -1.5 and s.next_round == 8192 and s.log_rows == {"train": 4}
+     and s.pending_for(3) == {"m": 1} and s.pending_for(2) is None),
+    ({"round": "x", "log_rows": [1], "pending_round": [1], "world_size": None, "next_eval": None},
+     lambda s: s.round == 0 and s.log_rows is None and s.pending_round is None and s.world_size is None and s.next_eval == 0),
+])
+def test_rank_state_reads_any_checkpoint_meta_back_with_defaults(meta, check):
+    """The run loop's record in a checkpoint: what an older or damaged meta lacks takes the default
+    that older code used, and what it writes reads back the same."""
+    from podracer_hpc.rankstate import RankState
+
+    s = RankState.from_meta(meta)
+    assert check(s)
+    assert json.dumps(RankState.from_meta(s.to_meta()).to_meta()) == json.dumps(s.to_meta())  # (NaN != NaN)
