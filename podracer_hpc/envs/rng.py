@@ -71,3 +71,34 @@ class BatchRNG:
             raise ValueError(f"RNG state is for {sd['key'].shape[0]} envs, this env has {self.key.shape[0]}")
         self.key = sd["key"].to(self.device, torch.int64).clone()
         self.counter = sd["counter"].to(self.device, torch.int64).clone()
+
+
+_PHI_STEPS: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def draw_rows(
+    key: torch.Tensor, counter: torch.Tensor, idx: torch.Tensor, k: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The ``[len(idx), k]`` uniforms that ``draw(key, counter, k, mask, dtype)`` gives the rows
+    ``idx`` of ``mask``, bit for bit, computed on those rows only; advances ``counter[idx]`` by
+    ``k`` in place. Fewer, in-place ops than ``draw`` (the CPU step's restarts of a few of many envs).
+    """
+    steps = _PHI_STEPS.get((k, key.device))
+    if steps is None:
+        steps = _PHI_STEPS[(k, key.device)] = torch.arange(k, dtype=torch.int64, device=key.device) * _PHI
+    c = counter.index_select(0, idx)
+    x = torch.add(key.index_select(0, idx), c, alpha=_PHI)[:, None] + steps  # key + (counter + j) * phi
+    counter.index_copy_(0, idx, c.add_(k))
+    y = x >> 30  # mix64, in place
+    x ^= y.bitwise_and_((1 << 34) - 1)
+    x *= _M1
+    torch.bitwise_right_shift(x, 27, out=y)
+    x ^= y.bitwise_and_((1 << 37) - 1)
+    x *= _M2
+    torch.bitwise_right_shift(x, 31, out=y)
+    x ^= y.bitwise_and_((1 << 33) - 1)
+    bits = 24 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 53
+    torch.bitwise_right_shift(x, 64 - bits, out=y)
+    y &= (1 << bits) - 1
+    u = y.to(torch.float64 if bits == 53 else torch.float32).mul_(2.0**-bits)
+    return u.to(dtype)
