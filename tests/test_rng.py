@@ -258,8 +258,9 @@ def test_draw_rows_is_the_masked_draw_of_those_rows(dtype):
     mask = torch.rand(300, generator=torch.Generator().manual_seed(0)) < 0.3
     idx = mask.nonzero().view(-1)
     u, counter = rng_mod.draw(r.key, r.counter, 4, mask, dtype)
-    c2 = r.counter.clone()
-    u2 = rng_mod.draw_rows(r.key, c2, idx, 4, dtype)
-    assert u2.dtype == dtype and u2.shape == (len(idx), 4)
-    assert torch.equal(u[idx], u2) and torch.equal(counter, c2)
-    assert int((c2 != r.counter).sum()) == len(idx)  # only those rows advanced
+    for rows in (rng_mod.draw_rows, rng_mod._draw_rows_torch):  # numpy on the CPU; torch elsewhere
+        c2 = r.counter.clone()
+        u2 = rows(r.key, c2, idx, 4, dtype)
+        assert u2.dtype == dtype and u2.shape == (len(idx), 4)
+        assert torch.equal(u[idx], u2) and torch.equal(counter, c2), rows
+        assert int((c2 != r.counter).sum()) == len(idx)  # only those rows advanced

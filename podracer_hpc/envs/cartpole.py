@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .base import TorchVecEnv
@@ -131,8 +132,8 @@ class CartPole(TorchVecEnv):
         truncated = done ^ terminated  # time up and not terminated
         reward = torch.ones(self.num_envs, dtype=self.dtype)
         final_obs = obs = self._soa.view(-1).index_select(0, self._to_rows).view(self.num_envs, 4)
-        idx = done.nonzero().view(-1)
-        if idx.numel():
+        idx = torch.from_numpy(np.flatnonzero(done.numpy()))  # (numpy's is the cheaper nonzero)
+        if len(idx):
             fresh = self.initial_state(draw_rows(self.rng.key, self.rng.counter, idx, 4, self.dtype))
             self._soa.index_copy_(1, idx, fresh.T)
             obs = final_obs.index_copy(0, idx, fresh)
