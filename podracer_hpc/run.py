@@ -210,6 +210,7 @@ class RankRun:
         self.last_eval = float(self.state.get("last_eval_return", math.nan))
         self.next_eval = int(self.state.get("next_eval", self.eval_every))
         self.wall_before = float(self.state.get("wall_s", 0.0))
+        self.pod.prepare_training()  # start-up, not training: the optimizer's one-off import (pod.py)
         self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
         self.last_ckpt = self.last_progress = time.monotonic()
         if not self.state:
