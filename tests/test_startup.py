@@ -11,7 +11,7 @@ import pytest
 from podracer_hpc.config import load_config
 from podracer_hpc.pod import Pod
 
-from conftest import REPO
+from helpers import REPO
 
 SMALL = ["env.num_envs=16", "eval.episodes=2", "log.progress_interval_s=0", "threads=1"]
 PPO = ["agent.rollout_steps=8", "agent.num_minibatches=2", "agent.update_epochs=1"]
