@@ -60,6 +60,7 @@ class CartPole(TorchVecEnv):
         self._acc = self._scratch[5:]  # (xacc, thetaacc): the rates of (x_dot, theta_dot)
         self._pos_abs = torch.empty(2, n, dtype=dtype, device=dev)
         self._over = torch.empty(2, n, dtype=torch.bool, device=dev)
+        self._x_over, self._theta_over = self._over.unbind(0)
         # [4, N] -> [N, 4] as one gather (a strided copy with an inner size of 4 is 3x slower)
         self._to_rows = torch.arange(4 * n, device=dev).view(4, n).T.reshape(-1)
 
@@ -73,6 +74,7 @@ class CartPole(TorchVecEnv):
         self._soa = s = value.T.to(self.dtype).contiguous()
         self._rows = s.unbind(0)  # x, x_dot, theta, theta_dot, each contiguous
         self._even, self._odd = s[0::2], s[1::2]  # (x, theta) and their rates (x_dot, theta_dot)
+        self._flat = s.view(-1)
 
     def initial_state(self, u: torch.Tensor) -> torch.Tensor:
         return 0.1 * u - 0.05
@@ -123,7 +125,7 @@ class CartPole(TorchVecEnv):
         self._odd.add_(self._acc, alpha=self.tau)
         torch.abs(self._even, out=self._pos_abs)
         torch.gt(self._pos_abs, self._limits, out=self._over)
-        terminated = self._over[0] | self._over[1]
+        terminated = self._x_over | self._theta_over
         # clocks and episode totals (fresh tensors: the caller may keep them)
         t = self.t + 1
         ep_ret = self.ep_return + 1.0
@@ -131,7 +133,7 @@ class CartPole(TorchVecEnv):
         done = time_up | terminated
         truncated = done ^ terminated  # time up and not terminated
         reward = torch.ones(self.num_envs, dtype=self.dtype)
-        final_obs = obs = self._soa.view(-1).index_select(0, self._to_rows).view(self.num_envs, 4)
+        final_obs = obs = self._flat.index_select(0, self._to_rows).view(self.num_envs, 4)
         idx = torch.from_numpy(np.flatnonzero(done.numpy()))  # (numpy's is the cheaper nonzero)
         if len(idx):
             fresh = self.initial_state(draw_rows(self.rng.key, self.rng.counter, idx, 4, self.dtype))
