@@ -16,6 +16,7 @@ def test_cartpole_is_compared_with_gymnasiums_vector_env_at_the_same_num_envs():
     for row, n in zip(res["rows"], (8, 32)):
         assert row["num_envs"] == n and row["vector_steps_per_s"] > 0
         assert row["vs_vector"] == pytest.approx(row["steps_per_s"] / row["vector_steps_per_s"])
+        assert row["vs_vector_cpu_time"] > 0
     assert res["ratio_vs_peer"] == res["rows"][-1]["vs_vector"]
     assert res["gym_steps_per_s"] > 0  # SyncVectorEnv stays as the historical reference
     assert "gymnasium vector env" in out["table"] and "x vector" in out["table"]
@@ -30,8 +31,8 @@ def test_pendulum_has_no_vector_env_and_is_compared_with_sync_vector_env():
 
 def test_paired_rates_alternate_and_measure_each_side():
     calls = []
-    a, b = bench._paired_rates(lambda: calls.append("a"), lambda: calls.append("b"), 10, 0.02)
-    assert a > 0 and b > 0
+    r = bench._paired_rates(lambda: calls.append("a"), lambda: calls.append("b"), 10, 0.02)
+    assert set(r) == {"ours", "peer", "ours_cpu", "peer_cpu"} and min(r.values()) > 0
     switches = sum(1 for x, y in zip(calls, calls[1:]) if x != y)
     assert switches >= 3  # alternating blocks, not one long run each
 
