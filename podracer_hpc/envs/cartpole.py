@@ -6,11 +6,12 @@ including the one that ends the episode. Terminated when |x| > 2.4 or |theta| > 
 
 On the CPU (eager) the step is written for the per-op overhead that dominates at thousands of
 envs: the state lives as one ``[4, N]`` buffer (rows x, x_dot, theta, theta_dot, each
-contiguous) updated in place through views made once; the physics is 12 fused ops
+contiguous) updated in place through views made once; the physics is 12 fused torch ops
 (``addcmul``, ``add(alpha=)``, ``out=``) into preallocated scratch; the ``[N, 4]`` observation
-is one gather; and only the envs that finished draw their restart (``rng.draw_rows``: the same
-numbers the branch-free path draws, their streams' next four). ``env.state`` is the ``[N, 4]``
-view of that buffer. CUDA and ``compile`` take the branch-free ``TorchVecEnv`` path through
+is one gather; the exact bookkeeping (thresholds, clocks, flags, restarts) runs in numpy on the
+same memory (half torch's per-call cost at these sizes); and only the envs that finished draw
+their restart (``rng.draw_rows``: the same numbers the branch-free path draws, their streams'
+next four). ``env.state`` is the ``[N, 4]`` view of that buffer. CUDA and ``compile`` take the branch-free ``TorchVecEnv`` path through
 :meth:`CartPole.dynamics` (the same formulas: tests/test_envs.py checks the two bit for bit).
 """
 
@@ -48,6 +49,8 @@ class CartPole(TorchVecEnv):
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
                  max_episode_steps: int = 0, dtype: torch.dtype = torch.float32):
         self._soa: torch.Tensor | None = None
+        # the CPU step below (numpy views of its tensors: not for bfloat16); else TorchVecEnv's
+        self._cpu_step = torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64, torch.float16)
         super().__init__(num_envs, device, seed, max_episode_steps, dtype)
         n, dev = self.num_envs, self.device
         # force / total_mass by action; the denominator's constant; the thresholds of (x, theta)
@@ -58,9 +61,10 @@ class CartPole(TorchVecEnv):
         self._scratch = torch.empty(7, n, dtype=dtype, device=dev)
         self._sin, self._cos, self._temp, self._num, self._den, self._xacc, self._thetaacc = self._scratch.unbind(0)
         self._acc = self._scratch[5:]  # (xacc, thetaacc): the rates of (x_dot, theta_dot)
-        self._pos_abs = torch.empty(2, n, dtype=dtype, device=dev)
-        self._over = torch.empty(2, n, dtype=torch.bool, device=dev)
-        self._x_over, self._theta_over = self._over.unbind(0)
+        if self._cpu_step:  # numpy scratch for the CPU step's bookkeeping: |x, theta|, over the limits
+            self._np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+            self._np_scratch = (np.empty((2, n), self._np_dtype), np.empty((2, n), np.bool_))
+            self._limits_np = self._limits.numpy()
         # [4, N] -> [N, 4] as one gather (a strided copy with an inner size of 4 is 3x slower)
         self._to_rows = torch.arange(4 * n, device=dev).view(4, n).T.reshape(-1)
 
@@ -71,10 +75,13 @@ class CartPole(TorchVecEnv):
 
     @state.setter
     def state(self, value: torch.Tensor) -> None:
-        self._soa = s = value.T.to(self.dtype).contiguous()
+        s = torch.empty(tuple(value.T.shape), dtype=self.dtype, device=self.device)
+        self._soa = s.copy_(value.T)  # always a copy: the step writes into it
         self._rows = s.unbind(0)  # x, x_dot, theta, theta_dot, each contiguous
         self._even, self._odd = s[0::2], s[1::2]  # (x, theta) and their rates (x_dot, theta_dot)
         self._flat = s.view(-1)
+        if self._cpu_step:
+            self._even_np = self._even.numpy()
 
     def initial_state(self, u: torch.Tensor) -> torch.Tensor:
         return 0.1 * u - 0.05
@@ -101,7 +108,7 @@ class CartPole(TorchVecEnv):
 
     def step(self, action: torch.Tensor):
         """One step of every env (the protocol's ``step``); see the module docstring for the CPU path."""
-        if self._compiled_step is not None or self.device.type != "cpu":
+        if self._compiled_step is not None or not self._cpu_step:
             return super().step(action)
         if action.dim() != 1:
             action = action.reshape(-1)
@@ -123,28 +130,35 @@ class CartPole(TorchVecEnv):
         torch.addcmul(temp, self._thetaacc, cos, value=-self.polemass_length / self.total_mass, out=self._xacc)
         self._even.add_(self._odd, alpha=self.tau)
         self._odd.add_(self._acc, alpha=self.tau)
-        torch.abs(self._even, out=self._pos_abs)
-        torch.gt(self._pos_abs, self._limits, out=self._over)
-        terminated = self._x_over | self._theta_over
-        # clocks and episode totals (fresh tensors: the caller may keep them)
-        t = self.t + 1
-        ep_ret = self.ep_return + 1.0
-        time_up = t >= self.max_episode_steps
-        done = time_up | terminated
-        truncated = done ^ terminated  # time up and not terminated
-        reward = torch.ones(self.num_envs, dtype=self.dtype)
+        # clocks, episode totals and restarts: integer and boolean bookkeeping, in numpy on the
+        # tensors' memory (half torch's per-call cost at these sizes; exact either way). Every
+        # returned tensor is fresh: the caller may keep it.
+        pos_abs, over = self._np_scratch
+        np.abs(self._even_np, out=pos_abs)
+        np.greater(pos_abs, self._limits_np, out=over)
+        term = over[0] | over[1]  # |x| > 2.4 or |theta| > 12 degrees
+        t = self.t.numpy() + 1
+        ep_ret = self.ep_return.numpy() + 1.0
+        done = (t >= self.max_episode_steps) | term
+        truncated = done ^ term  # time up and not terminated
+        reward = torch.from_numpy(np.ones(self.num_envs, dtype=self._np_dtype))
         final_obs = obs = self._flat.index_select(0, self._to_rows).view(self.num_envs, 4)
-        idx = torch.from_numpy(np.flatnonzero(done.numpy()))  # (numpy's is the cheaper nonzero)
-        if len(idx):
-            fresh = self.initial_state(draw_rows(self.rng.key, self.rng.counter, idx, 4, self.dtype))
-            self._soa.index_copy_(1, idx, fresh.T)
-            obs = final_obs.index_copy(0, idx, fresh)
-            self.t = t.index_fill(0, idx, 0)
-            self.ep_return = ep_ret.index_fill(0, idx, 0.0)
+        rows = np.flatnonzero(done)
+        if len(rows):
+            idx = torch.from_numpy(rows)
+            fresh = self.initial_state(draw_rows(self.rng.key, self.rng.counter, idx, 4, self.dtype)).numpy()
+            self._soa.numpy()[:, rows] = fresh.T
+            obs = final_obs.clone()
+            obs.numpy()[rows] = fresh
+            new_t, new_ep = t.copy(), ep_ret.copy()
+            new_t[rows] = 0
+            new_ep[rows] = 0.0
+            self.t, self.ep_return = torch.from_numpy(new_t), torch.from_numpy(new_ep)
         else:
-            self.t, self.ep_return = t, ep_ret
-        info = {"final_obs": final_obs, "done": done, "episode_return": ep_ret, "episode_length": t}
-        return obs, reward, terminated, truncated, info
+            self.t, self.ep_return = torch.from_numpy(t), torch.from_numpy(ep_ret)
+        t, ep_ret = torch.from_numpy(t), torch.from_numpy(ep_ret)
+        info = {"final_obs": final_obs, "done": torch.from_numpy(done), "episode_return": ep_ret, "episode_length": t}
+        return obs, reward, torch.from_numpy(term), torch.from_numpy(truncated), info
 
 
 register(Task("cartpole", build=CartPole, discrete=True, doc="CartPole-v1: balance a pole on a cart (push left or right)"))
