@@ -3,7 +3,8 @@
     .venv/bin/python bench/startup.py [--base /work/main] [--runs 2] [--target -250]
 
 Runs ``podracer train jobs/pendulum_fast.yaml --set eval.interval_env_steps=10240`` (the
-bench/vs_rllib.py podracer side, 500k env steps) alternately from this checkout (``new``) and
+bench/vs_rllib.py podracer side: 500k env steps of learning-rate schedule, stopped after
+``--updates`` updates, 20 = 40,960 env steps, past -250 at 30,720) alternately from this checkout (``new``) and
 from ``--base`` (``base``: another checkout of podracer-hpc with its own code, e.g. the main
 branch), ``--runs`` times each, and reads each run's log: the training clock at the end of the
 first update, at the first evaluation and at the first evaluation >= ``--target``, and the
@@ -41,14 +42,15 @@ def tree_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "PYTHONUNBUFFERED": "1"}
 
 
-def train_once(tree: Path, run_dir: Path, target: float, timeout: float) -> dict:
+def train_once(tree: Path, run_dir: Path, target: float, timeout: float, updates: int) -> dict:
     """One podracer training run from ``tree``; its clock readings from rank 0's log."""
     cmd = [sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/pendulum_fast.yaml", "--run-dir", str(run_dir),
-           "--quiet", "--set", "eval.interval_env_steps=10240", "--set", "total_env_steps=500000"]
+           "--quiet", "--set", "eval.interval_env_steps=10240", "--set", "total_env_steps=500000",
+           "--stop-after-updates", str(updates)]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True, timeout=timeout)
     process_s = time.perf_counter() - t0
-    if r.returncode != 0:
+    if r.returncode not in (0, 75):  # 75: stopped after --updates, with its checkpoint
         return {"error": r.stderr[-500:], "rc": r.returncode}
     log = read_log(find_rank_logs(run_dir)[0])
     tr, ev = log["train"], log["eval"]
@@ -76,18 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--target", type=float, default=-250.0)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--updates", type=int, default=20, help="stop each run after this many updates (2,048 env steps each)")
     args = p.parse_args(argv)
     base = Path(args.base).resolve()
-    if not (base / "podracer_hpc").is_dir() or args.runs < 1:
-        print(f"bench/startup.py: {'--runs must be >= 1' if args.runs < 1 else f'no podracer_hpc in {base}'}",
-              file=sys.stderr)
+    bad = ("--runs must be >= 1" if args.runs < 1 else "--updates must be >= 3" if args.updates < 3 else
+           None if (base / "podracer_hpc").is_dir() else f"no podracer_hpc in {base}")
+    if bad:
+        print(f"bench/startup.py: {bad}", file=sys.stderr)
         return 2
     trees = {"base": base, "new": ROOT}
     runs: dict[str, list[dict]] = {k: [] for k in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             for name, tree in trees.items():  # alternating: load from other work hits both alike
-                runs[name].append(train_once(tree, Path(tmp) / f"{name}{i}", args.target, args.timeout))
+                runs[name].append(train_once(tree, Path(tmp) / f"{name}{i}", args.target, args.timeout, args.updates))
     imports = {name: adam_import(tree) for name, tree in trees.items()}
 
     keys = ["first_update_s", "update_s", "first_eval_s", "target_s", "target_steps", "process_s"]
