@@ -85,11 +85,12 @@ def gym_vector_env(task: str, num_envs: int) -> Any | None:
 
 
 def _paired_rates(ours: Callable[[], None], peer: Callable[[], None], per_call: int,
-                  seconds: float) -> dict[str, float]:
+                  seconds: float, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
     """Calls/s x ``per_call`` of ``ours`` and ``peer``, measured in alternating blocks of about
     20 ms each over about ``seconds`` each, so that load from other work on a shared machine hits
     both alike: ``{"ours", "peer"}`` by the wall clock, ``{"ours_cpu", "peer_cpu"}`` by the
-    process's CPU time (what a quiet machine would give, for one-threaded work under load)."""
+    process's CPU time (what a quiet machine would give, for one-threaded work under load).
+    ``sync`` ends each block of ``ours`` (a GPU's queued work is ours, not the peer's)."""
     for f in (ours, peer):
         for _ in range(3):
             f()
@@ -106,6 +107,8 @@ def _paired_rates(ours: Callable[[], None], peer: Callable[[], None], per_call: 
             t, c = time.perf_counter(), time.process_time()
             for _ in range(block):
                 f()
+            if k == 0:
+                sync()
             wall[k] += time.perf_counter() - t
             cpu[k] += time.process_time() - c
             calls[k] += block
@@ -151,7 +154,7 @@ def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device:
                     sync()
 
             if vec is not None:
-                pair = _paired_rates(step, _gym_stepper(vec, n), n, seconds)
+                pair = _paired_rates(step, _gym_stepper(vec, n), n, seconds, sync)
                 rate, peer = pair["ours"], pair["peer"]
                 vec_rate = peer if vec_rate is None else vec_rate  # the eager pair's
             else:
