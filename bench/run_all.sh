@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PODRACER=${PODRACER:-.venv/bin/podracer}
 PY=${PY:-.venv/bin/python}
 $PODRACER bench env --task pendulum
-$PODRACER bench env --task cartpole --num-envs 64 4096 65536
+$PODRACER bench env --task cartpole --num-envs 64 4096 65536 --threads 1  # one thread, vs gymnasium's vector CartPole
 $PODRACER bench train
 $PY bench/learning.py
 $PY bench/status_poll.py

@@ -39,44 +39,106 @@ def _random_actions(env: Any, k: int, device: torch.device) -> list[torch.Tensor
     return [(lo + (hi - lo) * torch.rand(env.num_envs, env.act_dim, generator=g)).to(device) for _ in range(k)]
 
 
-def gym_sync_rate(task: str, num_envs: int, seconds: float) -> float:
-    """Env steps/s of gymnasium's SyncVectorEnv(num_envs) of the same task, random actions."""
+def _gym_actions(env: Any, num_envs: int) -> list[Any]:
+    """64 batches of uniform random actions for a gymnasium vector env (seeded)."""
     import gymnasium as gym
     import numpy as np
 
-    env = gym.vector.SyncVectorEnv([lambda: gym.make(GYM_IDS[task]) for _ in range(num_envs)])
-    env.reset(seed=0)
     rng = np.random.default_rng(0)
     if isinstance(env.single_action_space, gym.spaces.Discrete):
-        acts = [rng.integers(0, env.single_action_space.n, num_envs) for _ in range(64)]
-    else:
-        sp = env.single_action_space
-        acts = [rng.uniform(sp.low, sp.high, (num_envs, *sp.shape)).astype(np.float32) for _ in range(64)]
-    i = [0]
+        return [rng.integers(0, env.single_action_space.n, num_envs) for _ in range(64)]
+    sp = env.single_action_space
+    return [rng.uniform(sp.low, sp.high, (num_envs, *sp.shape)).astype(np.float32) for _ in range(64)]
+
+
+def _gym_stepper(env: Any, num_envs: int) -> Callable[[], None]:
+    acts, i = _gym_actions(env, num_envs), [0]
 
     def step() -> None:
         env.step(acts[i[0] % 64])
         i[0] += 1
 
-    r = _rate(step, num_envs, seconds)
+    return step
+
+
+def gym_sync_rate(task: str, num_envs: int, seconds: float) -> float:
+    """Env steps/s of gymnasium's SyncVectorEnv(num_envs) of the same task, random actions."""
+    import gymnasium as gym
+
+    env = gym.vector.SyncVectorEnv([lambda: gym.make(GYM_IDS[task]) for _ in range(num_envs)])
+    env.reset(seed=0)
+    r = _rate(_gym_stepper(env, num_envs), num_envs, seconds)
     env.close()
     return r
 
 
-def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device: str = "cpu",
-              seconds: float = 2.0, gym_envs: int = 64, compile_mode: str | None = None) -> dict[str, Any]:
-    """Env steps/s of the batched torch env over ``num_envs``, and gymnasium's SyncVectorEnv.
+def gym_vector_env(task: str, num_envs: int) -> Any | None:
+    """gymnasium's own batched env of the task (``make_vec(..., "vector_entry_point")``: numpy
+    over all envs at once, the fastest peer it has; CartPole has one, Pendulum not), reset; or None."""
+    import gymnasium as gym
 
-    ``compile_mode`` (e.g. "reduce-overhead", which adds CUDA graphs on a GPU) also measures the
-    torch.compile'd step beside the eager one.
+    if task not in GYM_IDS or gym.spec(GYM_IDS[task]).vector_entry_point is None:
+        return None
+    env = gym.make_vec(GYM_IDS[task], num_envs=num_envs, vectorization_mode="vector_entry_point")
+    env.reset(seed=0)
+    return env
+
+
+def _paired_rates(ours: Callable[[], None], peer: Callable[[], None], per_call: int,
+                  seconds: float, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """Calls/s x ``per_call`` of ``ours`` and ``peer``, measured in alternating blocks of about
+    20 ms each over about ``seconds`` each, so that load from other work on a shared machine hits
+    both alike: ``{"ours", "peer"}`` by the wall clock, ``{"ours_cpu", "peer_cpu"}`` by the
+    process's CPU time (what a quiet machine would give, for one-threaded work under load).
+    ``sync`` ends each block of ``ours`` (a GPU's queued work is ours, not the peer's)."""
+    for f in (ours, peer):
+        for _ in range(3):
+            f()
+    block = 1
+    t0 = time.perf_counter()
+    ours()
+    while time.perf_counter() - t0 < 0.02 and block < 4096:
+        block, t0 = block * 2, time.perf_counter()
+        for _ in range(block):
+            ours()
+    wall, cpu, calls = [0.0, 0.0], [0.0, 0.0], [0, 0]
+    while min(wall) < seconds:
+        for k, f in enumerate((ours, peer)):
+            t, c = time.perf_counter(), time.process_time()
+            for _ in range(block):
+                f()
+            if k == 0:
+                sync()
+            wall[k] += time.perf_counter() - t
+            cpu[k] += time.process_time() - c
+            calls[k] += block
+    rate = [calls[k] * per_call / max(wall[k], 1e-9) for k in (0, 1)]
+    cpu_rate = [calls[k] * per_call / max(cpu[k], 1e-9) for k in (0, 1)]
+    return {"ours": rate[0], "peer": rate[1], "ours_cpu": cpu_rate[0], "peer_cpu": cpu_rate[1]}
+
+
+def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device: str = "cpu",
+              seconds: float = 2.0, gym_envs: int = 64, compile_mode: str | None = None,
+              threads: int | None = None) -> dict[str, Any]:
+    """Env steps/s of the batched torch env over ``num_envs``, next to the fastest gymnasium peer.
+
+    The peer: gymnasium's own vector env of the task at the same ``num_envs`` where it has one
+    (CartPole), measured in alternating blocks with ours (``_paired_rates``); else (and also,
+    as the historical reference) SyncVectorEnv(``gym_envs``). ``compile_mode`` (e.g.
+    "reduce-overhead", which adds CUDA graphs on a GPU) also measures the torch.compile'd step
+    beside the eager one. ``threads`` sets torch's CPU threads first (gymnasium's numpy: one).
     """
+    if threads:
+        torch.set_num_threads(threads)
     num_envs = num_envs or [1, 64, 4096, 65536]
     dev = torch.device(device)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     gym_rate = gym_sync_rate(task, gym_envs, seconds) if gym_envs and task in GYM_IDS else None
-    rows = []
+    rows, vec_rows = [], []
     variants = ["eager"] + (["compiled"] if compile_mode else [])
     for n in num_envs:
+        vec = gym_vector_env(task, n)
+        vec_rate = None
         for variant in variants:
             env = make_env(task, n, dev, seed=0)
             if variant == "compiled":
@@ -91,24 +153,45 @@ def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device:
                 if i[0] % 64 == 0:
                     sync()
 
-            rate = _rate(step, n, seconds)
+            if vec is not None:
+                pair = _paired_rates(step, _gym_stepper(vec, n), n, seconds, sync)
+                rate, peer = pair["ours"], pair["peer"]
+                vec_rate = peer if vec_rate is None else vec_rate  # the eager pair's
+            else:
+                rate = _rate(step, n, seconds)
             sync()
             rows.append({"num_envs": n, "variant": variant, "steps_per_s": rate,
-                         "vs_gym": rate / gym_rate if gym_rate else None})
+                         "vs_gym": rate / gym_rate if gym_rate else None,
+                         "vector_steps_per_s": peer if vec is not None else None,
+                         "vs_vector": rate / peer if vec is not None else None,
+                         "vs_vector_cpu_time": pair["ours_cpu"] / pair["peer_cpu"] if vec is not None else None})
+        if vec is not None:
+            vec.close()
+            vec_rows.append((n, vec_rate))
     lines = [f"{task} env steps/s on {dev} ({platform.processor() or platform.machine()}, "
-             f"{torch.get_num_threads()} threads)",
-             f"{'backend':<28}{'num_envs':>10}{'steps/s':>16}{'x gym':>10}"]
+             f"{torch.get_num_threads()} torch threads)",
+             f"{'backend':<28}{'num_envs':>10}{'steps/s':>16}{'x Sync':>9}{'x vector':>10}{'(CPU time)':>11}"]
+
+    def ratio(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.0f}"
+
     if gym_rate:
-        lines.append(f"{'gymnasium SyncVectorEnv':<28}{gym_envs:>10}{gym_rate:>16,.0f}{1.0:>10.1f}")
+        lines.append(f"{'gymnasium SyncVectorEnv':<28}{gym_envs:>10}{gym_rate:>16,.0f}{1.0:>9.1f}{'-':>10}")
+    for n, r in vec_rows:
+        lines.append(f"{'gymnasium vector env':<28}{n:>10}{r:>16,.0f}{ratio(r / gym_rate if gym_rate else None):>9}"
+                     f"{'(1.00)':>10}")
     for r in rows:
-        ratio = f"{r['vs_gym']:.1f}" if r["vs_gym"] else "-"
-        lines.append(f"{'podracer torch ' + r['variant']:<28}{r['num_envs']:>10}{r['steps_per_s']:>16,.0f}{ratio:>10}")
+        lines.append(f"{'podracer torch ' + r['variant']:<28}{r['num_envs']:>10}{r['steps_per_s']:>16,.0f}"
+                     f"{ratio(r['vs_gym']):>9}{ratio(r['vs_vector']):>10}{ratio(r['vs_vector_cpu_time']):>11}")
     best = max(rows, key=lambda r: (r["num_envs"], r["steps_per_s"]))
+    peer = "gymnasium vector env" if best["vs_vector"] is not None else "gymnasium SyncVectorEnv"
     result = {
-        "bench": "env", "task": task, "device": str(dev), "gym_sync_envs": gym_envs,
-        "gym_steps_per_s": gym_rate, "rows": rows,
+        "bench": "env", "task": task, "device": str(dev), "threads": torch.get_num_threads(),
+        "gym_sync_envs": gym_envs, "gym_steps_per_s": gym_rate, "rows": rows,
         "max_envs": best["num_envs"], "max_envs_steps_per_s": best["steps_per_s"],
-        "ratio_vs_gym": best["vs_gym"],
+        "ratio_vs_gym": best["vs_gym"], "peer": peer,
+        "ratio_vs_peer": best["vs_vector"] if best["vs_vector"] is not None else best["vs_gym"],
+        "ratio_vs_peer_cpu_time": best["vs_vector_cpu_time"],
     }
     return {"table": "\n".join(lines), "result": result}
 

@@ -172,10 +172,20 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
+    from .envs import TASKS
 
     if args.what == "env":
+        bad = ("--threads must be >= 1" if args.threads is not None and args.threads < 1 else
+               "--num-envs must be >= 1" if min(args.num_envs) < 1 else
+               "--seconds must be > 0" if args.seconds <= 0 else
+               "--gym-envs must be >= 0" if args.gym_envs < 0 else None)
+        if bad is None and args.task not in TASKS:
+            bad = f"unknown task {args.task!r}; known tasks: {', '.join(sorted(TASKS))}"
+        if bad:
+            print(f"podracer bench env: {bad}", file=sys.stderr)
+            return 2
         out = bench.bench_env(args.task, args.num_envs, device=args.device, seconds=args.seconds,
-                              gym_envs=args.gym_envs, compile_mode=args.compile)
+                              gym_envs=args.gym_envs, compile_mode=args.compile, threads=args.threads)
     else:
         out = bench.bench_train(args.config, args.set, seconds=args.seconds)
     print(out["table"])
@@ -291,12 +301,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks: a table, then one JSON line")
     bsub = b.add_subparsers(dest="what", required=True)
-    be = bsub.add_parser("env", help="env steps/s over num_envs, next to gymnasium's SyncVectorEnv")
+    be = bsub.add_parser("env", help="env steps/s over num_envs, next to gymnasium's vector env (where the task "
+                         "has one: CartPole) and SyncVectorEnv")
     be.add_argument("--task", default="pendulum")
     be.add_argument("--num-envs", type=int, nargs="+", default=[1, 64, 4096, 65536])
     be.add_argument("--gym-envs", type=int, default=64, help="SyncVectorEnv size of the reference (0 = skip)")
     be.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     be.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    be.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's; gymnasium uses one)")
     be.add_argument("--compile", default=None, metavar="MODE",
                     help="also measure the torch.compile'd step (default | reduce-overhead: CUDA graphs)")
     be.set_defaults(func=_cmd_bench)

@@ -131,6 +131,16 @@ class Pod:
             hi = torch.as_tensor(self.env.action_high, dtype=torch.float32, device=self.device)
             self._act_center, self._act_half = (hi + lo) / 2, (hi - lo) / 2
 
+    def prepare_training(self) -> None:
+        """Pay before the training clock what a training process pays once: the agent's optimizers
+        (built on first use, so that an agent that only acts never pays; the first torch optimizer
+        of a process imports torch._dynamo, 1-3 s here). A run calls it at start-up."""
+        agent = self.agent
+        if hasattr(type(agent), "optimizers"):  # off-policy: {name: Adam}
+            agent.optimizers
+        else:
+            agent.optimizer
+
     @property
     def backend(self) -> str:
         """Who steps the environments: ``torch`` (batched tensors on the device), or a MuJoCo backend."""

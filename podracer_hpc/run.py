@@ -218,6 +218,7 @@ class RankRun:
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
         self.best, self.last_eval = st.best_return, st.last_eval_return
         self.next_eval, self.wall_before = st.next_eval or self.eval_every, st.wall_s
+        self.pod.prepare_training()  # start-up, not training: the optimizer's one-off import (pod.py)
         self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
         self.last_ckpt = self.last_progress = time.monotonic()
         if self.state is None:

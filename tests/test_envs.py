@@ -471,3 +471,63 @@ def test_step_op_count_is_independent_of_num_envs(task, finishing):
         counts.append(c)
     assert sum(counts[0].values()) > 10  # the profiler saw the ops
     assert counts[0] == counts[1]
+
+
+# --------------------------------------------------------------------------------------
+# CartPole's CPU step (in place, [4, N] buffer, restarts drawn for the finished envs only)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cartpole_cpu_step_equals_the_branch_free_step_bit_for_bit(dtype):
+    """CartPole.step on the CPU gives exactly what the generic TorchVecEnv step (dynamics +
+    branch-free auto-reset, the CUDA / compile path) gives: obs, rewards, flags, totals,
+    final_obs, state, clocks and RNG counters, through many resets and one time limit."""
+    n, steps = 64, 120
+    acts = random_actions("cartpole", steps, n, seed=4)
+    fast = make_env("cartpole", n, seed=6, dtype=dtype, max_episode_steps=15)
+    ref = make_env("cartpole", n, seed=6, dtype=dtype, max_episode_steps=15)
+    fast.reset(), ref.reset()
+    resets = truncations = 0
+    for i, a in enumerate(acts):
+        a = a[:, None] if i % 2 else a  # flat and column actions
+        of, rf, tf, uf, inf_ = fast.step(a)
+        orf, rr, tr, ur, inr = TorchVecEnv.step(ref, a)
+        for x, y in [(of, orf), (rf, rr), (tf, tr), (uf, ur)] + [(inf_[k], inr[k]) for k in inr]:
+            assert x.dtype == y.dtype and torch.equal(x, y), i
+        assert torch.equal(fast.state, ref.state) and torch.equal(fast.t, ref.t)
+        assert torch.equal(fast.rng.counter, ref.rng.counter)
+        resets += int(inf_["done"].sum())
+        truncations += int(uf.sum())
+    assert resets > 2 * n and 0 < truncations < resets
+
+
+def test_cartpole_step_outputs_are_not_overwritten_by_later_steps():
+    """The CPU step updates its state buffer in place: what it returned must not change."""
+    env = make_env("cartpole", 32, seed=1, max_episode_steps=5)
+    env.reset()
+    acts = random_actions("cartpole", 12, 32, seed=0)
+    kept = [env.step(a) for a in acts[:1]][0]
+    snap = [kept[0].clone(), kept[4]["final_obs"].clone(), kept[4]["episode_length"].clone(),
+            kept[4]["episode_return"].clone()]
+    st = env.state.clone()
+    for a in acts[1:]:
+        env.step(a)
+    assert torch.equal(kept[0], snap[0]) and torch.equal(kept[4]["final_obs"], snap[1])
+    assert torch.equal(kept[4]["episode_length"], snap[2]) and torch.equal(kept[4]["episode_return"], snap[3])
+    assert not torch.equal(env.state, st)  # the state itself moved on
+    for x in (kept[0], kept[4]["final_obs"]):
+        assert x.is_contiguous() and x.shape == (32, 4)
+
+
+def test_cartpole_state_is_settable_and_checkpoints_contiguous():
+    env = make_env("cartpole", 5, seed=0, dtype=torch.float64)
+    env.reset()
+    s = torch.arange(20, dtype=torch.float32).view(5, 4) / 100
+    env.state = s
+    assert env.state.dtype == torch.float64 and torch.equal(env.state, s.double())
+    s.zero_()  # the env holds its own copy
+    assert env.state.abs().sum() > 0
+    sd = env.state_dict()
+    assert sd["state"].is_contiguous() and torch.equal(sd["state"], env.state)
+    obs, *_ = env.step(torch.zeros(5, dtype=torch.int64))
+    nxt, _, _ = env.dynamics(sd["state"], torch.zeros(5, dtype=torch.int64))
+    assert torch.equal(obs, nxt)

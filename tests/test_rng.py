@@ -248,3 +248,19 @@ def test_load_state_dict_rejects_wrong_num_envs():
     sd = BatchRNG(0, 4).state_dict()
     with pytest.raises(ValueError, match="4 envs"):
         BatchRNG(0, 5).load_state_dict(sd)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_draw_rows_is_the_masked_draw_of_those_rows(dtype):
+    """draw_rows (the CPU step's restarts) = draw with a mask, bit for bit, rows and counters."""
+    r = BatchRNG(5, 300)
+    r.counter = torch.randint(0, 1000, (300,)) * 4
+    mask = torch.rand(300, generator=torch.Generator().manual_seed(0)) < 0.3
+    idx = mask.nonzero().view(-1)
+    u, counter = rng_mod.draw(r.key, r.counter, 4, mask, dtype)
+    for rows in (rng_mod.draw_rows, rng_mod._draw_rows_torch):  # numpy on the CPU; torch elsewhere
+        c2 = r.counter.clone()
+        u2 = rows(r.key, c2, idx, 4, dtype)
+        assert u2.dtype == dtype and u2.shape == (len(idx), 4)
+        assert torch.equal(u[idx], u2) and torch.equal(counter, c2), rows
+        assert int((c2 != r.counter).sum()) == len(idx)  # only those rows advanced

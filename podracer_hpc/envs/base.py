@@ -178,7 +178,7 @@ class TorchVecEnv:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything needed to continue exactly: physics state, clocks, RNG streams."""
         return {
-            "state": self.state.clone(),
+            "state": self.state.clone(memory_format=torch.contiguous_format),
             "t": self.t.clone(),
             "ep_return": self.ep_return.clone(),
             **{f"rng.{k}": v for k, v in self.rng.state_dict().items()},

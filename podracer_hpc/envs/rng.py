@@ -10,6 +10,7 @@ it trivial to checkpoint. No Python loop over environments, no host round trip.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 # 64-bit constants as signed int64 (torch has no uint64 arithmetic on every device).
@@ -71,3 +72,60 @@ class BatchRNG:
             raise ValueError(f"RNG state is for {sd['key'].shape[0]} envs, this env has {self.key.shape[0]}")
         self.key = sd["key"].to(self.device, torch.int64).clone()
         self.counter = sd["counter"].to(self.device, torch.int64).clone()
+
+
+_PHI_STEPS: dict[tuple[int, torch.device], torch.Tensor] = {}
+_U64 = {name: np.uint64(v & ((1 << 64) - 1)) for name, v in (("phi", _PHI), ("m1", _M1), ("m2", _M2))}
+
+
+def draw_rows(
+    key: torch.Tensor, counter: torch.Tensor, idx: torch.Tensor, k: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """The ``[len(idx), k]`` uniforms that ``draw(key, counter, k, mask, dtype)`` gives the rows
+    ``idx`` of ``mask``, bit for bit, computed on those rows only; advances ``counter[idx]`` by
+    ``k`` in place. For a CPU step that restarts a few of many envs: on the CPU it runs in numpy
+    on views of the same memory (unsigned 64-bit arithmetic, a third of the ops of int64 torch
+    ops that need a mask per logical shift, each with less overhead); elsewhere in torch.
+    """
+    if key.device.type != "cpu":
+        return _draw_rows_torch(key, counter, idx, k, dtype)
+    keys, counters, rows = key.numpy().view(np.uint64), counter.numpy().view(np.uint64), idx.numpy()
+    c = counters[rows]
+    with np.errstate(over="ignore"):  # wrapping 64-bit arithmetic, as in mix64
+        x = (keys[rows] + c * _U64["phi"])[:, None] + np.arange(k, dtype=np.uint64) * _U64["phi"]
+        counters[rows] = c + np.uint64(k)
+        x ^= x >> np.uint64(30)
+        x *= _U64["m1"]
+        x ^= x >> np.uint64(27)
+        x *= _U64["m2"]
+        x ^= x >> np.uint64(31)
+    if dtype in (torch.float32, torch.float16, torch.bfloat16):
+        u = (x >> np.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
+    else:
+        u = (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return torch.from_numpy(u).to(dtype)
+
+
+def _draw_rows_torch(
+    key: torch.Tensor, counter: torch.Tensor, idx: torch.Tensor, k: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``draw_rows`` in int64 torch ops (any device)."""
+    steps = _PHI_STEPS.get((k, key.device))
+    if steps is None:
+        steps = _PHI_STEPS[(k, key.device)] = torch.arange(k, dtype=torch.int64, device=key.device) * _PHI
+    c = counter.index_select(0, idx)
+    x = torch.add(key.index_select(0, idx), c, alpha=_PHI)[:, None] + steps  # key + (counter + j) * phi
+    counter.index_copy_(0, idx, c.add_(k))
+    y = x >> 30  # mix64, in place
+    x ^= y.bitwise_and_((1 << 34) - 1)
+    x *= _M1
+    torch.bitwise_right_shift(x, 27, out=y)
+    x ^= y.bitwise_and_((1 << 37) - 1)
+    x *= _M2
+    torch.bitwise_right_shift(x, 31, out=y)
+    x ^= y.bitwise_and_((1 << 33) - 1)
+    bits = 24 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 53
+    torch.bitwise_right_shift(x, 64 - bits, out=y)
+    y &= (1 << bits) - 1
+    u = y.to(torch.float64 if bits == 53 else torch.float32).mul_(2.0**-bits)
+    return u.to(dtype)
