@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
+from .compiled import Compiled, compiled
 from .ppo import RunningMeanStd
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
@@ -137,6 +138,33 @@ class OffPolicyAgent(nn.Module):
         self.num_updates = 0  # gradient updates so far (TD3's actor delay counts them); in the meta
         self.mutable: tuple[str, ...] = self.MUTABLE
         self.hparams: dict[str, float] = {}
+        self._hot: dict[str, Any] | None = None  # the hot paths, compiled or not (agent.compile), on first use
+
+    # --- the hot paths -------------------------------------------------------------------
+    def _hot_functions(self) -> dict[str, Any]:
+        """``{name: pure tensor function}`` of the rollout and the update (the subclass's)."""
+        raise NotImplementedError
+
+    def hot(self) -> dict[str, Any]:
+        """The hot paths (:meth:`_hot_functions`) through torch.compile when ``cfg.compile`` asks
+        and it can work here (agents/compiled.py), else eager; ``"on"``: whether compiled. Built on
+        first use (importing torch._dynamo costs seconds: an agent that only acts skips it)."""
+        if self._hot is None:
+            algo = type(self).__name__.removesuffix("Agent")
+            hot: dict[str, Any] = {name: compiled(fn, self.cfg.compile, self.device, f"the {algo} {name}")
+                                   for name, fn in self._hot_functions().items()}
+            hot["on"] = any(isinstance(f, Compiled) for f in hot.values())
+            self._hot = hot
+        return self._hot
+
+    def _scalar(self, value: float) -> torch.Tensor | float:
+        """A hyperparameter as the hot paths take it: a tensor when compiled (PBT changes it: a
+        float would recompile), else the float itself."""
+        return torch.tensor(value, device=self.device) if self.hot()["on"] else value
+
+    def _randn(self, rows: int, gen: torch.Generator) -> torch.Tensor:
+        """Standard normal noise ``[rows, act_dim]`` from ``gen`` (drawn outside the hot paths)."""
+        return torch.randn((rows, self.act_dim), generator=gen, device=self.device)
 
     def _init_hparams(self) -> None:
         self.hparams = {k: float(getattr(self.cfg, k)) for k in self.mutable}
