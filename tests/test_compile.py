@@ -68,8 +68,8 @@ def test_a_compiled_offpolicy_pod_agrees_with_the_eager_one(algo, one_torch_thre
     eager, fast = _pods([f"agent.algo={algo}", *OFF], "on")
     _agree(eager, fast, iterations=2)  # 32 transitions: updates from the end of the first iteration
     hot = fast.agent.hot()
-    assert hot["on"] and all(isinstance(hot[k], C.Compiled) and hot[k].compiled is not None
-                             for k in ("policy step", "critic loss", "actor loss"))
+    assert hot["on"] and isinstance(hot["critic loss"], C.Compiled) and hot["critic loss"].compiled is not None
+    assert not any(isinstance(hot[k], C.Compiled) for k in fast.agent.CPU_EAGER)  # measured slower compiled here
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (none here)")

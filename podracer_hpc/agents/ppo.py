@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..config import MUTABLE_HPARAMS, PPOConfig
-from .compiled import Compiled, compiled
+from .compiled import Compiled, adam_step, clip_grad_norm, compiled, zero_grads
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -494,10 +494,16 @@ class PPOAgent(nn.Module):
             for start in range(0, B, mb):
                 sl = slice(start, start + mb)
                 loss, mb_stats = hot["loss"](s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
-                self.optimizer.step()
+                if hot["on"]:  # the same steps without torch's per-call bookkeeping (same results)
+                    zero_grads(params_list)
+                    loss.backward()
+                    clip_grad_norm(params_list, hp["max_grad_norm"])
+                    adam_step(self.optimizer)
+                else:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
+                    self.optimizer.step()
                 stats += mb_stats
                 kl_sum += mb_stats[4]
                 n += 1

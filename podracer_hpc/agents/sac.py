@@ -162,7 +162,6 @@ class SACAgent(OffPolicyAgent):
         ``buffer``: critics, actor, temperature, then the targets. Returns the metrics averaged
         over the steps as 0-d tensors (no host sync)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
-        opt = self.optimizers
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         if cfg.autotune:
@@ -175,23 +174,17 @@ class SACAgent(OffPolicyAgent):
             # critics: regress both onto the soft clipped double-Q target
             qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
                                                       self._randn(cfg.batch_size, gen), alpha)
-            opt["critic"].zero_grad(set_to_none=True)
-            qf_loss.backward()
-            opt["critic"].step()
+            self._descend("critic", qf_loss)
             # actor: maximize min Q - alpha log pi at its own (reparameterized) actions
             eps = self._randn(cfg.batch_size, gen)
             net.critic.requires_grad_(False)  # gradients to the actions only, not the critics' weights
             actor_loss, logp = hot["actor loss"](obs, eps, alpha)
-            opt["actor"].zero_grad(set_to_none=True)
-            actor_loss.backward()
+            self._descend("actor", actor_loss)
             net.critic.requires_grad_(True)
-            opt["actor"].step()
             # temperature
             if cfg.autotune:
                 alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
-                opt["alpha"].zero_grad(set_to_none=True)
-                alpha_loss.backward()
-                opt["alpha"].step()
+                self._descend("alpha", alpha_loss)
             else:
                 alpha_loss = torch.zeros((), device=self.device)
             polyak_update(net.critic_target, net.critic, hp["tau"])

@@ -122,7 +122,6 @@ class TD3Agent(OffPolicyAgent):
         of both targets. Returns metrics averaged over their steps as 0-d tensors (no host sync;
         ``actor_loss`` is 0 when no actor step fell in this call)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
-        opt = self.optimizers
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         stats = torch.zeros(2, device=self.device)
@@ -134,17 +133,13 @@ class TD3Agent(OffPolicyAgent):
             b = buffer.sample(cfg.batch_size, gen)
             qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
                                                       self._randn(cfg.batch_size, gen), policy_noise)
-            opt["critic"].zero_grad(set_to_none=True)
-            qf_loss.backward()
-            opt["critic"].step()
+            self._descend("critic", qf_loss)
             self.num_updates += 1
             if self.num_updates % cfg.policy_delay == 0:
                 net.critic.requires_grad_(False)  # gradients to the actions only
                 actor_loss = hot["actor loss"](obs)
-                opt["actor"].zero_grad(set_to_none=True)
-                actor_loss.backward()
+                self._descend("actor", actor_loss)
                 net.critic.requires_grad_(True)
-                opt["actor"].step()
                 polyak_update(net.actor_target, net.actor, hp["tau"])
                 polyak_update(net.critic_target, net.critic, hp["tau"])
                 actor_sum += actor_loss.detach()
