@@ -7,9 +7,9 @@ Two parts, one run:
    and 256x256 networks. The variants run in alternating blocks (eager, compiled, eager, ...) so
    that a change in the machine's load hits both; the table gives each one's median block.
 2. End to end: the halfcheetah (PPO, MuJoCo on the host) and pendulum (PPO, torch env) jobs for
-   ``--steps`` env steps each, eager vs compiled, from the pod's construction: the wall time with
-   compiling included, the compile time (the first iterations' time beyond the steady rate) and
-   the steady env steps/s.
+   ``--steps`` env steps each, an eager and a compiled pod with their iterations interleaved, from
+   the pod's construction: the time with compiling included, the compile time (the first
+   iterations' time beyond the steady rate) and the steady env steps/s.
 
     PYTHONPATH=$PWD python bench/compile.py [--steps 200000] [--pendulum-steps 200000] [--quick]
 
@@ -97,27 +97,34 @@ def time_blocks(makers: dict[str, tuple], blocks: int, seconds: float) -> dict[s
     return out
 
 
-def end_to_end(job: str, steps: int, mode: str) -> dict:
-    """One pod of ``job`` for ``steps`` env steps (no evaluations): wall time from its construction,
-    the steady env steps/s (median iteration) and the compile time beyond it."""
-    cfg = load_config(str(REPO / job), [f"total_env_steps={steps}", f"agent.compile={mode}", "threads=1"])
+def end_to_end(job: str, steps: int) -> dict[str, dict]:
+    """One eager and one compiled pod of ``job`` for ``steps`` env steps each (no evaluations),
+    their iterations interleaved (a change of the machine's load hits both): each one's time from
+    its construction (compiling included), its steady env steps/s (median iteration after the
+    first three) and its compile time (the first three iterations' time beyond the steady rate)."""
     Pod(load_config(str(REPO / job), ["threads=1"]))  # imports (MuJoCo, gymnasium) outside the timing
-    t0 = time.perf_counter()
-    pod = Pod(cfg)
-    build = time.perf_counter() - t0
-    times = []
-    while pod.env_steps < steps:
-        t1 = time.perf_counter()
-        m = pod.train_iteration()
-        float(m["loss"])  # the host sync a logged row does
-        times.append(time.perf_counter() - t1)
-    wall = time.perf_counter() - t0
-    per_iter = pod.env_steps / len(times)
-    steady = statistics.median(times[min(3, len(times) - 1):])
-    compile_s = max(0.0, sum(times[:3]) - len(times[:3]) * steady)  # the first iterations compile
-    return {"job": job, "mode": mode, "env_steps": pod.env_steps, "wall_s": wall, "build_s": build,
-            "compile_s": compile_s, "steady_sps": per_iter / steady, "end_to_end_sps": pod.env_steps / wall,
-            "env_compiled": pod.env_compiled}
+    pods, times, build = {}, {}, {}
+    for mode in ("off", "on"):
+        t0 = time.perf_counter()
+        pods[mode] = Pod(load_config(str(REPO / job), [f"total_env_steps={steps}", f"agent.compile={mode}",
+                                                       "threads=1"]))
+        build[mode], times[mode] = time.perf_counter() - t0, []
+    while any(p.env_steps < steps for p in pods.values()):
+        for mode, pod in pods.items():
+            if pod.env_steps < steps:
+                t1 = time.perf_counter()
+                float(pod.train_iteration()["loss"])  # the host sync a logged row does
+                times[mode].append(time.perf_counter() - t1)
+    out = {}
+    for mode, pod in pods.items():
+        ts = times[mode]
+        steady = statistics.median(ts[min(3, len(ts) - 1):])
+        wall = build[mode] + sum(ts)
+        out[mode] = {"mode": mode, "env_steps": pod.env_steps, "wall_s": wall, "build_s": build[mode],
+                     "compile_s": max(0.0, sum(ts[:3]) - len(ts[:3]) * steady),
+                     "steady_sps": pod.env_steps / len(ts) / steady, "end_to_end_sps": pod.env_steps / wall,
+                     "env_compiled": pod.env_compiled}
+    return out
 
 
 def main() -> None:
@@ -128,13 +135,14 @@ def main() -> None:
     ap.add_argument("--block-s", type=float, default=1.0, help="seconds per timing block")
     ap.add_argument("--quick", action="store_true", help="a smoke run: tiny end-to-end runs, short blocks")
     ap.add_argument("--skip-e2e", action="store_true", help="the update steps only")
+    ap.add_argument("--skip-update", action="store_true", help="the end-to-end runs only")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.pendulum_steps, args.blocks, args.block_s = 4096, 16384, 2, 0.3
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     rows = []
-    for hidden in (64, 256):
+    for hidden in () if args.skip_update else (64, 256):
         cases = {"ppo": ppo_step, "sac": lambda h, m: offpolicy_step("sac", h, m),
                  "td3": lambda h, m: offpolicy_step("td3", h, m)}
         for algo, maker in cases.items():
@@ -151,7 +159,7 @@ def main() -> None:
     e2e = []
     if not args.skip_e2e:
         for job, steps in (("jobs/halfcheetah.yaml", args.steps), ("jobs/pendulum.yaml", args.pendulum_steps)):
-            runs = {mode: end_to_end(job, steps, mode) for mode in ("off", "on")}
+            runs = end_to_end(job, steps)
             e, c = runs["off"], runs["on"]
             e2e.append({"part": "end_to_end", "job": job, "env_steps": c["env_steps"], "eager": e, "compiled": c,
                         "speedup_end_to_end": c["end_to_end_sps"] / e["end_to_end_sps"],
