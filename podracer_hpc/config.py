@@ -25,7 +25,7 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
-from .agents.settings import MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
+from .agents.settings import COMPILE_MODES, MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
 from .docfield import ConfigError, F
 
 
@@ -317,6 +317,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         if isinstance(value, (datetime.date, datetime.datetime)):  # YAML reads 2012-12-31 as a date
             return value.isoformat()
+        if isinstance(value, bool):  # YAML 1.1 reads on/off (yes/no) as booleans: agent.compile: off
+            return "on" if value else "off"
         raise bad("a string")
     if tp is list:
         if isinstance(value, (list, tuple)):
@@ -469,6 +471,7 @@ def validate(cfg: Config) -> Config:
             "agent.activation",
             f"must be tanh, relu, elu or silu, got {a.activation!r}",
         )
+        need(a.compile in COMPILE_MODES, "agent.compile", f"must be {' | '.join(COMPILE_MODES)}, got {a.compile!r}")
         need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
         need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
              f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from . import safeio
+from .agents.compiled import compile_env
 from .agents.offpolicy import OffPolicyAgent
 from .agents.ppo import PPOAgent, compute_gae
 from .agents.replay import ReplayBuffer
@@ -108,6 +109,8 @@ class Pod:
         self.env = build_env(e, e.num_envs, self.device, self.seed)
         self.eval_env = build_env(e, cfg.eval.episodes, self.device, self.seed + EVAL_SEED_OFFSET)
         self._verdict_env = None  # built on first use (eval.final_episodes, podracer evaluate --episodes)
+        # agent.compile: the training envs' step too (a torch env; the eval envs step eagerly)
+        self.env_compiled = a.compile != "off" and compile_env(self.env, a.compile, self.device)
         check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = self._new_agent()

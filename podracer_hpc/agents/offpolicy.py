@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
+from .compiled import Compiled, adam_step, compiled, zero_grads
 from .ppo import RunningMeanStd
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
@@ -125,6 +126,7 @@ class OffPolicyAgent(nn.Module):
 
     STATE_PREFIXES = ("net.", "obs_rms.", "optim.")
     MUTABLE: tuple[str, ...] = ()
+    CPU_EAGER = ("policy step", "actor loss")  # hot paths that agent.compile leaves eager on a CPU (see hot)
 
     def __init__(self, obs_dim: int, act_dim: int, cfg: OffPolicyConfig, device: str | torch.device = "cpu"):
         super().__init__()
@@ -137,6 +139,39 @@ class OffPolicyAgent(nn.Module):
         self.num_updates = 0  # gradient updates so far (TD3's actor delay counts them); in the meta
         self.mutable: tuple[str, ...] = self.MUTABLE
         self.hparams: dict[str, float] = {}
+        self._hot: dict[str, Any] | None = None  # the hot paths, compiled or not (agent.compile), on first use
+
+    # --- the hot paths -------------------------------------------------------------------
+    def _hot_functions(self) -> dict[str, Any]:
+        """``{name: pure tensor function}`` of the rollout and the update (the subclass's)."""
+        raise NotImplementedError
+
+    def hot(self) -> dict[str, Any]:
+        """The hot paths (:meth:`_hot_functions`) through torch.compile when ``cfg.compile`` asks
+        and it can work here (agents/compiled.py), else eager; ``"on"``: whether compiled. Built on
+        first use (importing torch._dynamo costs seconds: an agent that only acts skips it)."""
+        if self._hot is None:
+            algo = type(self).__name__.removesuffix("Agent")
+            mode = self.cfg.compile
+            # measured on a CPU (bench/compile.py, bench/RESULTS.md): the compiled actor loss and
+            # policy step ran slower than eager ones (their graphs are small: the call's overhead
+            # outweighs the fused ops), the critic loss faster; on a GPU all three compile
+            eager_here = self.CPU_EAGER if self.device.type == "cpu" else ()
+            hot: dict[str, Any] = {name: fn if name in eager_here else
+                                   compiled(fn, mode, self.device, f"the {algo} {name}")
+                                   for name, fn in self._hot_functions().items()}
+            hot["on"] = any(isinstance(f, Compiled) for f in hot.values())
+            self._hot = hot
+        return self._hot
+
+    def _scalar(self, value: float) -> torch.Tensor | float:
+        """A hyperparameter as the hot paths take it: a tensor when compiled (PBT changes it: a
+        float would recompile), else the float itself."""
+        return torch.tensor(value, device=self.device) if self.hot()["on"] else value
+
+    def _randn(self, rows: int, gen: torch.Generator) -> torch.Tensor:
+        """Standard normal noise ``[rows, act_dim]`` from ``gen`` (drawn outside the hot paths)."""
+        return torch.randn((rows, self.act_dim), generator=gen, device=self.device)
 
     def _init_hparams(self) -> None:
         self.hparams = {k: float(getattr(self.cfg, k)) for k in self.mutable}
@@ -154,6 +189,19 @@ class OffPolicyAgent(nn.Module):
 
     def _adam(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, fused=True)
+
+    def _descend(self, name: str, loss: torch.Tensor) -> None:
+        """One step of optimizer ``name`` down ``loss`` (zero the gradients, backward, Adam); when
+        compiled, without torch's per-call bookkeeping (agents/compiled.py; the same results)."""
+        opt = self.optimizers[name]
+        if self.hot()["on"]:
+            zero_grads([p for g in opt.param_groups for p in g["params"]])
+            loss.backward()
+            adam_step(opt)
+        else:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
 
     def _set_lr(self, name: str, lr: float) -> None:
         for group in self.optimizers[name].param_groups:

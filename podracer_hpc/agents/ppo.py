@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..config import MUTABLE_HPARAMS, PPOConfig
+from .compiled import Compiled, adam_step, clip_grad_norm, compiled, zero_grads
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -143,6 +144,10 @@ class ActorCritic(nn.Module):
         if self.discrete:
             return torch.multinomial(torch.softmax(params, -1), 1, generator=gen).squeeze(-1)
         noise = torch.randn(params.shape, generator=gen, device=params.device, dtype=params.dtype)
+        return self.shift(params, noise)
+
+    def shift(self, params: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """A Gaussian action from standard normal ``noise`` (continuous actions)."""
         return params + self.log_std.exp() * noise
 
     def mode(self, params: torch.Tensor) -> torch.Tensor:
@@ -250,9 +255,9 @@ def ppo_loss(
     old_values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor,
-    clip_coef: float,
-    vf_coef: float,
-    ent_coef: float,
+    clip_coef: torch.Tensor | float,
+    vf_coef: torch.Tensor | float,
+    ent_coef: torch.Tensor | float,
     clip_vloss: bool = False,
     norm_adv: bool = True,
 ) -> LossOut:
@@ -309,6 +314,7 @@ class PPOAgent(nn.Module):
         super().__init__()
         self.cfg = cfg  # static settings; never changed while training
         self.discrete = discrete
+        self.act_dim = act_dim
         tied = None
         if cfg.network == "per_asset":
             if asset_layout is None or discrete:
@@ -323,6 +329,22 @@ class PPOAgent(nn.Module):
         self.reward_rms = RunningMeanStd((), device=device)
         self._optimizer: torch.optim.Optimizer | None = None  # built on first use (see optimizer)
         self.hparams: dict[str, float] = {k: float(getattr(cfg, k)) for k in MUTABLE_HPARAMS}
+        self._hot: dict[str, Any] | None = None  # the hot paths, compiled or not (agent.compile), on first use
+
+    def hot(self) -> dict[str, Any]:
+        """The rollout's and the update's pure tensor functions, through torch.compile when
+        ``cfg.compile`` asks (agents/compiled.py) and it can work here, else the eager ones. Built
+        on first use (importing torch._dynamo costs seconds: an agent that only acts skips it)."""
+        if self._hot is None:
+            mode, dev = self.cfg.compile, next(self.net.parameters()).device
+            loss = compiled(self._minibatch_loss, mode, dev, "the PPO loss")
+            self._hot = {
+                "on": isinstance(loss, Compiled),
+                "act": compiled(self._act_noise, mode, dev, "the PPO policy step"),
+                "value": compiled(self.net.value, mode, dev, "the PPO value step"),
+                "loss": loss,
+            }
+        return self._hot
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -413,8 +435,18 @@ class PPOAgent(nn.Module):
     @torch.no_grad()
     def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions for normalized observations; returns (action, log_prob)."""
+        if self.discrete:
+            params = self.net.dist_params(nobs)
+            action = self.net.sample(params, gen)
+            logp, _ = self.net.log_prob_entropy(params, action)
+            return action, logp
+        noise = torch.randn((nobs.shape[0], self.act_dim), generator=gen, device=nobs.device, dtype=nobs.dtype)
+        return self.hot()["act"](nobs, noise)
+
+    def _act_noise(self, nobs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action, log_prob) of continuous actions from standard normal ``noise`` (pure: compiled)."""
         params = self.net.dist_params(nobs)
-        action = self.net.sample(params, gen)
+        action = self.net.shift(params, noise)
         logp, _ = self.net.log_prob_entropy(params, action)
         return action, logp
 
@@ -424,7 +456,7 @@ class PPOAgent(nn.Module):
 
     @torch.no_grad()
     def value(self, nobs: torch.Tensor) -> torch.Tensor:
-        return self.net.value(nobs)
+        return self.hot()["value"](nobs)
 
     # --- learning ------------------------------------------------------------------------
     def update(
@@ -448,6 +480,11 @@ class PPOAgent(nn.Module):
         stats = torch.zeros(6, device=obs.device)
         n = 0
         params_list = list(self.net.parameters())
+        hot = self.hot()
+        # compiled: the coefficients as tensors (PBT changes them; a float would recompile)
+        coefs = [hp[k] for k in ("clip_coef", "vf_coef", "ent_coef")]
+        if hot["on"]:
+            coefs = [torch.tensor(c, device=obs.device) for c in coefs]
         for _epoch in range(cfg.update_epochs):
             # One shuffle per epoch, then contiguous minibatch slices (fewer, larger gathers).
             perm = torch.randperm(B, generator=gen, device=obs.device)
@@ -456,21 +493,19 @@ class PPOAgent(nn.Module):
             kl_sum = torch.zeros((), device=obs.device)
             for start in range(0, B, mb):
                 sl = slice(start, start + mb)
-                params = self.net.dist_params(s_obs[sl])
-                new_logp, ent = self.net.log_prob_entropy(params, s_act[sl])
-                new_v = self.net.value(s_obs[sl])
-                out = ppo_loss(
-                    new_logp, s_logp[sl], s_adv[sl], new_v, s_val[sl], s_ret[sl], ent,
-                    hp["clip_coef"], hp["vf_coef"], hp["ent_coef"], cfg.clip_vloss, cfg.norm_adv,
-                )
-                self.optimizer.zero_grad(set_to_none=True)
-                out.loss.backward()
-                nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
-                self.optimizer.step()
-                stats += torch.stack(
-                    [out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clipfrac]
-                ).detach()
-                kl_sum += out.approx_kl.detach()
+                loss, mb_stats = hot["loss"](s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
+                if hot["on"]:  # the same steps without torch's per-call bookkeeping (same results)
+                    zero_grads(params_list)
+                    loss.backward()
+                    clip_grad_norm(params_list, hp["max_grad_norm"])
+                    adam_step(self.optimizer)
+                else:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
+                    self.optimizer.step()
+                stats += mb_stats
+                kl_sum += mb_stats[4]
                 n += 1
             if cfg.target_kl > 0 and float(kl_sum) / cfg.num_minibatches > cfg.target_kl:
                 break
@@ -482,6 +517,20 @@ class PPOAgent(nn.Module):
         metrics["explained_variance"] = explained_var
         metrics["learning_rate"] = torch.tensor(lr)
         return metrics
+
+    def _minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+                        advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                        clip_coef: torch.Tensor | float, vf_coef: torch.Tensor | float,
+                        ent_coef: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One minibatch's loss and its statistics ``[loss, policy_loss, value_loss, entropy,
+        approx_kl, clipfrac]`` (detached): the forward part of an update step (pure: compiled)."""
+        params = self.net.dist_params(obs)
+        new_logp, ent = self.net.log_prob_entropy(params, actions)
+        new_v = self.net.value(obs)
+        out = ppo_loss(new_logp, old_logp, advantages, new_v, old_values, returns, ent,
+                       clip_coef, vf_coef, ent_coef, self.cfg.clip_vloss, self.cfg.norm_adv)
+        stats = torch.stack([out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clipfrac])
+        return out.loss, stats.detach()
 
 
 # Keys of state files written before the agent owned its state (2026-11-30): the reward

@@ -57,6 +57,16 @@ class SquashedGaussianActor(nn.Module):
         """(action in (-1, 1), its log-probability), reparameterized (gradients flow)."""
         mean, log_std = self(obs)
         eps = torch.randn(mean.shape, generator=gen, device=mean.device, dtype=mean.dtype)
+        return self.squash(mean, log_std, eps)
+
+    def sample_from(self, obs: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample` with the standard normal draw ``eps`` given (pure: compiled)."""
+        mean, log_std = self(obs)
+        return self.squash(mean, log_std, eps)
+
+    @staticmethod
+    def squash(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``."""
         u = mean + torch.exp(log_std) * eps
         return torch.tanh(u), squashed_gaussian_log_prob(u, mean, log_std)
 
@@ -135,7 +145,7 @@ class SACAgent(OffPolicyAgent):
     @torch.no_grad()
     def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample actions in (-1, 1) for normalized observations; returns (action, log_prob)."""
-        return self.net.actor.sample(nobs, gen)
+        return self.hot()["policy step"](nobs, self._randn(nobs.shape[0], gen))
 
     @torch.no_grad()
     def act_deterministic(self, nobs: torch.Tensor) -> torch.Tensor:
@@ -152,47 +162,60 @@ class SACAgent(OffPolicyAgent):
         ``buffer``: critics, actor, temperature, then the targets. Returns the metrics averaged
         over the steps as 0-d tensors (no host sync)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
-        opt = self.optimizers
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         if cfg.autotune:
             self._set_lr("alpha", hp["alpha_lr"])
+        hot = self.hot()
         stats = torch.zeros(6, device=self.device)
         for _ in range(num_updates):
             b = buffer.sample(cfg.batch_size, gen)
-            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
             alpha = self.alpha
             # critics: regress both onto the soft clipped double-Q target
-            with torch.no_grad():
-                next_a, next_logp = net.actor.sample(next_obs, gen)
-                tq1, tq2 = net.critic_target(next_obs, next_a)
-                y = clipped_double_q_target(b.reward, b.terminated, b.discount, tq1, tq2, next_logp, alpha)
-            q1, q2 = net.critic(obs, b.action)
-            qf_loss = critic_loss(q1, q2, y)
-            opt["critic"].zero_grad(set_to_none=True)
-            qf_loss.backward()
-            opt["critic"].step()
+            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
+                                                      self._randn(cfg.batch_size, gen), alpha)
+            self._descend("critic", qf_loss)
             # actor: maximize min Q - alpha log pi at its own (reparameterized) actions
-            a, logp = net.actor.sample(obs, gen)
+            eps = self._randn(cfg.batch_size, gen)
             net.critic.requires_grad_(False)  # gradients to the actions only, not the critics' weights
-            pq1, pq2 = net.critic(obs, a)
-            actor_loss = sac_actor_loss(logp, pq1, pq2, alpha)
-            opt["actor"].zero_grad(set_to_none=True)
-            actor_loss.backward()
+            actor_loss, logp = hot["actor loss"](obs, eps, alpha)
+            self._descend("actor", actor_loss)
             net.critic.requires_grad_(True)
-            opt["actor"].step()
             # temperature
             if cfg.autotune:
                 alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
-                opt["alpha"].zero_grad(set_to_none=True)
-                alpha_loss.backward()
-                opt["alpha"].step()
+                self._descend("alpha", alpha_loss)
             else:
                 alpha_loss = torch.zeros((), device=self.device)
             polyak_update(net.critic_target, net.critic, hp["tau"])
             self.num_updates += 1
-            q_mean = 0.5 * (q1 + q2).mean()
             stats += torch.stack([qf_loss, actor_loss, alpha_loss, q_mean, -logp.mean(), alpha]).detach()
         stats /= max(1, num_updates)
         names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
         return dict(zip(names, stats.unbind()))
+
+    # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
+    def _hot_functions(self) -> dict:
+        return {"policy step": self.net.actor.sample_from, "critic loss": self._critic_loss,
+                "actor loss": self._actor_loss}
+
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
+                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
+        ``eps`` the standard normal draw of the next actions."""
+        net = self.net
+        obs, next_obs = self._norm(obs), self._norm(next_obs)
+        with torch.no_grad():
+            next_a, next_logp = net.actor.sample_from(next_obs, eps)
+            tq1, tq2 = net.critic_target(next_obs, next_a)
+            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2, next_logp, alpha)
+        q1, q2 = net.critic(obs, action)
+        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+
+    def _actor_loss(self, obs: torch.Tensor, eps: torch.Tensor,
+                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(actor loss, log-probabilities) at the policy's actions (``eps``: their draw)."""
+        a, logp = self.net.actor.sample_from(obs, eps)
+        pq1, pq2 = self.net.critic(obs, a)
+        return sac_actor_loss(logp, pq1, pq2, alpha), logp

@@ -11,10 +11,13 @@ from typing import Any, Mapping
 
 from ..docfield import ConfigError, F
 
-__all__ = ["ACTIVATION_NAMES", "MUTABLE_HPARAMS", "OffPolicyConfig", "PPOConfig", "SACConfig", "SAC_MUTABLE", "TD3Config",
+__all__ = ["ACTIVATION_NAMES", "COMPILE_MODES", "MUTABLE_HPARAMS", "OffPolicyConfig", "PPOConfig", "SACConfig", "SAC_MUTABLE", "TD3Config",
            "TD3_MUTABLE", "agent_kind", "mutable_hparams"]
 
 ACTIVATION_NAMES = ("relu", "tanh", "elu", "silu")
+COMPILE_MODES = ("off", "on", "cudagraphs")  # agent.compile (agents/compiled.py)
+_COMPILE_DOC = ("torch.compile the rollout's policy step, the torch env step and the update's losses: off | on | "
+                "cudagraphs (CUDA graphs too, on a GPU; as on elsewhere); eager with a notice where it cannot compile")
 # PPO's hyperparameters that a pod may change while it trains (PBT explores these)
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
 
@@ -45,6 +48,7 @@ class PPOConfig:
     hidden_sizes: list = F([64, 64], "hidden layer widths of actor and critic")
     activation: str = F("tanh", "hidden activation: tanh | relu | elu | silu (tanh is slow on some CPU builds)")
     init_log_std: float = F(0.0, "initial log std of the Gaussian policy (continuous actions)")
+    compile: str = F("off", _COMPILE_DOC)
 
 
 @dataclass
@@ -71,6 +75,7 @@ class OffPolicyConfig:
     reward_scale: float = F(1.0, "constant factor on the rewards stored in the buffer (scale_reward)")
     actor_lr: float = F(3e-4, "Adam step size of the actor")
     critic_lr: float = F(1e-3, "Adam step size of the twin critics")
+    compile: str = F("off", _COMPILE_DOC)
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first field out of range."""
@@ -96,6 +101,7 @@ class OffPolicyConfig:
         need(self.reward_scale > 0, "reward_scale", f"must be > 0, got {self.reward_scale}")
         need(self.actor_lr > 0, "actor_lr", f"must be > 0, got {self.actor_lr}")
         need(self.critic_lr > 0, "critic_lr", f"must be > 0, got {self.critic_lr}")
+        need(self.compile in COMPILE_MODES, "compile", f"must be {' | '.join(COMPILE_MODES)}, got {self.compile!r}")
 
 
 @dataclass

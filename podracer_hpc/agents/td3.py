@@ -39,6 +39,11 @@ def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: fl
                            gen: torch.Generator) -> torch.Tensor:
     """Target policy smoothing: ``clip(mu + clip(eps * policy_noise, -c, c), -1, 1)``."""
     eps = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype)
+    return smooth(mu, eps, policy_noise, noise_clip)
+
+
+def smooth(mu: torch.Tensor, eps: torch.Tensor, policy_noise: torch.Tensor | float, noise_clip: float) -> torch.Tensor:
+    """:func:`smoothed_target_action` with the standard normal draw ``eps`` given."""
     noise = (eps * policy_noise).clamp(-noise_clip, noise_clip)
     return (mu + noise).clamp(-1.0, 1.0)
 
@@ -46,6 +51,11 @@ def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: fl
 def exploration_action(mu: torch.Tensor, std: float, gen: torch.Generator) -> torch.Tensor:
     """``clip(mu + N(0, std), -1, 1)``: the behaviour policy."""
     eps = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype)
+    return (mu + std * eps).clamp(-1.0, 1.0)
+
+
+def explore(mu: torch.Tensor, eps: torch.Tensor, std: torch.Tensor | float) -> torch.Tensor:
+    """:func:`exploration_action` with the standard normal draw ``eps`` given."""
     return (mu + std * eps).clamp(-1.0, 1.0)
 
 
@@ -93,7 +103,8 @@ class TD3Agent(OffPolicyAgent):
     def act(self, nobs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Exploration actions for normalized observations; returns (action, zeros) (a
         deterministic policy has no log-probability)."""
-        action = exploration_action(self.net.actor(nobs), self.hparams["exploration_noise"], gen)
+        eps = self._randn(nobs.shape[0], gen)
+        action = self.hot()["policy step"](nobs, eps, self._scalar(self.hparams["exploration_noise"]))
         return action, torch.zeros(action.shape[0], device=action.device)
 
     @torch.no_grad()
@@ -111,36 +122,54 @@ class TD3Agent(OffPolicyAgent):
         of both targets. Returns metrics averaged over their steps as 0-d tensors (no host sync;
         ``actor_loss`` is 0 when no actor step fell in this call)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
-        opt = self.optimizers
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         stats = torch.zeros(2, device=self.device)
         actor_sum = torch.zeros((), device=self.device)
         actor_steps = 0
+        hot = self.hot()
+        policy_noise = self._scalar(hp["policy_noise"])
         for _ in range(num_updates):
             b = buffer.sample(cfg.batch_size, gen)
-            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
-            with torch.no_grad():
-                next_a = smoothed_target_action(net.actor_target(next_obs), hp["policy_noise"], cfg.noise_clip, gen)
-                tq1, tq2 = net.critic_target(next_obs, next_a)
-                y = clipped_double_q_target(b.reward, b.terminated, b.discount, tq1, tq2)
-            q1, q2 = net.critic(obs, b.action)
-            qf_loss = critic_loss(q1, q2, y)
-            opt["critic"].zero_grad(set_to_none=True)
-            qf_loss.backward()
-            opt["critic"].step()
+            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
+                                                      self._randn(cfg.batch_size, gen), policy_noise)
+            self._descend("critic", qf_loss)
             self.num_updates += 1
             if self.num_updates % cfg.policy_delay == 0:
                 net.critic.requires_grad_(False)  # gradients to the actions only
-                actor_loss = td3_actor_loss(net.critic.q1(torch.cat([obs, net.actor(obs)], -1)).squeeze(-1))
-                opt["actor"].zero_grad(set_to_none=True)
-                actor_loss.backward()
+                actor_loss = hot["actor loss"](obs)
+                self._descend("actor", actor_loss)
                 net.critic.requires_grad_(True)
-                opt["actor"].step()
                 polyak_update(net.actor_target, net.actor, hp["tau"])
                 polyak_update(net.critic_target, net.critic, hp["tau"])
                 actor_sum += actor_loss.detach()
                 actor_steps += 1
-            stats += torch.stack([qf_loss, 0.5 * (q1 + q2).mean()]).detach()
+            stats += torch.stack([qf_loss, q_mean]).detach()
         stats /= max(1, num_updates)
         return {"qf_loss": stats[0], "q_mean": stats[1], "actor_loss": actor_sum / max(1, actor_steps)}
+
+    # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
+    def _hot_functions(self) -> dict:
+        return {"policy step": self._explore, "critic loss": self._critic_loss, "actor loss": self._actor_loss}
+
+    def _explore(self, nobs: torch.Tensor, eps: torch.Tensor, std: torch.Tensor | float) -> torch.Tensor:
+        """Exploration actions from the standard normal draw ``eps``."""
+        return explore(self.net.actor(nobs), eps, std)
+
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
+                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
+                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
+        ``eps`` the standard normal draw of the target policy smoothing."""
+        net = self.net
+        obs, next_obs = self._norm(obs), self._norm(next_obs)
+        with torch.no_grad():
+            next_a = smooth(net.actor_target(next_obs), eps, policy_noise, self.cfg.noise_clip)
+            tq1, tq2 = net.critic_target(next_obs, next_a)
+            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2)
+        q1, q2 = net.critic(obs, action)
+        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+
+    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
+        """``-mean Q1(s, mu(s))`` on normalized observations."""
+        return td3_actor_loss(self.net.critic.q1(torch.cat([obs, self.net.actor(obs)], -1)).squeeze(-1))

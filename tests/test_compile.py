@@ -1,0 +1,161 @@
+"""agent.compile: the compiled hot paths agree with eager ones, and fall back where they cannot work.
+
+Compiling (torch inductor, C++ on this CPU) takes tens of seconds on two shared cores: each agent
+has one tiny case (a pod of a few envs and 8-wide networks, two iterations), marked slow. CUDA
+graphs (agent.compile=cudagraphs) cannot be tested without a GPU: their test skips here.
+
+Tolerance: compiled and eager runs differ by floating point reassociation only (same random
+draws: the noise is drawn outside the compiled code from the same generator). After two
+iterations of updates the parameters agree within 1e-5 absolute (measured: 1.5e-8; they moved
+by 2e-3 to 7e-3), the metrics within 1e-4 relative (plus 1e-5 absolute), the envs' observations
+within 1e-5.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from podracer_hpc.agents import compiled as C
+from podracer_hpc.config import ConfigError, load_config
+from podracer_hpc.pod import Pod
+
+PPO = ["env.name=pendulum", "env.num_envs=8", "agent.rollout_steps=8", "agent.num_minibatches=2",
+       "agent.update_epochs=2", "agent.hidden_sizes=[8, 8]", "eval.episodes=2", "threads=1"]
+OFF = ["env.name=pendulum", "env.num_envs=8", "agent.rollout_steps=4", "agent.hidden_sizes=[8, 8]",
+       "agent.batch_size=16", "agent.buffer_size=128", "agent.learning_starts=16", "agent.norm_obs=true",
+       "eval.episodes=2", "threads=1"]
+
+
+def _pods(overrides: list[str], mode: str) -> tuple[Pod, Pod]:
+    eager = Pod(load_config(None, overrides))
+    fast = Pod(load_config(None, [*overrides, f"agent.compile={mode}"]))
+    return eager, fast
+
+
+def _agree(eager: Pod, fast: Pod, iterations: int = 2) -> None:
+    start = {k: v.clone() for k, v in eager.agent.net.state_dict().items()}
+    for _ in range(iterations):
+        me, mf = eager.train_iteration(), fast.train_iteration()
+        for k in me:
+            if torch.isfinite(me[k]).all():
+                torch.testing.assert_close(mf[k].double(), me[k].double(), rtol=1e-4, atol=1e-5, msg=k)
+    moved = max(float((v - start[k]).abs().max()) for k, v in eager.agent.net.state_dict().items())
+    assert moved > 0  # they trained
+    worst = max(float((v - fast.agent.net.state_dict()[k]).abs().max())
+                for k, v in eager.agent.net.state_dict().items())
+    assert worst <= 1e-5, (worst, moved)
+    torch.testing.assert_close(fast.obs, eager.obs, rtol=1e-5, atol=1e-5)  # the env stepped alike
+
+
+@pytest.mark.slow
+def test_a_compiled_ppo_pod_agrees_with_the_eager_one(one_torch_thread):
+    if C.compile_problem("cpu"):
+        pytest.skip(C.compile_problem("cpu"))
+    eager, fast = _pods(PPO, "on")
+    assert fast.env_compiled and not eager.env_compiled
+    _agree(eager, fast)
+    hot = fast.agent.hot()
+    assert hot["on"] and all(isinstance(hot[k], C.Compiled) and hot[k].compiled is not None
+                             for k in ("act", "value", "loss"))  # compiled, not fallen back
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_a_compiled_offpolicy_pod_agrees_with_the_eager_one(algo, one_torch_thread):
+    if C.compile_problem("cpu"):
+        pytest.skip(C.compile_problem("cpu"))
+    eager, fast = _pods([f"agent.algo={algo}", *OFF], "on")
+    _agree(eager, fast, iterations=2)  # 32 transitions: updates from the end of the first iteration
+    hot = fast.agent.hot()
+    assert hot["on"] and isinstance(hot["critic loss"], C.Compiled) and hot["critic loss"].compiled is not None
+    assert not any(isinstance(hot[k], C.Compiled) for k in fast.agent.CPU_EAGER)  # measured slower compiled here
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (none here)")
+def test_cuda_graphs_agree_with_eager_on_a_gpu():
+    eager = Pod(load_config(None, PPO), device="cuda")
+    fast = Pod(load_config(None, [*PPO, "agent.compile=cudagraphs"]), device="cuda")
+    _agree(eager, fast)
+    assert fast.agent.hot()["loss"].cuda_graphs
+
+
+def test_without_a_cpp_compiler_the_agent_says_so_and_trains_eagerly(monkeypatch, capsys, one_torch_thread):
+    from torch._inductor import config as inductor_config
+
+    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "no-such-c++"))
+    why = C.compile_problem("cpu")
+    assert why and "no C++ compiler (no-such-c++) on PATH" in why
+    eager, fast = _pods(PPO, "on")
+    assert not fast.env_compiled
+    err = capsys.readouterr().err
+    assert "agent.compile=on: no C++ compiler (no-such-c++) on PATH" in err and "training eagerly" in err
+    for _ in range(2):
+        me, mf = eager.train_iteration(), fast.train_iteration()
+        assert all(torch.equal(me[k], mf[k]) or not torch.isfinite(me[k]).all() for k in me)  # eager: bit for bit
+    assert not fast.agent.hot()["on"]
+
+
+def test_a_function_that_cannot_compile_falls_back_to_eager_once(capsys):
+    def needs_the_host(x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if float(x.sum()) > 0 else x  # a host read: no full graph
+    if C.compile_problem("cpu"):
+        pytest.skip(C.compile_problem("cpu"))
+    fn = C.compiled(needs_the_host, "on", "cpu", "the probe")
+    assert isinstance(fn, C.Compiled)
+    assert torch.equal(fn(torch.ones(3)), torch.full((3,), 2.0))
+    assert torch.equal(fn(-torch.ones(3)), -torch.ones(3)) and fn.compiled is None
+    err = capsys.readouterr().err
+    assert err.count("compiling the probe failed") == 1 and "running it eagerly" in err
+
+
+def test_cuda_graphs_on_a_cpu_compile_without_them(capsys):
+    assert C.torch_mode("cudagraphs", torch.device("cpu")) is None
+    assert "CUDA graphs need a CUDA device" in capsys.readouterr().err
+    assert C.torch_mode("on", torch.device("cuda")) is None
+    assert C.torch_mode("cudagraphs", torch.device("cuda")) == "reduce-overhead"
+
+
+def test_off_never_imports_the_compiler():
+    fn = lambda x: x  # noqa: E731
+    assert C.compiled(fn, "off", "cpu", "x") is fn
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_a_bad_compile_value_names_the_key(algo):
+    with pytest.raises(ConfigError, match=r"agent.compile: must be off \| on \| cudagraphs, got 'fast'"):
+        load_config(None, [f"agent.algo={algo}", "agent.compile=fast"])
+    assert load_config(None, [f"agent.algo={algo}", "agent.compile=off"]).agent.compile == "off"  # not YAML's False
+
+
+def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("PODRACER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    if C.compile_problem("cpu"):
+        pytest.skip(C.compile_problem("cpu"))
+    assert C.usable("on", "cpu")
+    import os
+    import socket
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
+
+
+def test_the_lean_optimizer_steps_equal_torchs_bit_for_bit():
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [torch.optim.Adam(n.parameters(), lr=3e-4, eps=1e-5, fused=True) for n in nets]
+    x = torch.randn(64, 5)
+    for _ in range(4):
+        opts[0].zero_grad(set_to_none=True)
+        (nets[0](x) ** 2).sum().backward()
+        torch.nn.utils.clip_grad_norm_(list(nets[0].parameters()), 0.5, foreach=True)
+        opts[0].step()
+        params = list(nets[1].parameters())
+        C.zero_grads(params)
+        (nets[1](x) ** 2).sum().backward()
+        C.clip_grad_norm(params, 0.5)
+        C.adam_step(opts[1])
+    assert all(torch.equal(a, b) for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+    s0, s1 = (o.state_dict()["state"] for o in opts)
+    assert all(torch.equal(s0[i][k], s1[i][k]) for i in s0 for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert float(s1[0]["step"]) == 4  # the lean path stepped (the first step goes through opt.step)
