@@ -173,7 +173,8 @@ class RankRun:
             self.pod = Pod(cfg, rank=comm.rank, device=device)
         except MemoryError as e:
             raise TrainingError(f"rank {comm.rank}: {e}") from None
-        self.say(start_line(comm.rank, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
+        backend = self.pod.backend + ("" if self.pod.env_exact else " (not checkpointed exactly: a resume restarts episodes)")
+        self.say(start_line(comm.rank, socket.gethostname().split(".")[0], device, threads, backend,
                             world_size=comm.size, local_rank=comm.local_rank, revision=self.revision))
         choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
                               self.rundir.checkpoint_ranks() if comm.rank == 0 else [], independent=self.independent)
