@@ -89,6 +89,7 @@ class Task:
 
 _TASKS: dict[str, Task] = {}
 _PLUGIN_ERRORS: dict[str, str] = {}  # entry point name -> why it did not load
+_PLUGIN_TASKS: set[str] = set()  # the names registered while a plugin loaded (they sort after the built-in ones)
 _plugins_loaded = False
 
 
@@ -127,6 +128,7 @@ def load_plugins() -> dict[str, str]:
 
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
         dist = getattr(getattr(ep, "dist", None), "name", "?")
+        before = set(_TASKS)
         try:
             for task in _tasks_of(ep.load()):
                 register(task)
@@ -134,6 +136,7 @@ def load_plugins() -> dict[str, str]:
             _PLUGIN_ERRORS[ep.name] = f"{ep.value} (package {dist}): {type(e).__name__}: {e}"
             print(f"podracer: the task plugin {ep.name!r} ({_PLUGIN_ERRORS[ep.name]}) did not load; "
                   "its tasks are missing", file=sys.stderr)
+        _PLUGIN_TASKS.update(set(_TASKS) - before)
     return dict(_PLUGIN_ERRORS)
 
 
@@ -172,6 +175,7 @@ def register(task: Task) -> Task:
 def unregister(name: str) -> None:
     """Remove task ``name`` (tests that add a task take it out again)."""
     _TASKS.pop(name, None)
+    _PLUGIN_TASKS.discard(name)
 
 
 def get(name: str) -> Task:
@@ -185,11 +189,13 @@ def get(name: str) -> Task:
 
 
 def _ordered() -> list[Task]:
-    """The tasks in the order of their modules in :data:`TASK_MODULES` (then the others, as registered),
-    whatever order the modules were imported in."""
+    """The tasks in the order of their modules in :data:`TASK_MODULES` (then the plugins' and the
+    others, as registered), whatever order the modules were imported in."""
     _load()
     rank = {m: i for i, m in enumerate(TASK_MODULES)}
-    return sorted(_TASKS.values(), key=lambda t: rank.get(getattr(t.build, "__module__", ""), len(rank)))
+    last = len(rank)  # a plugin's tasks, and those registered some other way, in the order they came
+    return sorted(_TASKS.values(), key=lambda t: last if t.name in _PLUGIN_TASKS
+                  else rank.get(getattr(t.build, "__module__", ""), last))
 
 
 def names() -> list[str]:
