@@ -118,6 +118,15 @@ def make_gymnasium_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_ep
     return env
 
 
-register(Task("gymnasium", build=make_gymnasium_env, options=GymnasiumOptions, section="gymnasium",
+class GymnasiumTask:
+    """The registry's entry: called like a task class, it builds the env (:func:`make_gymnasium_env`),
+    as the MuJoCo tasks' builders do (``TASKS`` holds classes)."""
+
+    def __new__(cls, num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0, dtype: Any = None,
+                **options: Any) -> Any:
+        return make_gymnasium_env(num_envs, device, seed, max_episode_steps, dtype, **options)
+
+
+register(Task("gymnasium", build=GymnasiumTask, options=GymnasiumOptions, section="gymnasium",
               doc="any installed gymnasium env (env.gymnasium.id; stepped on the host, not checkpointed exactly)",
               verify=verify))
