@@ -5,6 +5,8 @@ clear message when it cannot run, and a run says that it is not checkpointed exa
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import gymnasium as gym
 import numpy as np
@@ -154,3 +156,25 @@ def test_the_acrobot_job_learns(tmp_path):
                                                 "eval.interval_env_steps=25000", "log.progress_interval_s=0"])
     result = train(cfg, tmp_path / "run", quiet=True)
     assert result.complete and result.summary["final_return"] > -300, result.summary
+
+
+
+def test_async_workers_outlive_a_warning_signal_and_end_with_their_pod(cli, tmp_path):
+    """The async workers are forked from the pod: they ignore the warning signals the pod handles
+    (Slurm signals every process; the pod finishes its update with its envs alive) and end when
+    the pod closes them. Before, gymnasium's clean-up terminated them with SIGTERM, which they
+    ignored (the pod's inherited handler): the finished run never exited."""
+    env = build_env(gym_cfg("Acrobot-v1", "env.gymnasium.vectorization=async").env, 2, seed=0)
+    env.reset(0)
+    for p in env.env.processes:
+        os.kill(p.pid, signal.SIGTERM)
+    obs, *_ = env.step(torch.tensor([0, 1]))  # they still step
+    assert obs.shape == (2, 6) and all(p.is_alive() for p in env.env.processes)
+    env.close()
+    assert not any(p.is_alive() for p in env.env.processes)
+    r = cli("train", "jobs/gym_acrobot.yaml", "--run-dir", str(tmp_path / "run"), "--quiet", "--set",
+            "env.gymnasium.vectorization=async", "--set", "env.num_envs=2", "--set", "total_env_steps=256", "--set",
+            "agent.rollout_steps=32", "--set", "eval.episodes=2", "--set", "eval.final_episodes=2", "--set",
+            "tournament.mode=none", timeout=240)  # it hung here, the run done, before
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1])["env_steps"] == 256

@@ -7,7 +7,9 @@ that benchmarks compare against.
 
 Vectorization (``gymnasium.make_vec``): ``sync`` (``SyncVectorEnv``, one env after another in
 this process), ``async`` (``AsyncVectorEnv``, one worker process per env) or
-``vector_entry_point`` (the env's own batched implementation, if its spec has one). ``sync`` and
+``vector_entry_point`` (the env's own batched implementation, if its spec has one). The async
+workers ignore the pod's warning signals and Ctrl-C (the pod stops, checkpoints and closes
+them; an env still open at exit is closed then). ``sync`` and
 ``async`` run with gymnasium's ``SAME_STEP`` autoreset, the protocol's semantics (the final
 observation in the info); an env's own vector env must autoreset that way too (gymnasium's
 ``CartPoleVectorEnv`` resets at the next step instead and is refused: its reset observation
@@ -24,6 +26,9 @@ Neither gymnasium's sub-envs nor their RNGs can be saved as tensors: ``state_dic
 
 from __future__ import annotations
 
+import atexit
+import signal
+import weakref
 from typing import Any
 
 import numpy as np
@@ -49,6 +54,28 @@ def spaces_problem(obs_space: Any, act_space: Any) -> str:
     return ""
 
 
+def _async_worker(*args: Any) -> None:
+    """gymnasium's AsyncVectorEnv worker, deaf to the signals its pod handles.
+
+    A forked worker inherits the pod's handlers: a warning signal (SIGTERM, SIGUSR1/2, which
+    Slurm sends to every process) or Ctrl-C must reach the pod, which finishes its update and
+    checkpoints with its envs alive; the worker ends when its pod closes the env (or its pipe
+    closes, when the pod is gone)."""
+    from gymnasium.vector.async_vector_env import _async_worker as gymnasium_worker
+
+    for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+    gymnasium_worker(*args)
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    """Close an async env still open when the interpreter exits (its workers ignore SIGTERM, so
+    multiprocessing's own clean-up, which terminates them, would wait for them forever)."""
+    env = ref()
+    if env is not None and not getattr(env, "closed", True):
+        env.close(terminate=False)
+
+
 def make_vector(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None, vectorization: str = "sync",
                 max_episode_steps: int = 0) -> Any:
     """``gymnasium.make_vec`` of ``env_id`` as the protocol needs it (same-step autoreset).
@@ -64,9 +91,14 @@ def make_vector(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None
     kw = dict(kwargs or {})
     if max_episode_steps:
         kw["max_episode_steps"] = int(max_episode_steps)
-    if vectorization != "vector_entry_point":
-        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization,
+    if vectorization == "sync":
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                             vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kw)
+    if vectorization == "async":
+        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="async",
+                           vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "worker": _async_worker}, **kw)
+        atexit.register(_close_at_exit, weakref.ref(env))
+        return env
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kw)
     mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode != AutoresetMode.SAME_STEP:
@@ -168,8 +200,17 @@ class GymVecEnv:
         }
 
     def close(self) -> None:
-        """Close gymnasium's vector env (its worker processes, for ``async``)."""
-        self.env.close()
+        """Close gymnasium's vector env (its worker processes, for ``async``: asked to end, not signalled)."""
+        if not getattr(self.env, "closed", True):
+            self.env.close(terminate=False)
+
+    def __del__(self) -> None:
+        # before gymnasium's own __del__, which would terminate the async workers by SIGTERM (they ignore it)
+        if getattr(self, "env", None) is not None:
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001  (a half-built or already broken env: nothing left to close)
+                pass
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         raise NotImplementedError(NO_CHECKPOINT)
