@@ -497,6 +497,7 @@ def validate(cfg: Config) -> Config:
             registry.check(values)
         except registry.OptionError as err:
             raise ConfigError(f"env.{section}.{err.key}: {err.why}") from None
+    registry.verify(e, a.algo)  # the chosen task's checks that need its env (gymnasium's: make it once)
     members = [population_member(cfg, i) for i in range(len(cfg.population))] or [cfg]  # each validated
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]

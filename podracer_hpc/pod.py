@@ -149,6 +149,15 @@ class Pod:
         """Who steps the environments: ``torch`` (batched tensors on the device), or a MuJoCo backend."""
         return getattr(self.env, "backend", "torch")
 
+    @property
+    def env_exact(self) -> bool:
+        """Whether a checkpoint holds the environments exactly (False for envs another library steps on the host)."""
+        try:
+            self.env.state_dict()
+        except NotImplementedError:
+            return False
+        return True
+
     def _new_agent(self) -> Agent:
         """An agent initialized from the global torch RNG (seeded by the caller)."""
         a = dataclasses.replace(self.cfg.agent)  # a copy: PBT changes the pod's own

@@ -179,7 +179,8 @@ class RankRun:
             self.pod = Pod(cfg, rank=self.index, device=device)
         except MemoryError as e:
             raise TrainingError(f"pod {self.index}: {e}") from None
-        self.say(start_line(self.index, socket.gethostname().split(".")[0], device, threads, self.pod.backend,
+        backend = self.pod.backend + ("" if self.pod.env_exact else " (not checkpointed exactly: a resume restarts episodes)")
+        self.say(start_line(self.index, socket.gethostname().split(".")[0], device, threads, backend,
                             world_size=self.pool_size, local_rank=comm.local_rank, revision=self.revision)
                  + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else ""))
         poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended

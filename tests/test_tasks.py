@@ -20,12 +20,13 @@ from podracer_hpc.config import Config, ConfigError, EnvConfig, describe, env_co
     to_dict, validate
 from podracer_hpc.docfield import F
 from podracer_hpc.envs import TASKS, build_env, registry
+from podracer_hpc.envs.gym_task import GymnasiumOptions
 from podracer_hpc.envs.mujoco import MujocoOptions
 from podracer_hpc.envs.registry import OptionError, Task
 from podracer_hpc.trading.env import StockTradingEnv, TradingOptions
 
 REPO = Path(__file__).resolve().parents[1]
-BUILTIN = ["pendulum", "cartpole", "stock_trading", "halfcheetah", "hopper", "walker2d", "ant", "humanoid"]
+BUILTIN = ["pendulum", "cartpole", "stock_trading", "halfcheetah", "hopper", "walker2d", "ant", "humanoid", "gymnasium"]
 
 
 # --------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ def test_config_imports_no_torch_and_modules_import_in_any_order():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0] == "30" and "'trading', 'mujoco']" in r.stdout
+    assert r.stdout.split()[0] == "30" and "'trading', 'mujoco', 'gymnasium']" in r.stdout
 
 
 # --------------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def test_config_imports_no_torch_and_modules_import_in_any_order():
 # --------------------------------------------------------------------------------------
 def test_builtin_tasks_and_their_sections():
     assert registry.names()[: len(BUILTIN)] == BUILTIN
-    assert registry.sections() == {"trading": TradingOptions, "mujoco": MujocoOptions}
+    assert registry.sections() == {"trading": TradingOptions, "mujoco": MujocoOptions, "gymnasium": GymnasiumOptions}
     assert registry.get("stock_trading").section == "trading" and TASKS["stock_trading"] is StockTradingEnv
     assert all(registry.get(n).options is MujocoOptions for n in ("halfcheetah", "hopper", "walker2d", "ant", "humanoid"))
     assert registry.get("pendulum").options is None and "pendulum" in TASKS and len(TASKS) >= len(BUILTIN)
@@ -195,20 +196,22 @@ def test_env_section_is_the_dict_checkpoints_stored_before_the_registry():
     keys and defaults (the fixture was written by the config before the registry)."""
     old = json.loads((REPO / "tests/golden/config/env_sections_v1.json").read_text())
     # options added since, each at the default that gives the old behaviour (resume compares with
-    # the defaults filled in, run.py's _diff_config)
+    # the defaults filled in, run.py's _diff_config); sections of tasks added since
     added = {"trading": {"actions": "shares"}}
+    new_sections = {"gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"}}
 
     def without_added(env: dict) -> dict:
         return {k: ({kk: vv for kk, vv in v.items() if kk not in added.get(k, {})} if isinstance(v, dict) else v)
-                for k, v in env.items()}
+                for k, v in env.items() if k not in new_sections}
 
     now = to_dict(Config())["env"]
     assert without_added(now) == old["default"]
     assert all(now[sec][k] == v for sec, kv in added.items() for k, v in kv.items())
+    assert all(now[sec] == v for sec, v in new_sections.items())
     assert without_added(to_dict(load_config(REPO / "jobs/trading_quickstart.yaml"))["env"]) == old["trading_quickstart"]
     cfg = from_dict(Config, {"env": old["hopper_envpool"]})
     assert without_added(to_dict(cfg)["env"]) == old["hopper_envpool"] and cfg.env.mujoco == MujocoOptions("envpool", 2)
-    assert list(to_dict(cfg)["env"]) == list(old["default"])  # the same order (YAML dumps of run configs)
+    assert list(to_dict(cfg)["env"]) == [*old["default"], *new_sections]  # the same order (YAML dumps of run configs)
 
 
 def test_env_config_is_the_class_with_the_sections():
@@ -281,7 +284,8 @@ def test_submit_dry_run_refuses_a_bad_trading_cost_before_queueing(cli, tmp_path
 
 
 def test_the_docs_name_every_task_option():
-    docs = {"trading": REPO / "docs/trading.md", "mujoco": REPO / "docs/mujoco.md"}
+    docs = {"trading": REPO / "docs/trading.md", "mujoco": REPO / "docs/mujoco.md",
+            "gymnasium": REPO / "docs/gymnasium.md"}
     assert set(docs) == set(registry.sections())
     for section, path in docs.items():
         text = path.read_text()

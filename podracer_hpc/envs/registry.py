@@ -12,10 +12,13 @@ A task lives in one module next to its env code and ends with a :func:`register`
 
     register(Task("stock_trading", build=StockTradingEnv, options=TradingOptions, section="trading"))
 
-and the module's dotted path is one line of :data:`TASK_MODULES` (docs/adding-a-task.md). The
-registry imports those modules the first time it is read (so importing it, or
-:mod:`podracer_hpc.config`, never imports torch); a module imported some other way registers
-its tasks then.
+and the module's dotted path is one line of :data:`TASK_MODULES` (docs/adding-a-task.md). A task
+of another package needs no line here: that package names its module in the entry-point group
+:data:`ENTRY_POINT_GROUP` (``podracer_hpc.tasks``) of its metadata, and the registry imports it
+after the built-in ones (a plugin that fails to load is reported on stderr, and named when its
+task is asked for). The registry imports those modules the first time it is read (so importing
+it, or :mod:`podracer_hpc.config`, never imports torch); a module imported some other way
+registers its tasks then.
 
 The config (:mod:`podracer_hpc.config`) asks the registry for the option sections
 (:func:`sections`): each becomes the key ``env.<section>`` with the dataclass's fields, their
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
+import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -41,7 +46,11 @@ TASK_MODULES: list[str] = [
     "podracer_hpc.envs.cartpole",
     "podracer_hpc.trading.env",
     "podracer_hpc.envs.mujoco",
+    "podracer_hpc.envs.gym_task",
 ]
+# Where other packages declare their task modules (pyproject.toml:
+# [project.entry-points."podracer_hpc.tasks"] my_task = "my_package.my_task"), loaded after TASK_MODULES.
+ENTRY_POINT_GROUP = "podracer_hpc.tasks"
 
 
 class OptionError(ValueError):
@@ -63,6 +72,9 @@ class Task:
     family share. A task without settings leaves ``options`` None. ``assets``: its env's
     observation repeats the same features per asset and says where (``asset_layout()``);
     ``discrete``: its actions are choices (SAC and TD3 pods refuse it before anything runs).
+    ``verify(env_section, algo)``: the checks the config runs only when this task is ``env.name``
+    and that need more than the options (the ``gymnasium`` task makes its env once to see its
+    spaces); it raises the config's ConfigError naming the key.
     """
 
     name: str
@@ -72,16 +84,60 @@ class Task:
     doc: str = ""
     assets: bool = False  # its env has asset_layout(): agent.network per_asset works on it
     discrete: bool = False  # its actions are choices, not torques (agent.algo sac and td3 need continuous ones)
+    verify: Callable[[Any, str], None] | None = None  # checks that need the env itself (run when it is env.name)
 
 
 _TASKS: dict[str, Task] = {}
+_PLUGIN_ERRORS: dict[str, str] = {}  # entry point name -> why it did not load
+_PLUGIN_TASKS: set[str] = set()  # the names registered while a plugin loaded (they sort after the built-in ones)
+_plugins_loaded = False
 
 
 def _load() -> None:
     """Import the modules of :data:`TASK_MODULES` (they register their tasks; a module imported
-    already costs a dictionary look-up, one still being imported registers when it ends)."""
+    already costs a dictionary look-up, one still being imported registers when it ends), then,
+    once per process, the task plugins of other packages (:func:`load_plugins`)."""
     for module in list(TASK_MODULES):
         importlib.import_module(module)
+    if not _plugins_loaded:
+        load_plugins()
+
+
+def _tasks_of(obj: Any) -> list[Task]:
+    """The tasks an entry point's object declares: a module registered its own at import; a Task,
+    a list of them, or a function returning either (or None, having registered them itself)."""
+    if isinstance(obj, types.ModuleType):
+        return []
+    if isinstance(obj, Task):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and all(isinstance(t, Task) for t in obj):
+        return list(obj)
+    if callable(obj) and not isinstance(obj, type):
+        out = obj()
+        return [] if out is None else _tasks_of(out)
+    raise TypeError(f"expected a module, a Task, a list of Tasks or a function returning them, got {obj!r}")
+
+
+def load_plugins() -> dict[str, str]:
+    """Import the task modules that installed packages declare in :data:`ENTRY_POINT_GROUP` (once per
+    process; by entry-point name). One that fails is skipped and reported on stderr, and
+    :func:`get` names it; returns ``{entry point: why it failed}``."""
+    global _plugins_loaded
+    _plugins_loaded = True  # first: a plugin that reads the registry at import does not recurse
+    from importlib.metadata import entry_points
+
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value)):
+        dist = getattr(getattr(ep, "dist", None), "name", "?")
+        before = set(_TASKS)
+        try:
+            for task in _tasks_of(ep.load()):
+                register(task)
+        except Exception as e:  # a broken plugin must not break every other task
+            _PLUGIN_ERRORS[ep.name] = f"{ep.value} (package {dist}): {type(e).__name__}: {e}"
+            print(f"podracer: the task plugin {ep.name!r} ({_PLUGIN_ERRORS[ep.name]}) did not load; "
+                  "its tasks are missing", file=sys.stderr)
+        _PLUGIN_TASKS.update(set(_TASKS) - before)
+    return dict(_PLUGIN_ERRORS)
 
 
 def register(task: Task) -> Task:
@@ -119,6 +175,7 @@ def register(task: Task) -> Task:
 def unregister(name: str) -> None:
     """Remove task ``name`` (tests that add a task take it out again)."""
     _TASKS.pop(name, None)
+    _PLUGIN_TASKS.discard(name)
 
 
 def get(name: str) -> Task:
@@ -127,15 +184,18 @@ def get(name: str) -> Task:
     try:
         return _TASKS[name]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}") from None
+        broken = "".join(f"; task plugin {k!r} did not load: {v}" for k, v in sorted(_PLUGIN_ERRORS.items()))
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(_TASKS))}{broken}") from None
 
 
 def _ordered() -> list[Task]:
-    """The tasks in the order of their modules in :data:`TASK_MODULES` (then the others, as registered),
-    whatever order the modules were imported in."""
+    """The tasks in the order of their modules in :data:`TASK_MODULES` (then the plugins' and the
+    others, as registered), whatever order the modules were imported in."""
     _load()
     rank = {m: i for i, m in enumerate(TASK_MODULES)}
-    return sorted(_TASKS.values(), key=lambda t: rank.get(getattr(t.build, "__module__", ""), len(rank)))
+    last = len(rank)  # a plugin's tasks, and those registered some other way, in the order they came
+    return sorted(_TASKS.values(), key=lambda t: last if t.name in _PLUGIN_TASKS
+                  else rank.get(getattr(t.build, "__module__", ""), last))
 
 
 def names() -> list[str]:
@@ -160,6 +220,13 @@ def check(options: Any) -> None:
     fn = getattr(options, "check", None)
     if fn is not None:
         fn()
+
+
+def verify(env: Any, algo: str = "ppo") -> None:
+    """Run the ``verify`` checks of task ``env.name`` (:class:`Task`) on the ``env`` config section."""
+    task = get(env.name)
+    if task.verify is not None:
+        task.verify(env, algo)
 
 
 def options_from(cls: type, values: Mapping[str, Any], owner: str, ignore_unknown: bool = False) -> Any:
@@ -239,5 +306,5 @@ class TaskTable(Mapping):
         return f"TaskTable({', '.join(names())})"
 
 
-__all__ = ["TASK_MODULES", "OptionError", "Task", "register", "unregister", "get", "names", "sections", "check",
-           "options_from", "as_kwargs", "option_rows", "options_of", "build_env", "TaskTable"]
+__all__ = ["TASK_MODULES", "ENTRY_POINT_GROUP", "OptionError", "Task", "register", "unregister", "load_plugins", "get",
+           "names", "sections", "check", "verify", "options_from", "as_kwargs", "option_rows", "options_of", "build_env", "TaskTable"]
