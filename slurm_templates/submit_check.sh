@@ -121,7 +121,8 @@ submit_check() {
     grep -q 'podracer_launch' "$template" || return 0 # not a pod template (rllib.sbatch): sbatch decides
 
     # tasks and GPUs per node: the template's #SBATCH lines, then the options, in order
-    local words=() per_node="" ntasks="" nodes="" gpus=""
+    local words=() per_node="" ntasks="" nodes="" gpus="" -
+    set -f # the #SBATCH words are split, never globbed (restored on return: local -)
     # shellcheck disable=SC2207
     words=($(sed -n 's/^#SBATCH[[:space:]]\{1,\}//p' "$template" | sed 's/[[:space:]]#.*//'))
     words+=("${opts[@]}")
