@@ -44,7 +44,7 @@ bench: setup
 ## container: the image of container/Containerfile (project, torch, mpi4py, h5py, gymnasium[mujoco], envpool,
 ## MuJoCo Warp; Python 3.11), built without a registry (debootstrap + podman import), as a squashfs for
 ## enroot/pyxis and a ch-run directory, all under build/container/ (root, podman; docs/slurm-templates.md).
-## Slow (about 10 min cold on 2 cores, cached steps after): not part of `make test` or .ci/run
+## Slow (7-20 min cold on 2 shared cores, 4-5 min for a change to the code): not part of `make test` or .ci/run
 container:
 	PY=$(PY) bash container/build.sh
 

@@ -3,7 +3,7 @@
 Fast checks only, no build: the Makefile targets parse (`make -n`), the scripts parse (`bash -n`),
 the requirement list holds what the image must hold, every COPY source of the Containerfile is in
 the build context that .dockerignore leaves, and the quickstart refuses clearly without an image.
-The build itself (about 10 minutes cold on 2 cores, podman and root) is not part of CI; with
+The build itself (7-20 minutes cold on 2 shared cores, podman and root) is not part of CI; with
 PODRACER_CONTAINER_TEST=1 and a built image, the last test runs the in-container quickstart.
 """
 
