@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test test-lowest bench clean
+.PHONY: setup quickstart test test-lowest bench clean container container-quickstart
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,18 @@ test-lowest:
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup
 	bash bench/run_all.sh
+
+## container: the image of container/Containerfile (project, torch, mpi4py, h5py, gymnasium[mujoco], envpool,
+## MuJoCo Warp; Python 3.11), built without a registry (debootstrap + podman import), as a squashfs for
+## enroot/pyxis and a ch-run directory, all under build/container/ (root, podman; docs/slurm-templates.md).
+## Slow (7-20 min cold on 2 shared cores, 4-5 min for a change to the code): not part of `make test` or .ci/run
+container:
+	PY=$(PY) bash container/build.sh
+
+## container-quickstart: the 4-pod quickstart tournament inside that image (ch-run; srun when the local
+## Slurm cluster runs); prints the summary's JSON line
+container-quickstart:
+	PODS=$(PODS) bash container/quickstart.sh
 
 clean:
 	rm -rf $(VENV) .venv-lowest runs .pytest_cache

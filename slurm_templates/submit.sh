@@ -12,11 +12,16 @@
 # while the checkout changes. --print prints the sbatch command instead of running it (no
 # snapshot). A plain `sbatch` from the checkout works as well (the snapshot is then taken
 # when the job starts).
+# Before sbatch (and before --print prints), what would fail only after the queue is refused with
+# exit 2: a pod template's job file (and sweep file) that is missing, or that `podracer config`
+# rejects (with the template's --set options), and more tasks per node than GPUs per node (the
+# template's #SBATCH lines, site.sh's options, then yours). PODRACER_SUBMIT_CHECK=0 skips the job
+# file check (a login node whose Python takes long); the tasks/GPUs check always runs.
 set -euo pipefail
 
 print=0
 if [[ ${1:-} == --print ]]; then print=1; shift; fi
-[[ $# -ge 1 ]] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 PODRACER_ROOT=${PODRACER_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 export PODRACER_ROOT
 site=${PODRACER_SITE:-$PODRACER_ROOT/slurm_templates/site.sh}
@@ -28,7 +33,7 @@ eval "$(
     source "$site" >/dev/null
     declare -p PODRACER_PARTITION PODRACER_ACCOUNT PODRACER_QOS PODRACER_CPUS_PER_TASK PODRACER_MEM \
         PODRACER_CONSTRAINT PODRACER_MAIL_TYPE PODRACER_MAIL_USER PODRACER_SBATCH_ARGS PODRACER_RUNS \
-        PODRACER_SNAPSHOT
+        PODRACER_SNAPSHOT PODRACER_VENV PODRACER_CONDA_ENV
 )"
 cmd=(sbatch)
 [[ -n $PODRACER_PARTITION ]] && cmd+=(--partition="$PODRACER_PARTITION")
@@ -42,6 +47,9 @@ cmd=(sbatch)
 # shellcheck disable=SC2206
 [[ -n $PODRACER_SBATCH_ARGS ]] && cmd+=($PODRACER_SBATCH_ARGS)
 cmd+=("$@")
+# shellcheck source=submit_check.sh
+source "$PODRACER_ROOT/slurm_templates/submit_check.sh"
+submit_check "${cmd[@]:1}"
 if ((print)); then
     echo "PODRACER_ROOT=$PODRACER_ROOT ${cmd[*]}"
     exit 0

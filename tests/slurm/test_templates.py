@@ -159,7 +159,7 @@ def test_container_needs_an_image() -> None:
 
 
 def test_templates_parse_as_bash() -> None:
-    for f in [*TEMPLATES, "lib.sh", "site.sh", "render.sh", "submit.sh"]:
+    for f in [*TEMPLATES, "lib.sh", "site.sh", "render.sh", "submit.sh", "submit_check.sh"]:
         proc = subprocess.run(["bash", "-n", str(TPL / f)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{f}: {proc.stderr}"
 
@@ -172,9 +172,82 @@ def test_submit_adds_site_partition_account_qos() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == (f"PODRACER_ROOT={REPO} sbatch --partition=batch --account=rl --qos=long "
                                    "-N 4 slurm_templates/tournament.sbatch")
-    proc = subprocess.run(["bash", str(TPL / "submit.sh"), "--print", "x.sbatch"], capture_output=True, text=True,
-                          env={"PATH": os.environ["PATH"]}, cwd=REPO, timeout=30)
-    assert proc.stdout.strip() == f"PODRACER_ROOT={REPO} sbatch x.sbatch", proc.stdout + proc.stderr
+    # not a pod template (no podracer_launch): no job file or GPU check, the options as given
+    proc = subprocess.run(["bash", str(TPL / "submit.sh"), "--print", "slurm_templates/rllib.sbatch"],
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, cwd=REPO, timeout=30)
+    assert proc.stdout.strip() == f"PODRACER_ROOT={REPO} sbatch slurm_templates/rllib.sbatch", proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path):
+    """submit.sh with a stand-in `sbatch` first on PATH that logs each call: what reaches sbatch."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "sbatch.log"
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "sbatch $*" >>{log}\necho "Submitted batch job 7"\n')
+    (bin_dir / "sbatch").chmod(0o755)
+
+    def submit(*args: str, **extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "PODRACER_RUNS": str(tmp_path / "runs"),
+               "PODRACER_VENV": "", "PODRACER_SNAPSHOT": "0", **extra}
+        proc = subprocess.run(["bash", str(TPL / "submit.sh"), *args], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=120)
+        return proc, log.read_text().splitlines() if log.exists() else []
+
+    return submit
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--ntasks-per-node=16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
+    (["-N", "1", "-n", "16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
+    (["--gres=gpu:h100:8", "--ntasks-per-node", "16", "slurm_templates/container.sbatch"],
+     "16 tasks per node but 8 GPUs per node"),
+    (["--array=0-3", "--gpus-per-node=4", "slurm_templates/sweep.sbatch", "jobs/quickstart.yaml",
+      "slurm_templates/sweeps/pods.txt"], "8 tasks per node but 4 GPUs per node"),
+    (["slurm_templates/tournament.sbatch", "jobs/quickstrat.yaml"], "job file jobs/quickstrat.yaml not found"),
+    (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml"], "sweep.sbatch needs a sweep file"),
+    (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml", "nosuch.txt"], "sweep file nosuch.txt not found"),
+    (["slurm_templates/tournamnet.sbatch"], "template slurm_templates/tournamnet.sbatch not found"),
+])
+def test_submit_refuses_before_sbatch(fake_sbatch, args, message) -> None:
+    """What would fail with exit 2 only at the job's start, after its wait in the queue, never reaches sbatch."""
+    for mode in ([], ["--print"]):
+        proc, calls = fake_sbatch(*mode, *args)
+        assert proc.returncode == 2 and message in proc.stderr and "nothing submitted" in proc.stderr, proc.stderr
+        assert calls == [] and proc.stdout == "", (calls, proc.stdout)
+
+
+def test_submit_refuses_a_job_file_podracer_config_rejects(fake_sbatch, tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env:\n  name: pendulum\n  num_envz: 64\n")
+    proc, calls = fake_sbatch("slurm_templates/tournament.sbatch", str(bad))
+    assert proc.returncode == 2 and "num_envz" in proc.stderr and "podracer config rejects" in proc.stderr, proc.stderr
+    assert calls == []
+    # a --set option of the template's arguments is checked with the job file
+    proc, calls = fake_sbatch("slurm_templates/tournament.sbatch", "jobs/quickstart.yaml", "--set", "total_env_stepz=1")
+    assert proc.returncode == 2 and "total_env_stepz" in proc.stderr and calls == [], proc.stderr
+    # a Python without the package's dependencies (a login node's): only "looks like YAML", and it says so
+    venv = tmp_path / "bare-venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    (venv / "bin" / "python").chmod(0o755)
+    (tmp_path / "tabs.yaml").write_text("env:\n\tname: pendulum\n")
+    proc, calls = fake_sbatch("slurm_templates/tournament.sbatch", str(tmp_path / "tabs.yaml"), PODRACER_VENV=str(venv))
+    assert proc.returncode == 2 and "indented with tabs" in proc.stderr and calls == [], proc.stderr
+    assert "No module named 'torch'" in proc.stderr and "checked only that" in proc.stderr, proc.stderr
+    proc, calls = fake_sbatch("slurm_templates/tournament.sbatch", "jobs/quickstart.yaml", PODRACER_VENV=str(venv))
+    assert proc.returncode == 0 and "checked only that" in proc.stderr and len(calls) == 1, proc.stderr
+
+
+def test_submit_passes_what_fits(fake_sbatch) -> None:
+    """1 GPU per task, CPU pods (no GPUs asked: the local cluster) and a good job file reach sbatch unchanged."""
+    cases = [["--ntasks-per-node=4", "--gpus-per-node=4", "slurm_templates/tournament.sbatch", "jobs/quickstart.yaml",
+              "--set", "total_env_steps=1000"],
+             ["--ntasks-per-node=2", "--gpus-per-node=0", "slurm_templates/tournament.sbatch"]]
+    for args in cases:
+        proc, calls = fake_sbatch(*args)
+        assert proc.returncode == 0 and "Submitted batch job 7" in proc.stdout, proc.stderr
+        assert calls[-1] == "sbatch " + " ".join(args), calls
 
 
 # ------------------------------------------------- launcher logic with stand-in srun/scontrol
