@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from .base import TorchVecEnv
-from .registry import Task, register
 from .rng import draw_rows
 
 
@@ -159,6 +158,3 @@ class CartPole(TorchVecEnv):
         t, ep_ret = torch.from_numpy(t), torch.from_numpy(ep_ret)
         info = {"final_obs": final_obs, "done": torch.from_numpy(done), "episode_return": ep_ret, "episode_length": t}
         return obs, reward, torch.from_numpy(term), torch.from_numpy(truncated), info
-
-
-register(Task("cartpole", build=CartPole, discrete=True, doc="CartPole-v1: balance a pole on a cart (push left or right)"))

@@ -51,34 +51,7 @@ import torch
 
 from ..docfield import F
 from .gym_adapter import GymVecEnv
-from .registry import OptionError, Task, register
-
-GYM_IDS: dict[str, str] = {
-    "halfcheetah": "HalfCheetah-v5",
-    "hopper": "Hopper-v5",
-    "walker2d": "Walker2d-v5",
-    "ant": "Ant-v5",
-    "humanoid": "Humanoid-v5",
-}
-BACKENDS = ("auto", "envpool", "gymnasium", "warp")
-
-
-@dataclass
-class MujocoOptions:
-    """MuJoCo task settings (simulator backend).
-
-    The config section ``env.mujoco``, shared by ant, humanoid, halfcheetah, hopper and walker2d."""
-
-    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
-                             "installed, else envpool if installed, else gymnasium)")
-    num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
-
-    def check(self) -> None:
-        """Raise OptionError for a backend that does not exist or a negative thread count."""
-        if self.backend not in BACKENDS:
-            raise OptionError("backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.num_threads < 0:
-            raise OptionError("num_threads", f"must be >= 0 (0 = envpool's default), got {self.num_threads}")
+from .mujoco_tasks import BACKENDS, GYM_IDS, MujocoOptions  # noqa: F401  (the declarations, no torch)
 
 _NO_CHECKPOINT = (
     "MuJoCo envs on the {} backend cannot be checkpointed exactly (the simulator state and RNG "
@@ -279,5 +252,3 @@ def _task(name: str) -> type:
 
 
 MUJOCO_TASKS: dict[str, type] = {name: _task(name) for name in GYM_IDS}
-for _name, _builder in MUJOCO_TASKS.items():
-    register(Task(_name, build=_builder, options=MujocoOptions, section="mujoco", doc=f"MuJoCo {GYM_IDS[_name]}"))

@@ -11,7 +11,6 @@ import math
 import torch
 
 from .base import TorchVecEnv
-from .registry import Task, register
 
 
 class Pendulum(TorchVecEnv):
@@ -48,6 +47,3 @@ class Pendulum(TorchVecEnv):
     def observe(self, state):
         th = state[:, 0]
         return torch.stack((torch.cos(th), torch.sin(th), state[:, 1]), dim=1)
-
-
-register(Task("pendulum", build=Pendulum, doc="Pendulum-v1: swing up and balance a pendulum (continuous torque)"))

@@ -42,15 +42,40 @@ from typing import Any, Callable
 # The modules that declare the built-in tasks, one line each (imported on first use, in this
 # order; the order of the config's option sections follows it).
 TASK_MODULES: list[str] = [
-    "podracer_hpc.envs.pendulum",
-    "podracer_hpc.envs.cartpole",
-    "podracer_hpc.trading.env",
-    "podracer_hpc.envs.mujoco",
+    "podracer_hpc.envs.classic_tasks",
+    "podracer_hpc.trading.task",
+    "podracer_hpc.envs.mujoco_tasks",
     "podracer_hpc.envs.gym_task",
 ]
 # Where other packages declare their task modules (pyproject.toml:
 # [project.entry-points."podracer_hpc.tasks"] my_task = "my_package.my_task"), loaded after TASK_MODULES.
 ENTRY_POINT_GROUP = "podracer_hpc.tasks"
+
+
+class Lazy:
+    """A task's env class named, not imported: ``Lazy("podracer_hpc.envs.pendulum", "Pendulum")``
+    (``key``: an item of that attribute, e.g. one class of a dict of them). It is imported when a
+    pod first builds the env, so that declaring a task (and reading the config) imports no torch."""
+
+    def __init__(self, module: str, attr: str, key: str | None = None):
+        self.module, self.attr, self.key = module, attr, key
+
+    def resolve(self) -> Callable[..., Any]:
+        """The env class (or builder) it names, imported now."""
+        obj = getattr(importlib.import_module(self.module), self.attr)
+        return obj[self.key] if self.key is not None else obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Lazy) and (self.module, self.attr, self.key) == (other.module, other.attr, other.key)
+
+    def __hash__(self) -> int:
+        return hash((self.module, self.attr, self.key))
+
+    def __repr__(self) -> str:
+        return f"Lazy({self.module}:{self.attr}{'' if self.key is None else f'[{self.key!r}]'})"
 
 
 class OptionError(ValueError):
@@ -86,8 +111,14 @@ class Task:
     discrete: bool = False  # its actions are choices, not torques (agent.algo sac and td3 need continuous ones)
     verify: Callable[[Any, str], None] | None = None  # checks that need the env itself (run when it is env.name)
 
+    @property
+    def builder(self) -> Callable[..., Any]:
+        """``build`` itself, or the class a :class:`Lazy` names (imported now)."""
+        return self.build.resolve() if isinstance(self.build, Lazy) else self.build
+
 
 _TASKS: dict[str, Task] = {}
+_DECLARED_IN: dict[str, str] = {}  # task name -> the module whose register() call declared it (the order of names())
 _PLUGIN_ERRORS: dict[str, str] = {}  # entry point name -> why it did not load
 _PLUGIN_TASKS: set[str] = set()  # the names registered while a plugin loaded (they sort after the built-in ones)
 _plugins_loaded = False
@@ -150,7 +181,7 @@ def register(task: Task) -> Task:
         raise ValueError(f"task name {task.name!r}: use lower-case letters, digits and '_'")
     old = _TASKS.get(task.name)
     if old is not None and old != task:
-        raise ValueError(f"task {task.name!r} is already registered (by {getattr(old.build, '__module__', '?')}); "
+        raise ValueError(f"task {task.name!r} is already registered (by {_DECLARED_IN.get(task.name, '?')}); "
                          "choose another name or unregister it first")
     if (task.options is None) != (not task.section):
         raise ValueError(f"task {task.name!r}: options and section go together (options {task.options}, "
@@ -169,12 +200,14 @@ def register(task: Task) -> Task:
                 raise ValueError(f"task {task.name!r}: section env.{task.section} belongs to {other.options.__name__} "
                                  f"(task {other.name!r}); choose another section")
     _TASKS[task.name] = task
+    _DECLARED_IN.setdefault(task.name, sys._getframe(1).f_globals.get("__name__", ""))  # the declaring module
     return task
 
 
 def unregister(name: str) -> None:
     """Remove task ``name`` (tests that add a task take it out again)."""
     _TASKS.pop(name, None)
+    _DECLARED_IN.pop(name, None)
     _PLUGIN_TASKS.discard(name)
 
 
@@ -195,7 +228,7 @@ def _ordered() -> list[Task]:
     rank = {m: i for i, m in enumerate(TASK_MODULES)}
     last = len(rank)  # a plugin's tasks, and those registered some other way, in the order they came
     return sorted(_TASKS.values(), key=lambda t: last if t.name in _PLUGIN_TASKS
-                  else rank.get(getattr(t.build, "__module__", ""), last))
+                  else rank.get(_DECLARED_IN.get(t.name, ""), last))
 
 
 def names() -> list[str]:
@@ -294,7 +327,7 @@ class TaskTable(Mapping):
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         _load()
-        return _TASKS[name].build
+        return _TASKS[name].builder
 
     def __iter__(self) -> Iterator[str]:
         return iter(names())

@@ -30,7 +30,7 @@ import torch
 
 from .data import MarketData
 
-STRUCTURES = ("none", "momentum", "mean_reversion", "mixed")
+from .task import STRUCTURES  # noqa: E402  (declared with the task, no torch)
 
 # calm, volatile, crisis
 _DRIFT = np.array([0.15, -0.05, -0.60]) / 252
