@@ -32,7 +32,7 @@ from .local import find_mpiexec, start_command
 from .request import (ACTIONS, Request, add_arguments, from_args, own_sbatch, parse_array, parse_sbatch, run_dir_for,
                       slurm_minutes, task_overrides)
 from .snapshot import Snapshot, make_snapshot, plan_snapshot
-from .watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, summary_signature, wait
+from .watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, still_active, summary_signature, wait
 
 # From .slurm, which imports submitit: loaded on first use, so that `podracer --help`, `podracer
 # config` and a local submit do not pay for it.
@@ -51,7 +51,8 @@ __all__ = ["ACTIONS", "ACTIVE_STATES", "ConfigError", "Job", "JobError", "Launch
            "Request", "Snapshot", "SlurmJobState", "SlurmUnreachable", "add_arguments", "find_mpiexec", "from_args",
            "launch_line", "make_snapshot", "own_sbatch", "parse_array", "parse_sbatch", "plan_snapshot",
            "progress_line", "read_summary", "run_dir_for", "sbatch_text", "slurm_job_state", "slurm_job_states",
-           "slurm_minutes", "start_command", "submit_local", "submit_slurm", "summary_signature", "task_overrides",
+           "slurm_minutes", "start_command", "still_active", "submit_local", "submit_slurm", "summary_signature",
+           "task_overrides",
            "validate", "wait"]
 
 

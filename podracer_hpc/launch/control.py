@@ -25,7 +25,7 @@ from typing import Any
 from .. import jobstate
 from ..rundir import RunDir
 from .errors import LaunchError
-from .watch import ACTIVE_STATES
+from .watch import still_active
 
 __all__ = ["cancel", "jobs_of", "jobs_table"]
 
@@ -98,7 +98,7 @@ def jobs_table(target: str) -> list[str]:
 
 
 def _live(st: Any) -> bool:
-    return st is not None and bool(st.state) and (st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"))
+    return st is not None and bool(st.state) and still_active(st.state)
 
 
 def cancel(target: str, requeue: bool) -> list[str]:

@@ -23,7 +23,7 @@ from ..atomicfile import atomic_write_bytes
 from ..poolsummary import read_records
 from ..rundir import RunDir
 from .errors import LaunchError
-from .watch import ACTIVE_STATES
+from .watch import still_active
 
 __all__ = ["Plan", "plan", "record"]
 
@@ -56,7 +56,7 @@ def _alive(job: dict[str, Any], slurm_states: dict[str, Any]) -> bool:
     st = slurm_states.get(str(job.get("job", "")))
     if st is None:
         return True  # slurmctld did not answer: assume it runs rather than start it twice
-    return bool(st.state) and (st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"))
+    return bool(st.state) and still_active(st.state)
 
 
 def _running(pid: int) -> bool:
@@ -79,9 +79,10 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
     another shape."""
     old = _read(rundir)
     if old is None:
-        if rundir.checkpoint_ranks() and rundir.checkpoint_ranks()[-1] >= jobs * pods_per_job:
-            raise LaunchError(f"{rundir.root} holds the checkpoints of a bigger run (pod "
-                              f"{rundir.checkpoint_ranks()[-1]}); use a new --run-dir or the same pool size")
+        ranks = rundir.checkpoint_ranks()  # one listing of the checkpoints directory
+        if ranks and ranks[-1] >= jobs * pods_per_job:
+            raise LaunchError(f"{rundir.root} holds the checkpoints of a bigger run (pod {ranks[-1]}); use a new "
+                              "--run-dir or the same pool size")
         return Plan(list(range(jobs)))
     shape = (old.get("jobs"), old.get("pods_per_job"))
     if shape != (jobs, pods_per_job):

@@ -18,7 +18,7 @@ from ..rundir import EXIT_REQUEUE, RunDir
 from .errors import JobError
 
 __all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "part_done", "progress_line", "read_summary",
-           "state_counts", "summary_signature", "wait"]
+           "state_counts", "still_active", "summary_signature", "wait"]
 
 # States in which a job will still run, or run again (a requeued job is PENDING again).
 ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -44,6 +44,12 @@ NEVER_STARTS = {
     "AssocMaxGRESPerJob": "more GPUs/GRES than your association allows",
     "QOSMaxMemoryPerJob": "more memory than the QOS allows",
 }
+
+
+def still_active(state: str) -> bool:
+    """Whether a job in Slurm state ``state`` will still run, or run again (a requeue passes
+    through REQUEUE* states); "" (unknown to Slurm) is not."""
+    return state in ACTIVE_STATES or state.startswith("REQUEUE")
 
 
 @dataclass
@@ -220,7 +226,7 @@ def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: floa
     now = time.monotonic()
     if st.state:
         _report_state(job, st, w, d, out, each)
-    if st.state in ACTIVE_STATES or st.state.startswith("REQUEUE"):
+    if still_active(st.state):
         w.ended_at = None
         if st.state == "PENDING" and st.reason in NEVER_STARTS:
             raise JobError(f"Slurm job {job.job_id} cannot start: {st.reason} (it asks for {NEVER_STARTS[st.reason]}). "

@@ -131,7 +131,7 @@ def active_job(pt: Point) -> str | None:
     if not j or not j.get("job_id"):
         return None
     st = launch.slurm_job_state(str(j["job_id"]))
-    if st is None or st.state in launch.ACTIVE_STATES or st.state.startswith("REQUEUE"):
+    if st is None or launch.still_active(st.state):
         return str(j["job_id"])
     return None
 
