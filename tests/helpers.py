@@ -123,3 +123,26 @@ def wait_for(cond, timeout: float, what: str, poll_s: float = 0.1) -> None:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(poll_s)
 
+
+def slurm_rank_pids(**ids: str) -> list[int]:
+    """The rank processes (Python with a Slurm task id) on this host, which holds every logical node
+    of the test cluster, whose Slurm environment has ``ids`` (e.g. ``SLURM_JOB_ID="12"``, or
+    ``SLURM_ARRAY_JOB_ID="12", SLURM_ARRAY_TASK_ID="1"``). (`scancel --signal=KILL` is a cancel:
+    Slurm sends SIGTERM first; tests that kill hard signal these.)"""
+    from pathlib import Path
+
+    pids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:  # argv[0], not comm: torch renames its main thread ("pt_main_thread")
+            argv0 = (p / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if not Path(argv0).name.startswith("python"):
+                continue
+            env = dict(kv.split("=", 1) for kv in (p / "environ").read_text().split("\0") if "=" in kv)
+        except OSError:
+            continue
+        if all(env.get(k) == v for k, v in ids.items()) and "SLURM_PROCID" in env:
+            pids.append(int(p.name))
+    return pids
+

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import slurm_rank_pids
 from podracer_hpc.comm import mpich_world_id
 from podracer_hpc.h5log import read_log
 from podracer_hpc.leaderboard import Leaderboard
@@ -54,25 +55,6 @@ def last_steps(run: Path, start: int | None = None) -> int:
         return 0  # the previous start's rows, before this start truncated them to its checkpoint
     steps = log["train"]["env_steps"]
     return int(steps[-1]) if len(steps) else 0
-
-
-def rank_pids(job: str) -> list[int]:
-    """The job's rank processes (Python, with a Slurm task id) on this host, which holds every
-    logical node. (`scancel --signal=KILL` is a cancel: Slurm sends SIGTERM first.)"""
-    pids = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:  # argv[0], not comm: torch renames its main thread ("pt_main_thread")
-            argv0 = (p / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            if not Path(argv0).name.startswith("python"):
-                continue
-            env = dict(kv.split("=", 1) for kv in (p / "environ").read_text().split("\0") if "=" in kv)
-        except OSError:
-            continue
-        if env.get("SLURM_JOB_ID") == job and "SLURM_PROCID" in env:
-            pids.append(int(p.name))
-    return pids
 
 
 def test_tournament_requeued_three_times_completes_with_everything_logged_once(slurm_cluster_noacct, tmp_path):
@@ -123,7 +105,7 @@ def test_tournament_requeued_three_times_completes_with_everything_logged_once(s
             if event == "USR2":  # Slurm's warning: the ranks checkpoint and rank 0 requeues the job
                 cluster.run("scancel", "--signal=USR2", job)
             else:  # requeued, and every rank dies at once before it can checkpoint (SIGKILL)
-                pids = rank_pids(job)
+                pids = slurm_rank_pids(SLURM_JOB_ID=job)
                 assert len(pids) == RANKS, f"rank processes of job {job}: {pids}; {why()}"
                 cluster.run("scontrol", "requeue", job)
                 for pid in pids:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import wait_for
+from helpers import slurm_rank_pids, wait_for
 from podracer_hpc.h5log import read_log
 from podracer_hpc.leaderboard import Leaderboard
 
@@ -37,24 +37,6 @@ def submit(cluster, run: Path, *extra: str, env: dict | None = None, timeout: fl
                           capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**cluster.env, **(env or {})})
 
 
-def task_pids(array_job: str, task: str) -> list[int]:
-    """The rank processes of one array task (Python with a Slurm task id) on this host."""
-    pids = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            argv0 = (p / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            if not Path(argv0).name.startswith("python"):
-                continue
-            env = dict(kv.split("=", 1) for kv in (p / "environ").read_text().split("\0") if "=" in kv)
-        except OSError:
-            continue
-        if (env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")) == (array_job, task) and "SLURM_PROCID" in env:
-            pids.append(int(p.name))
-    return pids
-
-
 def rounds(log: Path) -> int:
     try:
         return len([r for r in read_log(log)["tournament"]["round"] if r >= 0])
@@ -73,7 +55,7 @@ def test_pool_of_two_jobs_one_killed_hard_the_other_untouched_and_the_same_comma
     array = job0.split("_")[0]
     assert (job0, job1) == (f"{array}_0", f"{array}_1")  # one array, a task per part
     wait_for(lambda: rounds(run / "logs" / "quickstart_rank1.h5") >= 2, 240, "part 1's second round")
-    pids = task_pids(array, "1")
+    pids = slurm_rank_pids(SLURM_ARRAY_JOB_ID=array, SLURM_ARRAY_TASK_ID="1")
     assert pids, "no rank process of part 1 found"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
