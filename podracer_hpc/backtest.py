@@ -42,7 +42,8 @@ import torch
 
 from .trading.data import DataError, MarketData, is_daily
 from .envs.registry import as_kwargs, options_from
-from .trading.env import Market, StockTradingEnv, TradingOptions, get_market, tickers_from_state
+from .trading.env import Market, StockTradingEnv, TradingOptions, get_market, market_of, tickers_from_state
+from .trading.fields import market_source
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio", "max_drawdown", "calmar_ratio")
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -287,12 +288,12 @@ def backtest(
     if not stocks and trained_on and not isinstance(data, Market):
         stocks = trained_on  # a checkpoint knows its stocks and their order
         if data and not isinstance(data, MarketData):  # the pods' cache (all tickers), if it holds exactly those
-            from .trading.cache import cache_status
+            from .trading.cache import read_fresh
 
-            if cache_status(data, (), turbulence_window)[1] == "fresh":
-                everything = get_market(data, (), dev, torch.float32, turbulence_window)
-                if everything.data.tickers == list(trained_on):
-                    data = everything
+            data = market_source(data)  # resolved once, here, for both lookups below
+            _, pods_cache, _ = read_fresh(data, (), turbulence_window)  # checked and opened once
+            if pods_cache is not None and pods_cache.data.tickers == list(trained_on):
+                data = market_of(pods_cache, dev, torch.float32)
     if isinstance(data, Market):
         market = data
     else:

@@ -10,7 +10,8 @@ from typing import Sequence
 
 from .config import load_config
 from .trading.cache import _say_to_stderr, cache_status, open_market
-from .trading.data import DataError, resolve_data_path
+from .trading.data import DataError
+from .trading.fields import market_source
 
 __all__ = ["data_command"]
 
@@ -36,12 +37,13 @@ def data_command(what: str, source: str, sets: Sequence[str] = (), cache_dir: st
     job's ``env.trading`` settings. Prints a table, then one JSON line; 2 on bad input."""
     try:
         data, stocks, window = _settings(source, sets)
+        src = market_source(data)  # resolved once: the cache and the table below use it
         if what == "info":
-            path, state = cache_status(data, stocks, window, cache_dir=cache_dir)
+            path, state = cache_status(src, stocks, window, cache_dir=cache_dir)
             print(f"{'cache':<10}{path}\n{'state':<10}{state}")
             print(json.dumps({"cache": str(path), "fresh": state == "fresh", "state": state}))
             return 0
-        m = open_market(data, stocks, window, cache_dir=cache_dir, force=force,
+        m = open_market(src, stocks, window, cache_dir=cache_dir, force=force,
                         progress=_say_to_stderr("[podracer data]"))
     except DataError as e:
         print(f"podracer data: error: {e}", file=sys.stderr)
@@ -52,7 +54,7 @@ def data_command(what: str, source: str, sets: Sequence[str] = (), cache_dir: st
     rows = [
         ("cache", f"{m.path or '(not written: see above)'}"),
         ("state", f"{'prepared' if m.prepared_here else 'fresh, opened'} in {m.seconds:.2f} s"),
-        ("data", f"{resolve_data_path(data)}"),
+        ("data", f"{src.path}"),
         ("tickers", f"{md.num_stocks}: {', '.join(md.tickers[:10])}{', ...' if md.num_stocks > 10 else ''}"),
         ("times", f"{md.num_days:,}: {ds[0]} .. {ds[-1]}"),
         ("features", f"{tuple(m.market_obs.shape)} {str(m.market_obs.dtype).replace('torch.', '')}, turbulence window {window}"),

@@ -325,3 +325,46 @@ def test_missing_package_is_a_clear_error():
         load_market("pkg:no_such_package_xyz/data.csv")
     with pytest.raises(DataError, match="expected pkg:PACKAGE/path"):
         load_market("pkg:skfolio")
+
+
+def test_a_market_file_is_resolved_once_and_its_cache_opened_once(tmp_path, monkeypatch):
+    """A ``pkg:`` data path is looked up once per env build and once per backtest (issue 25: it was 3
+    and 5 times), and a backtest on the pods' cache checks and opens that cache once (it was twice:
+    cache_status, then get_market)."""
+    import importlib.util
+    import sys
+
+    from podracer_hpc.backtest import backtest
+    from podracer_hpc.trading import env as env_mod
+
+    pkg = tmp_path / "site" / "podracer_fake_market"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    synthetic_market(3, 300, seed=7).to_csv(pkg / "m.csv")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv(cache_mod.CACHE_ENV, str(tmp_path / "cache"))
+    lookups, reads, find_spec, read = [], [], importlib.util.find_spec, cache_mod._read
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a, **k: (lookups.append(name), find_spec(name, *a, **k))[1])
+    monkeypatch.setattr(cache_mod, "_read", lambda *a, **k: (reads.append(a[0]), read(*a, **k))[1])
+    monkeypatch.setattr(env_mod, "_CACHE", {})
+    spec = "pkg:podracer_fake_market/m.csv"
+
+    env = StockTradingEnv(4, data=spec, turbulence_window=30)  # prepares the cache
+    assert lookups.count("podracer_fake_market") == 1
+    lookups.clear(), reads.clear(), env_mod._CACHE.clear()
+    StockTradingEnv(4, data=spec, turbulence_window=30)  # opens it
+    assert lookups.count("podracer_fake_market") == 1 and len(reads) == 1
+    lookups.clear(), reads.clear(), env_mod._CACHE.clear()
+
+    class Policy:
+        tickers = env.market.data.tickers  # a checkpoint's policy knows its stocks: the pods' cache fits
+        obs_dim = env.obs_dim
+
+        def __call__(self, obs):
+            return torch.zeros(obs.shape[0], 3)
+
+    r = backtest(Policy(), spec, turbulence_window=30, plot=None)
+    assert r["bars"] == 300 - 60 - 1
+    assert lookups.count("podracer_fake_market") == 1 and len(reads) == 1
+    assert "podracer_fake_market" not in sys.modules  # located, never imported

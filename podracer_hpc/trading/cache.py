@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 import podracer_hpc.trading.indicators as ind  # (not "from . import": that names the package, a circle)
-from .data import FIELDS, PKG_PREFIX, DataError, MarketData, align, read_rows, resolve_data_path
+from .data import FIELDS, DataError, MarketData, align, read_rows
+from .fields import MarketSource, market_source
 
 CACHE_ENV = "PODRACER_MARKET_CACHE"
 FORMAT = 1  # the file layout; bump when the datasets or attributes change
@@ -86,9 +87,9 @@ class PreparedMarket:
     seconds: float  # time this call took
 
 
-def _options(src: Path, stocks: Sequence[str], turbulence_window: int, dtype: torch.dtype, key: str) -> dict[str, Any]:
+def _options(src: MarketSource, stocks: Sequence[str], turbulence_window: int, dtype: torch.dtype, key: str) -> dict[str, Any]:
     w = int(turbulence_window)
-    return {"format": FORMAT, "data": str(src.resolve()), "stocks": list(stocks), "turbulence_window": w if w >= 2 else 0,
+    return {"format": FORMAT, "data": str(src.path.resolve()), "stocks": list(stocks), "turbulence_window": w if w >= 2 else 0,
             "dtype": _obs_dtype_name(dtype), "key": key, "min_coverage": MIN_COVERAGE,
             "min_date_coverage": MIN_DATE_COVERAGE}
 
@@ -106,13 +107,16 @@ def _cache_dir(src: Path, cache_dir: str | os.PathLike | None, in_package: bool 
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "podracer-hpc" / "markets"
 
 
-def cache_path(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_window: int = 252,
+def cache_path(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
                dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = "") -> Path:
     """The cache file of a data file and the options that change its preparation."""
-    src = resolve_data_path(data)
-    opts = _options(src, stocks, turbulence_window, dtype, key)
+    src = market_source(data)
+    return _cache_file(src, _options(src, stocks, turbulence_window, dtype, key), cache_dir)
+
+
+def _cache_file(src: MarketSource, opts: dict[str, Any], cache_dir: str | os.PathLike | None) -> Path:
     h = hashlib.sha256(json.dumps(opts, sort_keys=True).encode()).hexdigest()[:12]
-    return _cache_dir(src, cache_dir, os.fspath(data).startswith(PKG_PREFIX)) / f"{src.name}.market-{h}.h5"
+    return _cache_dir(src.path, cache_dir, src.in_package) / f"{src.path.name}.market-{h}.h5"
 
 
 def file_identity(path: Path, with_hash: bool = True) -> dict[str, Any]:
@@ -128,22 +132,22 @@ def file_identity(path: Path, with_hash: bool = True) -> dict[str, Any]:
     return out
 
 
-def _stale_reason(attrs: dict[str, Any], src: Path, opts: dict[str, Any]) -> str | None:
+def _stale_reason(attrs: dict[str, Any], src: MarketSource, opts: dict[str, Any]) -> str | None:
     """Why a cache's attributes do not fit the data and options (None: fresh)."""
     if attrs.get("options") != opts:
         return "other options"
     if attrs.get("code_version") != code_version():
         return f"written by other code (version {attrs.get('code_version')}, now {code_version()})"
-    now = file_identity(src, with_hash=False)
+    now = file_identity(src.path, with_hash=False)
     if now["data_size"] != attrs.get("data_size"):
         return f"the data file changed (size {attrs.get('data_size')} -> {now['data_size']})"
     if now["data_mtime_ns"] != attrs.get("data_mtime_ns"):
-        if file_identity(src)["data_sha256"] != attrs.get("data_sha256"):
+        if file_identity(src.path)["data_sha256"] != attrs.get("data_sha256"):
             return "the data file changed (its contents)"
     return None
 
 
-def _read(path: Path, src: Path, opts: dict[str, Any], t0: float) -> tuple[PreparedMarket | None, str]:
+def _read(path: Path, src: MarketSource, opts: dict[str, Any], t0: float) -> tuple[PreparedMarket | None, str]:
     """The cache at ``path`` if it is there and fresh, else (None, why not)."""
     from ..h5arrays import ArrayFileError, read_arrays
 
@@ -162,7 +166,7 @@ def _read(path: Path, src: Path, opts: dict[str, Any], t0: float) -> tuple[Prepa
             dates=arrays["dates"].view("datetime64[s]"),
             tickers=[x.decode() if isinstance(x, bytes) else str(x) for x in arrays["tickers"]],
             **{f: t(f) for f in FIELDS}, valid=t("valid"),
-            notes=list(attrs.get("notes") or []), meta={"source": str(attrs.get("source", src)), "cache": str(path)},
+            notes=list(attrs.get("notes") or []), meta={"source": str(attrs.get("source", src.path)), "cache": str(path)},
         )
         return PreparedMarket(md, t("market_obs"), t("turbulence"), int(attrs["fingerprint"]), path, False,
                               time.perf_counter() - t0), ""
@@ -181,14 +185,14 @@ def _say_to_stderr(prefix: str) -> Progress:
     return say
 
 
-def prepare(src: str | os.PathLike, stocks: Sequence[str] = (), turbulence_window: int = 252,
+def prepare(src: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
             dtype: torch.dtype = torch.float32, key: str = "", progress: Progress | None = None
             ) -> tuple[MarketData, torch.Tensor, torch.Tensor]:
     """Read, align and compute the features of a data file (no cache): (market, market_obs, turbulence)."""
     say = progress or (lambda _m: None)
-    p = resolve_data_path(src)
-    say(f"reading {p} ({p.stat().st_size / 1e6:,.1f} MB)")
-    rows = read_rows(p, key)
+    src = market_source(src)
+    say(f"reading {src.path} ({src.path.stat().st_size / 1e6:,.1f} MB)")
+    rows = read_rows(src, key)
     say(f"read {len(rows):,} bars of {len(rows.tick_names):,} tickers{' (wide file: closes only)' if rows.wide else ''}")
     md = align(rows, list(stocks) or None, min_coverage=MIN_COVERAGE, min_date_coverage=MIN_DATE_COVERAGE)
     del rows
@@ -253,7 +257,7 @@ class _Lock:
             self.fd = -1
 
 
-def open_market(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_window: int = 252,
+def open_market(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
                 dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = "",
                 progress: Progress | None = None, force: bool = False) -> PreparedMarket:
     """The prepared market of a data file: read from its cache, or prepared (once, under a lock) and cached.
@@ -262,12 +266,10 @@ def open_market(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_
     observation dtype. ``progress`` gets the steps of a preparation (default: lines on stderr);
     ``force`` prepares again even if the cache is fresh. Bad data raises :class:`DataError`."""
     t0 = time.perf_counter()
-    src = resolve_data_path(data)
-    if not src.is_file():
-        raise DataError(f"{src}: no such market data file")
+    src = market_source(data)
     stocks = list(stocks or ())
     opts = _options(src, stocks, turbulence_window, dtype, key)
-    path = cache_path(data, stocks, turbulence_window, dtype, cache_dir, key)
+    path = _cache_file(src, opts, cache_dir)
     if not force:
         m, _ = _read(path, src, opts, t0)
         if m is not None:
@@ -290,10 +292,10 @@ def open_market(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_
         else:
             why = "forced"
         say(f"preparing {path.name} ({why})")
-        identity = file_identity(src)
+        identity = file_identity(src.path)
         md, obs, turb = prepare(src, stocks, turbulence_window, dtype, key, say)
         attrs = {"format": FORMAT, "options": opts, "code_version": code_version(), **identity,
-                 "fingerprint": md.fingerprint(), "notes": md.notes, "source": str(src),
+                 "fingerprint": md.fingerprint(), "notes": md.notes, "source": str(src.path),
                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename}
         try:
             _write(path, md, obs, turb, attrs)
@@ -305,22 +307,31 @@ def open_market(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_
         lock.__exit__()
     m, why = _read(path, src, opts, t0)
     if m is None:  # the data changed while we read it
-        raise DataError(f"{src}: changed while it was prepared ({why}); run again")
+        raise DataError(f"{src.path}: changed while it was prepared ({why}); run again")
     m.prepared_here = True
     return m
 
 
-def cache_status(data: str | os.PathLike, stocks: Sequence[str] = (), turbulence_window: int = 252,
+def read_fresh(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
+               dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = ""
+               ) -> tuple[Path, PreparedMarket | None, str]:
+    """(cache file, its prepared market if it is there and fresh else None, 'fresh' or why it would be
+    prepared again), preparing nothing: the data file's identity is checked once, and a caller that
+    goes on to use a fresh market reads no file again."""
+    src = market_source(data)
+    opts = _options(src, list(stocks), turbulence_window, dtype, key)
+    path = _cache_file(src, opts, cache_dir)
+    m, why = _read(path, src, opts, time.perf_counter())
+    return path, m, "fresh" if m is not None else why
+
+
+def cache_status(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
                  dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = ""
                  ) -> tuple[Path, str]:
     """(cache file, 'fresh' or why it would be prepared again) without preparing anything."""
-    src = resolve_data_path(data)
-    if not src.is_file():
-        raise DataError(f"{src}: no such market data file")
-    path = cache_path(data, stocks, turbulence_window, dtype, cache_dir, key)
-    m, why = _read(path, src, _options(src, list(stocks), turbulence_window, dtype, key), time.perf_counter())
-    return path, "fresh" if m is not None else why
+    path, _, state = read_fresh(data, stocks, turbulence_window, dtype, cache_dir, key)
+    return path, state
 
 
-__all__ = ["PreparedMarket", "open_market", "prepare", "cache_path", "cache_status", "code_version", "file_identity",
+__all__ = ["PreparedMarket", "open_market", "prepare", "cache_path", "cache_status", "read_fresh", "code_version", "file_identity",
            "CACHE_ENV"]

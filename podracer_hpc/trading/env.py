@@ -57,7 +57,8 @@ from ..docfield import F
 from ..envs.base import TorchVecEnv
 from ..envs.registry import options_from
 from ..envs.rng import BatchRNG, draw
-from .data import DataError, MarketData, resolve_data_path
+from .data import MarketData
+from .fields import MarketSource, market_source
 from .synthetic import STRUCTURES, synthetic_market
 
 
@@ -123,7 +124,14 @@ def _cached_market(key: tuple, build: Any) -> Market:
     return m
 
 
-def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Sequence[str] = (),
+def market_of(prepared: Any, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Market:
+    """The env's :class:`Market` (on ``device``) of a prepared market (:class:`cache.PreparedMarket`)."""
+    dev = torch.device(device)
+    return Market(prepared.data, prepared.data.close.to(dev, torch.float64), prepared.market_obs.to(dev, dtype),
+                  prepared.turbulence.to(dev), prepared.fingerprint)
+
+
+def get_market(data: str | os.PathLike | MarketSource | MarketData | None = None, stocks: Sequence[str] = (),
                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                turbulence_window: int = 252, synthetic_stocks: int = 30, synthetic_days: int = 1512,
                synthetic_seed: int = 0, synthetic_structure: str = "momentum",
@@ -132,7 +140,8 @@ def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Seque
 
     A data file's market comes from its prepared-market cache (:func:`cache.open_market`: read and
     memory-mapped, or prepared once under a lock and written; ``cache_dir`` default
-    ``$PODRACER_MARKET_CACHE``, else beside the data file)."""
+    ``$PODRACER_MARKET_CACHE``, else beside the data file). The file is resolved once here
+    (:func:`~.fields.market_source`) and handed down."""
     dev = torch.device(device)
     stocks = tuple(stocks or ())
     if isinstance(data, MarketData):
@@ -141,19 +150,12 @@ def get_market(data: str | os.PathLike | MarketData | None = None, stocks: Seque
     if data:
         from .cache import open_market
 
-        p = resolve_data_path(data)
-        if not p.is_file():
-            raise DataError(f"{p}: no such market data file (env.trading.data)")
-        st = p.stat()
-        key = ("file", str(p.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window,
+        src = market_source(data)
+        st = src.path.stat()
+        key = ("file", str(src.path.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window,
                str(cache_dir or ""))
-
-        def from_cache() -> Market:
-            pm = open_market(data, stocks, turbulence_window, dtype, cache_dir)  # data: pkg: paths keep their name
-            return Market(pm.data, pm.data.close.to(dev, torch.float64), pm.market_obs.to(dev, dtype),
-                          pm.turbulence.to(dev), pm.fingerprint)
-
-        return _cached_market(key, from_cache)
+        return _cached_market(key, lambda: market_of(open_market(src, stocks, turbulence_window, dtype, cache_dir),
+                                                     dev, dtype))
     key = ("synthetic", synthetic_stocks, synthetic_days, synthetic_seed, synthetic_structure, stocks, str(dev),
            dtype, turbulence_window)
 
@@ -445,5 +447,5 @@ def tickers_from_state(sd: dict[str, torch.Tensor]) -> list[str] | None:
 
 
 
-__all__ = ["StockTradingEnv", "TradingOptions", "tickers_from_state", "Market", "get_market", "prepare_market",
+__all__ = ["StockTradingEnv", "TradingOptions", "tickers_from_state", "Market", "get_market", "market_of", "prepare_market",
            "market_features", "OBS_FEATURES"]

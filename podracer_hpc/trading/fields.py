@@ -1,8 +1,9 @@
 """The names and times of market data: its fields and column aliases, time parsing, where a data
-file is (``pkg:`` paths), and :class:`DataError`."""
+file is (``pkg:`` paths, resolved once into a :class:`MarketSource`), and :class:`DataError`."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from datetime import datetime, timezone
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FIELDS", "PKG_PREFIX", "TICKER_ALIASES", "TIME_ALIASES", "DataError", "is_daily", "parse_time", "resolve_data_path",
-           "to_datetime64"]
+__all__ = ["FIELDS", "PKG_PREFIX", "TICKER_ALIASES", "TIME_ALIASES", "DataError", "MarketSource", "is_daily",
+           "market_source", "parse_time", "resolve_data_path", "to_datetime64"]
 
 FIELDS = ("open", "high", "low", "close", "volume")
 TIME_ALIASES = ("date", "timestamp", "datetime", "time")
@@ -98,3 +99,27 @@ def resolve_data_path(spec: str | os.PathLike) -> Path:
     raise DataError(f"{s}: the installed package {pkg} ({roots[0]}) has no file {rel}")
 
 
+@dataclasses.dataclass(frozen=True)
+class MarketSource:
+    """A market data file, resolved once and handed down (the env, the cache, the reader, the backtest):
+    what the user wrote (``spec``: a path or ``pkg:...``, which names the cache) and the file it names."""
+
+    spec: str
+    path: Path
+
+    @property
+    def in_package(self) -> bool:
+        """Whether the file ships inside an installed package (its cache never goes beside it)."""
+        return self.spec.startswith(PKG_PREFIX)
+
+
+def market_source(data: str | os.PathLike | MarketSource) -> MarketSource:
+    """``data`` resolved (:func:`resolve_data_path`) and checked to be a file; a :class:`MarketSource`
+    is returned as it is, so that every layer below the first resolves nothing again."""
+    if isinstance(data, MarketSource):
+        return data
+    spec = os.fspath(data)
+    path = resolve_data_path(spec)
+    if not path.is_file():
+        raise DataError(f"{path}: no such market data file")
+    return MarketSource(spec, path)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 
-from .fields import FIELDS, TICKER_ALIASES, TIME_ALIASES, DataError, _parse_time_cached, parse_time, resolve_data_path  # noqa: F401
+from .fields import (FIELDS, TICKER_ALIASES, TIME_ALIASES, DataError, MarketSource, _parse_time_cached,  # noqa: F401
+                     market_source, parse_time)
 
 # --------------------------------------------------------------------------------------
 # Reading: columns -> validated rows
@@ -524,11 +525,9 @@ def _read_hdf5(path: Path, key: str = "") -> _Rows:
     return _columns_to_rows(cols, lay, str(path), "row", lambda i: i + 1)
 
 
-def read_rows(path: str | os.PathLike, key: str = "") -> _Rows:
+def read_rows(path: str | os.PathLike | MarketSource, key: str = "") -> _Rows:
     """The validated bars of a file (long or wide; CSV, Parquet or HDF5), not yet aligned."""
-    p = resolve_data_path(path)
-    if not p.is_file():
-        raise DataError(f"{p}: no such market data file")
+    p = market_source(path).path
     name = p.name.lower()
     if name.endswith((".parquet", ".pq")):
         return _read_parquet(p)
