@@ -127,15 +127,20 @@ podracer_activate() {
 
 # podracer_file WHAT PATH: the absolute path of an input file, as given (relative to the working
 # directory) or else under PODRACER_ROOT; exits 2 if there is none
-podracer_file() {
-    local what=$1 f=$2
+# podracer_find_file PATH: the absolute path of an input file as a job finds it (PATH itself, else
+# a relative PATH under $PODRACER_ROOT), or status 1 (submit_check.sh refuses with the same rule)
+podracer_find_file() {
+    local f=$1
     if [[ -f $f ]]; then
         realpath -- "$f"
     elif [[ $f != /* && -f $PODRACER_ROOT/$f ]]; then
         realpath -- "$PODRACER_ROOT/$f"
     else
-        podracer_die "$what $f not found (a relative path is tried in $PWD, then in $PODRACER_ROOT)"
+        return 1
     fi
+}
+podracer_file() {
+    podracer_find_file "$2" || podracer_die "$1 $2 not found (a relative path is tried in $PWD, then in $PODRACER_ROOT)"
 }
 
 _podracer_on_signal() {

@@ -18,6 +18,9 @@
 #     only checked to look like YAML (a `key:` line, no tabs), and submit.sh says so.
 # PODRACER_SUBMIT_CHECK=0 skips the `podracer config` run (not the other checks).
 
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"  # podracer_find_file: the job's own file rule
+
 _submit_refuse() {
     printf 'submit.sh: error: %s; nothing submitted\n' "$*" >&2
     exit 2
@@ -43,16 +46,9 @@ _submit_gres() {
     done
 }
 
-# _submit_file WHAT PATH: PATH as the job will find it (as lib.sh's podracer_file), or refuse
+# _submit_file WHAT PATH: PATH as the job will find it (lib.sh's podracer_find_file), or refuse
 _submit_file() {
-    local what=$1 f=$2
-    if [[ -f $f ]]; then
-        realpath -- "$f"
-    elif [[ $f != /* && -f $PODRACER_ROOT/$f ]]; then
-        realpath -- "$PODRACER_ROOT/$f"
-    else
-        _submit_refuse "$what $f not found (a relative path is tried in $PWD, then in $PODRACER_ROOT)"
-    fi
+    podracer_find_file "$2" || _submit_refuse "$1 $2 not found (a relative path is tried in $PWD, then in $PODRACER_ROOT)"
 }
 
 # _submit_yamlish FILE: the check without Python: some `key:` line, no tab indentation
