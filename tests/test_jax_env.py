@@ -141,6 +141,8 @@ def test_tensors_cross_through_dlpack_without_a_copy():
     out = env._step_fn(env.state, env.keys, env.t, view)
     obs = torch.from_dlpack(out[3])
     assert obs.data_ptr() == out[3].unsafe_buffer_pointer()  # observations: a torch view of JAX's buffer
+    *_, term, trunc, info = env.step(a)
+    assert trunc.data_ptr() == term.data_ptr() + 8 and info["done"].data_ptr() == term.data_ptr() + 16  # one buffer
 
 
 def test_a_checkpoint_restores_the_envs_exactly():

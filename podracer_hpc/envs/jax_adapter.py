@@ -139,7 +139,10 @@ class JaxVecEnv:
 
         state, keys = jax.lax.cond(done.any(), restart, lambda carry: carry, (nxt, keys))
         reward = jnp.asarray(nxt.reward, jnp.float32).reshape(-1)
-        return state, keys, jnp.where(done, 0, t1), self._obs(state), reward, terminated, truncated, final_obs, done, t1
+        # the three flags in one buffer (each crossing to torch is a DLPack hand-over, ~10 us on a CPU); the
+        # floats stay apart: XLA's CPU fusion recomputes the observation into a concatenation (measured 1.6x slower)
+        flags = jnp.concatenate([terminated, truncated, done]).astype(jnp.uint8)
+        return state, keys, jnp.where(done, 0, t1), self._obs(state), final_obs, reward, flags, t1
 
     # --- the protocol --------------------------------------------------------------------
     def _t(self, x: Any) -> torch.Tensor:
@@ -159,14 +162,16 @@ class JaxVecEnv:
         """One step of every env: same-step auto-reset, ``info["final_obs"]`` of the finished ones."""
         a = action.detach().to(self.device, torch.float32).reshape(self.num_envs, self.act_dim).contiguous()
         a = self._jax.dlpack.from_dlpack(a)  # a view of the torch tensor
-        (self.state, self.keys, self.t, obs, reward, term, trunc, final, done, length) = self._step_fn(
-            self.state, self.keys, self.t, a)
-        reward, done_t = self._t(reward), self._t(done)
+        self.state, self.keys, self.t, obs, final, reward, flags, length = self._step_fn(self.state, self.keys, self.t, a)
+        n = self.num_envs
+        obs, final, reward = self._t(obs), self._t(final), self._t(reward)
+        flags = self._t(flags).view(torch.bool)
+        term, trunc, done = flags[:n], flags[n:2 * n], flags[2 * n:]  # contiguous views
         ep_ret = self.ep_return + reward.to(torch.float64)
-        self.ep_return = torch.where(done_t, 0.0, ep_ret)
-        info = {"final_obs": self._t(final).to(self.dtype), "done": done_t, "episode_return": ep_ret,
+        self.ep_return = torch.where(done, 0.0, ep_ret)
+        info = {"final_obs": final.to(self.dtype), "done": done, "episode_return": ep_ret,
                 "episode_length": self._t(length).to(torch.int64)}
-        return self._t(obs).to(self.dtype), reward.to(self.dtype), self._t(term), self._t(trunc), info
+        return obs.to(self.dtype), reward.to(self.dtype), term, trunc, info
 
     # --- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
