@@ -235,3 +235,30 @@ def test_the_config_of_a_jax_job_imports_jax_to_check_it_but_no_torch():
     mods = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in r.stderr.splitlines()
             if line.startswith("import time:") and "|" in line}
     assert "jax" in mods and "torch" not in mods, sorted(mods & {"jax", "torch"})
+
+
+def test_jax_starts_without_preallocating_and_on_one_thread_when_torch_has_one():
+    """In fresh processes: a pod on one torch thread gets XLA's CPU client on one thread and JAX not
+    preallocating the GPU; once jax has made its backends, the adapter leaves XLA_FLAGS alone
+    (they would be read no more) and the user's own XLA_FLAGS always win."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, torch; torch.set_num_threads(1)\n"
+            "{before}"
+            "from podracer_hpc.envs import make_env\n"
+            f"env = make_env('jax', 2, factory='{FACTORY}')\n"
+            "print(os.environ.get('XLA_FLAGS', '-'), '|', os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])\n")
+
+    def run(before: str = "", **environ: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_")}
+        r = subprocess.run([sys.executable, "-c", code.format(before=before)], capture_output=True, text=True,
+                           timeout=120, env={**env, **environ})
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.strip()
+
+    assert run() == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 | false"
+    assert run("import jax; jax.numpy.zeros(1)\n") == "- | false"  # backends made: too late for flags
+    assert run(XLA_FLAGS="--xla_cpu_multi_thread_eigen=true", XLA_PYTHON_CLIENT_PREALLOCATE="true") == \
+        "--xla_cpu_multi_thread_eigen=true | true"

@@ -25,8 +25,9 @@ step behind a ``lax.cond`` (no host round trip; nobody finished, no reset comput
 Tensors cross through DLPack, zero copy on the same device: observations, rewards and flags are
 torch views of JAX's output buffers, actions a JAX view of the torch tensor. The JAX device is
 the pod's (``cpu``, or ``cuda:i`` -> JAX's GPU ``i``: a CUDA jax install, ``jax[cuda12]``). JAX
-is imported with ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (else it would take 75% of the GPU the
-pod's torch also uses) and, when torch runs one thread, XLA's CPU client on one thread too.
+runs with ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (else it would take 75% of the GPU the pod's
+torch also uses; set before the config check calls the factory) and, when torch runs one thread
+and jax has not made its backends yet, XLA's CPU client on one thread too.
 The whole state is a pytree of arrays, so the env is checkpointed exactly (``state_dict``).
 """
 
@@ -38,15 +39,26 @@ from typing import Any
 
 import torch
 
-from .jax_task import DEFAULT_MAX_EPISODE_STEPS, INSTALL_HINT, env_sizes, resolve_factory
+from .jax_task import DEFAULT_MAX_EPISODE_STEPS, INSTALL_HINT, env_sizes, prepare_jax_environ, resolve_factory
 
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def import_jax() -> Any:
-    """``jax``, imported with the settings a pod needs (see the module doc) on first import."""
+def _backends_started() -> bool:
+    """Whether jax has made its backends (then XLA_FLAGS and the allocator settings are read already)."""
     if "jax" not in sys.modules:
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        return False
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # another jax: assume the worst
+        return True
+
+
+def import_jax() -> Any:
+    """``jax``, with the settings a pod needs (see the module doc) while its backends are not made yet."""
+    prepare_jax_environ()
+    if not _backends_started():
         flags = os.environ.get("XLA_FLAGS", "")
         if torch.get_num_threads() == 1 and "multi_thread_eigen" not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {ONE_THREAD_FLAGS}".strip()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -54,6 +55,12 @@ class JaxOptions:
             raise OptionError("kwargs", f"must be a mapping of argument names to values, got {self.kwargs!r}")
         if not isinstance(self.obs_key, str):
             raise OptionError("obs_key", f"must be a string, got {self.obs_key!r}")
+
+
+def prepare_jax_environ() -> None:
+    """Before anything imports jax for a pod: JAX must not take 75% of the GPU at start (torch shares
+    it), so ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless it is set already."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def split_factory(factory: str) -> tuple[str, list[str]]:
@@ -124,6 +131,7 @@ def probe(options: JaxOptions) -> dict[str, Any]:
     if key in _PROBED:
         return _PROBED[key]
     where = "env.jax.factory"
+    prepare_jax_environ()  # the factory may make arrays (Playground's models): jax's GPU client starts now
     try:
         make = resolve_factory(options.factory)
         where = "env.jax.kwargs"
