@@ -45,7 +45,7 @@ def test_the_jax_pendulum_steps_as_the_torch_pendulum():
     tenv, jenv = make_env("pendulum", n, seed=3), make_env("jax", n, seed=3, factory=FACTORY)
     assert (jenv.obs_dim, jenv.act_dim, jenv.discrete, jenv.max_episode_steps) == (3, 1, False, 200)
     assert (jenv.action_low, jenv.action_high, jenv.backend) == (-2.0, 2.0, "jax")
-    tobs = tenv.reset(3)
+    tenv.reset(3)
     jenv.reset(3)
     synced(jenv, tenv.state)
     for i, a in enumerate(actions(n, 200)):
@@ -66,7 +66,6 @@ def test_the_jax_pendulum_steps_as_the_torch_pendulum():
     th = torch.atan2(o2[:, 1], o2[:, 0])
     assert (o2[:, 2].abs() <= 1).all() and not torch.allclose(o2, i2["final_obs"]) and len(set(th.tolist())) == n
     assert jenv.t.tolist() == [0] * n and (jenv.ep_return == 0).all()
-    del tobs
 
 
 class WalkState(NamedTuple):
@@ -93,6 +92,34 @@ class Walk:
         pos = state.pos + 0.1 * action[0]
         return WalkState(pos, {"state": pos[None], "privileged_state": jnp.stack([pos, -pos])}, jnp.float32(1.0),
                          (jnp.abs(pos) >= 0.45).astype(jnp.float32), {"steps": state.info["steps"] + 1})
+
+
+class Registry:
+    """Stands in for ``mujoco_playground.registry`` (``load(env_name, config=None, config_overrides=None)``)."""
+
+    @staticmethod
+    def load(env_name: str, config=None, config_overrides=None):
+        if env_name != "Walk":
+            raise ValueError(f"Env '{env_name}' not found. Available envs: ('Walk',)")
+        return Walk()
+
+
+REGISTRY = Registry()
+
+
+def test_a_playground_style_factory_with_a_dotted_attribute_and_a_dict_observation():
+    """``module:registry.load`` with ``kwargs: {env_name: ...}``, as docs/jax.md shows for Playground."""
+    cfg = load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load",
+                             "env.jax.kwargs={env_name: Walk}", "env.jax.obs_key=privileged_state"])
+    env = build_env(cfg.env, 3, seed=0)
+    assert (env.obs_dim, env.act_dim, env.max_episode_steps) == (2, 1, 1000)
+    obs, *_ = env.step(torch.ones(3, 1))
+    torch.testing.assert_close(obs[:, 1], -obs[:, 0])  # the privileged entry, [pos, -pos] after a step
+    with pytest.raises(ConfigError, match=r"env.jax.kwargs: .*Env 'Wlak' not found"):
+        load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load", "env.jax.kwargs={env_name: Wlak}"])
+    with pytest.raises(ConfigError, match="env.jax.obs_key: .*without 'pixels'; its keys: state, privileged_state"):
+        load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load",
+                           "env.jax.kwargs={env_name: Walk}", "env.jax.obs_key=pixels"])
 
 
 def test_a_terminated_env_resets_in_the_same_step_and_only_it_draws():
