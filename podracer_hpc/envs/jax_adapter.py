@@ -229,3 +229,12 @@ def make_jax_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_
     env = resolve_factory(factory)(**(kwargs or {}))
     return JaxVecEnv(env, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, obs_key=obs_key,
                      dtype=dtype or torch.float32)
+
+
+class JaxTask:
+    """The registry's entry: called like a task class, it builds the env (:func:`make_jax_env`), as
+    the gymnasium and MuJoCo tasks' builders do (``TASKS`` holds classes)."""
+
+    def __new__(cls, num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0, dtype: Any = None,
+                **options: Any) -> Any:
+        return make_jax_env(num_envs, device, seed, max_episode_steps, dtype, **options)

@@ -160,6 +160,6 @@ def verify(env: Any, algo: str) -> None:
     probe(env.jax)
 
 
-register(Task("jax", build=Lazy("podracer_hpc.envs.jax_adapter", "make_jax_env"), options=JaxOptions, section="jax",
+register(Task("jax", build=Lazy("podracer_hpc.envs.jax_adapter", "JaxTask"), options=JaxOptions, section="jax",
               doc="a functional JAX env (MuJoCo Playground, Brax; env.jax.factory), jit+vmap, tensors through DLPack",
               verify=verify))
