@@ -10,3 +10,4 @@ $PODRACER bench train
 $PY bench/learning.py
 $PY bench/status_poll.py
 $PY bench/decide_scale.py
+if $PY -c "import jax" 2>/dev/null; then $PY bench/jax_env.py; else echo "bench/jax_env.py skipped: no jax (the jax extra)"; fi

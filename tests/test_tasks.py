@@ -21,12 +21,14 @@ from podracer_hpc.config import Config, ConfigError, EnvConfig, describe, env_co
 from podracer_hpc.docfield import F
 from podracer_hpc.envs import TASKS, build_env, registry
 from podracer_hpc.envs.gym_task import GymnasiumOptions
+from podracer_hpc.envs.jax_task import JaxOptions
 from podracer_hpc.envs.mujoco import MujocoOptions
 from podracer_hpc.envs.registry import OptionError, Task
 from podracer_hpc.trading.env import StockTradingEnv, TradingOptions
 
 REPO = Path(__file__).resolve().parents[1]
-BUILTIN = ["pendulum", "cartpole", "stock_trading", "halfcheetah", "hopper", "walker2d", "ant", "humanoid", "gymnasium"]
+BUILTIN = ["pendulum", "cartpole", "stock_trading", "halfcheetah", "hopper", "walker2d", "ant", "humanoid", "gymnasium",
+           "jax"]
 
 
 # --------------------------------------------------------------------------------------
@@ -138,7 +140,7 @@ def test_config_imports_no_torch_and_modules_import_in_any_order():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0] == "30" and "'trading', 'mujoco', 'gymnasium']" in r.stdout
+    assert r.stdout.split()[0] == "30" and "'trading', 'mujoco', 'gymnasium', 'jax']" in r.stdout
 
 
 # --------------------------------------------------------------------------------------
@@ -146,7 +148,8 @@ def test_config_imports_no_torch_and_modules_import_in_any_order():
 # --------------------------------------------------------------------------------------
 def test_builtin_tasks_and_their_sections():
     assert registry.names()[: len(BUILTIN)] == BUILTIN
-    assert registry.sections() == {"trading": TradingOptions, "mujoco": MujocoOptions, "gymnasium": GymnasiumOptions}
+    assert registry.sections() == {"trading": TradingOptions, "mujoco": MujocoOptions, "gymnasium": GymnasiumOptions,
+                                   "jax": JaxOptions}
     assert registry.get("stock_trading").section == "trading" and TASKS["stock_trading"] is StockTradingEnv
     assert all(registry.get(n).options is MujocoOptions for n in ("halfcheetah", "hopper", "walker2d", "ant", "humanoid"))
     assert registry.get("pendulum").options is None and "pendulum" in TASKS and len(TASKS) >= len(BUILTIN)
@@ -198,7 +201,8 @@ def test_env_section_is_the_dict_checkpoints_stored_before_the_registry():
     # options added since, each at the default that gives the old behaviour (resume compares with
     # the defaults filled in, run.py's _diff_config); sections of tasks added since
     added = {"trading": {"actions": "shares"}}
-    new_sections = {"gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"}}
+    new_sections = {"gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"},
+                    "jax": {"factory": "", "kwargs": {}, "obs_key": "state"}}
 
     def without_added(env: dict) -> dict:
         return {k: ({kk: vv for kk, vv in v.items() if kk not in added.get(k, {})} if isinstance(v, dict) else v)
@@ -285,7 +289,7 @@ def test_submit_dry_run_refuses_a_bad_trading_cost_before_queueing(cli, tmp_path
 
 def test_the_docs_name_every_task_option():
     docs = {"trading": REPO / "docs/trading.md", "mujoco": REPO / "docs/mujoco.md",
-            "gymnasium": REPO / "docs/gymnasium.md"}
+            "gymnasium": REPO / "docs/gymnasium.md", "jax": REPO / "docs/jax.md"}
     assert set(docs) == set(registry.sections())
     for section, path in docs.items():
         text = path.read_text()

@@ -1,6 +1,6 @@
 """`podracer config` and `podracer submit --dry-run` import no torch (issue 30 item 5): a task's
 options are declared in modules that need none (envs/classic_tasks.py, envs/mujoco_tasks.py,
-trading/task.py, envs/gym_task.py), its env class is named and imported only when a pod builds it
+trading/task.py, envs/gym_task.py, envs/jax_task.py), its env class is named and imported only when a pod builds it
 (registry.Lazy). Checked with `python -X importtime` in a fresh process, as a user runs them."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def imported(*args: str) -> set[str]:
 def test_config_and_dry_run_import_no_torch(args):
     mods = imported(*args)
     assert "podracer_hpc" in mods  # the check itself works
-    assert not {"torch", "mpi4py", "mujoco"} & mods, sorted({"torch", "mpi4py", "mujoco"} & mods)
+    assert not {"torch", "mpi4py", "mujoco", "jax"} & mods, sorted({"torch", "mpi4py", "mujoco", "jax"} & mods)
 
 
 def test_a_pod_still_builds_every_declared_task_s_env():

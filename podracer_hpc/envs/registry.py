@@ -46,6 +46,7 @@ TASK_MODULES: list[str] = [
     "podracer_hpc.trading.task",
     "podracer_hpc.envs.mujoco_tasks",
     "podracer_hpc.envs.gym_task",
+    "podracer_hpc.envs.jax_task",
 ]
 # Where other packages declare their task modules (pyproject.toml:
 # [project.entry-points."podracer_hpc.tasks"] my_task = "my_package.my_task"), loaded after TASK_MODULES.
