@@ -20,7 +20,7 @@ that order beyond run-to-run noise (the pods' qualities are drawn afresh each ru
 64 pods they agree with the earlier harness's (bench/RESULTS.md, fifth session). Until 2026-12-01
 (fifth session) the world was a :class:`threading.Barrier` that woke all N threads at every
 collective and let them run at once: they fought for the GIL, and at 4,096 threads a run went past
-570 s (1,024 pods, ElegantRL: 227 s then, 13 s now; 4,096: 90-140 s now). Async rounds need no
+570 s (1,024 pods, ElegantRL: 227 s then, 13 s now; 4,096: 90-150 s now). Async rounds need no
 world: one thread holds every pod's rounds in turn.
 
 The whole process runs under ``strace --seccomp-bpf -f -y`` (only the counted calls stop the
