@@ -5,17 +5,30 @@ round listings) per pod and round, counted with strace, as the pool grows (issue
     python bench/leaderboard_fsops.py --pods 16 256 --compare cdfcc1d   # beside an earlier revision
     python bench/leaderboard_fsops.py --end-to-end --pods 2             # a real 2-pod quickstart job
 
-Simulated pods (the default): N threads of one process, each rank's real :class:`pool.Pool`
-driving the real :class:`leaderboard.Leaderboard` on this disk, for both round modes
-(``collective``, ``async``) and both rules (``elegantrl``, ``pbt``). What is simulated, because it
-cannot run here at 4,096: the MPI world (a thread barrier with MPI's collective semantics) and the
-pods' training and evaluation (a pod is a small tensor and a quality; its episode returns are that
-quality plus noise common to every pod on the same start states, so the rules see realistic,
-comparable fitness). The whole process runs under ``strace --seccomp-bpf -f -y`` (only the counted calls stop the process); the calls that name a path
-under the leaderboard or ``rounds/`` are attributed to the pod whose thread made them (by thread
-id) and counted by kind: metadata calls (open/create, stat, getdents, link, rename, unlink, chmod,
-mkdir) and fsyncs. A shared filesystem's metadata server pays for each. The counts are the point,
-not the wall time. Prints a table (mean and largest pod per round), then one line of JSON.
+Simulated pods (the default): each rank's real :class:`pool.Pool` driving the real
+:class:`leaderboard.Leaderboard` (and async PBT's :class:`population.Population`) on this disk, for
+both round modes (``collective``, ``async``) and both rules (``elegantrl``, ``pbt``). What is
+simulated, because it cannot run here at 4,096: the MPI world and the pods' training and
+evaluation (a pod is a small tensor and a quality; its episode returns are that quality plus noise
+common to every pod on the same start states, so the rules see realistic, comparable fitness).
+
+The world: collective rounds run one thread per rank in one process, the ranks taking turns (a
+baton, :class:`World`): a rank runs until its next collective, leaves its value and wakes the next
+rank only; the last rank's arrival completes the collective and wakes rank 0. Each step between two
+collectives is thus run pod after pod, not at once as MPI ranks run it. The counts do not depend on
+that order beyond run-to-run noise (the pods' qualities are drawn afresh each run): at 1,024 and
+64 pods they agree with the earlier harness's (bench/RESULTS.md, fifth session). Until 2026-12-01
+(fifth session) the world was a :class:`threading.Barrier` that woke all N threads at every
+collective and let them run at once: they fought for the GIL, and at 4,096 threads a run went past
+570 s (1,024 pods, ElegantRL: 227 s then, 13 s now; 4,096: 90-150 s now). Async rounds need no
+world: one thread holds every pod's rounds in turn.
+
+The whole process runs under ``strace --seccomp-bpf -f -y`` (only the counted calls stop the
+process); the calls that name a path under the leaderboard or ``rounds/`` are attributed to the pod
+whose thread made them (by thread id, told by a stat of the ``MARK`` path) and counted by kind:
+metadata calls (open/create, stat, getdents, link, rename, unlink, chmod, mkdir) and fsyncs. A
+shared filesystem's metadata server pays for each. The counts are the point, not the wall time.
+Prints a table (mean and largest pod per round), then one line of JSON.
 Needs strace (apt-get install strace).
 """
 
@@ -46,10 +59,61 @@ MARK = "/podracer-fsops-mark"  # a stat of this path tells the trace which threa
 
 # ------------------------------------------------------------------------------------------ the worker
 class World:
-    """N threads as one MPI world: collectives through a barrier (mocked: 4,096 MPI ranks cannot run here)."""
+    """N threads as one MPI world whose ranks run one at a time, in rank order (a baton).
+
+    A rank runs until its next collective, leaves its value there and hands the turn to the next
+    rank; the last rank's arrival completes the collective, and the turn goes back to rank 0, which
+    reads the result and runs on. Each rank waits on its own lock, so a hand-off wakes one thread,
+    never all N, and only one thread ever wants the GIL (a :class:`threading.Barrier` woke all N at
+    each collective and ran them at once: at 4,096 threads the harness spent its time in the GIL).
+    Every rank is still its own thread, so the trace attributes its calls by thread id. What this
+    changes: within one step between collectives, the pods' file calls come one pod after another
+    instead of interleaved (MPI ranks run them at once).
+    """
 
     def __init__(self, n: int):
-        self.n, self.barrier, self.slots = n, threading.Barrier(n), [None] * n
+        self.n, self.slots, self.result, self.broken = n, [None] * n, [], False
+        self.turns = [threading.Lock() for _ in range(n)]
+        for t in self.turns:
+            t.acquire()
+
+    def begin(self, rank: int) -> None:
+        """Wait for this rank's first turn (the driver gives rank 0 its turn with :meth:`go`)."""
+        self._wait(rank)
+
+    def go(self) -> None:
+        """Start the world: rank 0's turn."""
+        self.turns[0].release()
+
+    def collective(self, rank: int, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order, once every rank has given its own."""
+        if self.broken:
+            raise threading.BrokenBarrierError
+        self.slots[rank] = obj
+        if rank == self.n - 1:  # the last one in: the collective is complete
+            self.result, self.slots = self.slots, [None] * self.n
+        self.turns[(rank + 1) % self.n].release()
+        self._wait(rank)
+        return self.result  # not replaced before every rank has read it: the next completion needs them all
+
+    def end(self, rank: int) -> None:
+        """This rank is done: the next one finishes its last step."""
+        if rank + 1 < self.n:
+            self.turns[rank + 1].release()
+
+    def abort(self) -> None:
+        """A rank failed: every waiting rank raises :class:`threading.BrokenBarrierError`."""
+        self.broken = True
+        for t in self.turns:
+            try:
+                t.release()
+            except RuntimeError:  # not held: that rank is running (or done)
+                pass
+
+    def _wait(self, rank: int) -> None:
+        self.turns[rank].acquire()
+        if self.broken:
+            raise threading.BrokenBarrierError
 
 
 class ThreadComm:
@@ -59,18 +123,13 @@ class ThreadComm:
         self.world, self.rank, self.size, self.calls = world, rank, world.n, {}
 
     def allgather(self, obj: Any) -> list[Any]:
-        w = self.world
-        w.slots[self.rank] = obj
-        w.barrier.wait()
-        out = list(w.slots)
-        w.barrier.wait()
-        return out
+        return list(self.world.collective(self.rank, obj))
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return self.allgather(obj if self.rank == root else None)[root]
+        return self.world.collective(self.rank, obj if self.rank == root else None)[root]
 
     def barrier(self) -> None:
-        self.world.barrier.wait()
+        self.world.collective(self.rank, None)
 
 
 class SimPod:
@@ -172,6 +231,7 @@ def worker(args: argparse.Namespace) -> int:
 
     def run(rank: int) -> None:
         try:
+            world.begin(rank)
             comm, pod = ThreadComm(world, rank), SimPod(rank, 0, 8)
             pool = Pool(cfg, comm, pod, rundir, "4242", lambda m: None)
             comm.barrier()
@@ -180,13 +240,17 @@ def worker(args: argparse.Namespace) -> int:
                 fit = fitness(pod, i)
                 pool.collective_round(i, fit, 0.0, comm.allgather(pool.report(fit)))
             os.path.exists(f"{MARK}-end")
+            world.end(rank)
+        except threading.BrokenBarrierError:
+            pass  # another rank failed first: its error is the one reported
         except BaseException as e:  # noqa: BLE001 - reported, and the world is broken for everyone
             errors.append(f"rank {rank}: {type(e).__name__}: {e}")
-            world.barrier.abort()
+            world.abort()
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
     for t in threads:
         t.start()
+    world.go()
     for t in threads:
         t.join()
     if errors:
