@@ -238,3 +238,54 @@ def adam_step(opt: torch.optim.Optimizer) -> None:
                            [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=group["lr"],
                            beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
                            maximize=False, grad_scale=None, found_inf=None)
+
+
+class FusedAdam:
+    """One fused Adam step of ``opt`` (a fused ``torch.optim.Adam``, one parameter group) with the
+    gradients given (``torch.autograd.grad``'s, in the order of ``opt``'s parameters): the kernel
+    ``opt.step()`` runs (``_fused_adam_``, the same result bit for bit) with the state's lists
+    gathered once, not on every step. The state stays ``opt``'s (its ``state_dict`` saves it):
+    call :meth:`reset` after ``opt.load_state_dict``. The first step, and any optimizer this does
+    not cover (amsgrad, maximize, capturable, a tensor lr, several groups), go through ``opt.step()``."""
+
+    def __init__(self, opt: torch.optim.Optimizer):
+        self.opt = opt
+        self.params: list[torch.Tensor] = [p for g in opt.param_groups for p in g["params"]]
+        self.lists: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
+
+    def reset(self) -> None:
+        """Forget the gathered state (``opt``'s state tensors were replaced)."""
+        self.lists = None
+
+    def _lean(self) -> bool:
+        opt = self.opt
+        if len(opt.param_groups) != 1:
+            return False
+        g = opt.param_groups[0]
+        return bool(g.get("fused")) and not (g.get("amsgrad") or g.get("maximize") or g.get("capturable")
+                                             or isinstance(g["lr"], torch.Tensor)) \
+            and all(p in opt.state and "exp_avg" in opt.state[p] for p in self.params)
+
+    def step(self, grads: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> None:
+        """``opt.step()`` with ``grads`` as the parameters' gradients (no ``.grad`` is left set)."""
+        # the fused kernel walks a gradient's memory as its parameter's: autograd.grad does not
+        # make them alike as .backward() does (a transposed view's gradient comes back transposed)
+        grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+        if self.lists is None:
+            if not self._lean():
+                for p, g in zip(self.params, grads):
+                    p.grad = g
+                self.opt.step()
+                for p in self.params:
+                    p.grad = None
+                return
+            states = [self.opt.state[p] for p in self.params]
+            self.lists = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                          [s["step"] for s in states])
+        exp_avg, exp_avg_sq, steps = self.lists
+        group = self.opt.param_groups[0]
+        beta1, beta2 = group["betas"]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(self.params, grads, exp_avg, exp_avg_sq, [], steps, amsgrad=False,
+                           lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                           eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)

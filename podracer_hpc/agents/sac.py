@@ -16,8 +16,7 @@ import torch
 import torch.nn as nn
 
 from .settings import SAC_MUTABLE, SACConfig
-from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
-                        polyak_update)
+from .offpolicy import OffPolicyAgent, TwinQ, ensemble_critic_loss, ensemble_target, frozen_copy, mlp
 from .replay import ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -66,9 +65,12 @@ class SquashedGaussianActor(nn.Module):
 
     @staticmethod
     def squash(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``."""
+        """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``: :func:`squashed_gaussian_log_prob`
+        with its standardized ``(u - mean) / std`` taken as ``eps`` itself (what it is, without
+        the round trip: fewer ops, the same density and gradients)."""
         u = mean + torch.exp(log_std) * eps
-        return torch.tanh(u), squashed_gaussian_log_prob(u, mean, log_std)
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        return torch.tanh(u), (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
 
 
 class SquashedMean(nn.Module):
@@ -157,65 +159,81 @@ class SACAgent(OffPolicyAgent):
         return SquashedMean(copy.deepcopy(self.net.actor))
 
     # --- learning ------------------------------------------------------------------------
+    def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.net.critic_target, self.net.critic)]
+
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
         """``num_updates`` gradient steps, each on a fresh batch of ``cfg.batch_size`` from
-        ``buffer``: critics, actor, temperature, then the targets. Returns the metrics averaged
-        over the steps as 0-d tensors (no host sync)."""
+        ``buffer``: critics, then actor and temperature (one backward for both), then the targets.
+        The batches of all the steps are drawn at once (one draw of indices, noises and n-step
+        returns; the buffer does not change between the steps). Returns the metrics averaged over
+        the steps as 0-d tensors (no host sync)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
+        names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
+        if num_updates < 1:
+            return {k: torch.zeros((), device=self.device) for k in names}
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         if cfg.autotune:
             self._set_lr("alpha", hp["alpha_lr"])
         hot = self.hot()
-        stats = torch.zeros(6, device=self.device)
-        for _ in range(num_updates):
-            b = buffer.sample(cfg.batch_size, gen)
-            alpha = self.alpha
+        n, B = num_updates, cfg.batch_size
+        b = buffer.sample(n * B, gen)
+        with torch.no_grad():
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
+        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        eps_next = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        eps_pi = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        fixed_alpha = None if cfg.autotune else self.alpha
+        optims = ("actor", "alpha") if cfg.autotune else ("actor",)
+        tau = hp["tau"]
+        out: list[list[torch.Tensor]] = [[] for _ in names]
+        for i in range(n):
+            o, a, r, bt, no = (x[i] for x in rows)
+            alpha = net.log_alpha.detach().exp() if fixed_alpha is None else fixed_alpha
             # critics: regress both onto the soft clipped double-Q target
-            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
-                                                      self._randn(cfg.batch_size, gen), alpha)
-            self._descend("critic", qf_loss)
-            # actor: maximize min Q - alpha log pi at its own (reparameterized) actions
-            eps = self._randn(cfg.batch_size, gen)
-            net.critic.requires_grad_(False)  # gradients to the actions only, not the critics' weights
-            actor_loss, logp = hot["actor loss"](obs, eps, alpha)
-            self._descend("actor", actor_loss)
-            net.critic.requires_grad_(True)
-            # temperature
+            qf_loss, q_mean = hot["critic loss"](o, a, r, bt, no, eps_next[i], alpha)
+            self._descend(("critic",), [qf_loss])
+            # actor (maximize min Q - alpha log pi at its own reparameterized actions, through the
+            # critics' detached weights) and temperature (through log alpha only)
+            actor_loss, logp = hot["actor loss"](o, eps_pi[i], alpha)
             if cfg.autotune:
                 alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
-                self._descend("alpha", alpha_loss)
+                self._descend(optims, [actor_loss, alpha_loss])
             else:
-                alpha_loss = torch.zeros((), device=self.device)
-            polyak_update(net.critic_target, net.critic, hp["tau"])
-            self.num_updates += 1
-            stats += torch.stack([qf_loss, actor_loss, alpha_loss, q_mean, -logp.mean(), alpha]).detach()
-        stats /= max(1, num_updates)
-        names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
-        return dict(zip(names, stats.unbind()))
+                alpha_loss = None
+                self._descend(optims, [actor_loss])
+            self._polyak_step(tau)
+            for lst, v in zip(out, (qf_loss, actor_loss, alpha_loss, q_mean, logp, alpha)):
+                lst.append(v)
+        self.num_updates += n
+        with torch.no_grad():
+            zero = torch.zeros((), device=self.device)
+            means = [torch.stack(v).mean() if v[0] is not None else zero for v in out]
+        means[4] = -means[4]  # entropy: -mean log pi
+        return dict(zip(names, means))
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
     def _hot_functions(self) -> dict:
         return {"policy step": self.net.actor.sample_from, "critic loss": self._critic_loss,
                 "actor loss": self._actor_loss}
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
-        ``eps`` the standard normal draw of the next actions."""
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                     next_obs: torch.Tensor, eps: torch.Tensor,
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(critic loss, mean Q) of a sampled batch (normalized observations; ``bootstrap`` =
+        discount * (1 - terminated)); ``eps`` the standard normal draw of the next actions."""
         net = self.net
-        obs, next_obs = self._norm(obs), self._norm(next_obs)
         with torch.no_grad():
             next_a, next_logp = net.actor.sample_from(next_obs, eps)
-            tq1, tq2 = net.critic_target(next_obs, next_a)
-            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2, next_logp, alpha)
-        q1, q2 = net.critic(obs, action)
-        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a), next_logp, alpha)
+        q = net.critic(obs, action)
+        return ensemble_critic_loss(q, y), q.detach().mean()
 
     def _actor_loss(self, obs: torch.Tensor, eps: torch.Tensor,
                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actor loss, log-probabilities) at the policy's actions (``eps``: their draw)."""
+        """(actor loss, log-probabilities) at the policy's actions (``eps``: their draw); the
+        critics' weights detached (the gradient reaches the actions only)."""
         a, logp = self.net.actor.sample_from(obs, eps)
-        pq1, pq2 = self.net.critic(obs, a)
-        return sac_actor_loss(logp, pq1, pq2, alpha), logp
+        return (alpha * logp - self.net.critic(obs, a, detach=True).amin(0)).mean(), logp

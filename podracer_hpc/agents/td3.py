@@ -16,8 +16,7 @@ import torch
 import torch.nn as nn
 
 from .settings import TD3_MUTABLE, TD3Config
-from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
-                        polyak_update)
+from .offpolicy import OffPolicyAgent, TwinQ, ensemble_critic_loss, ensemble_target, frozen_copy, mlp
 from .replay import ReplayBuffer
 
 
@@ -116,37 +115,47 @@ class TD3Agent(OffPolicyAgent):
         return copy.deepcopy(self.net.actor)
 
     # --- learning ------------------------------------------------------------------------
+    def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.net.actor_target, self.net.actor), (self.net.critic_target, self.net.critic)]
+
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
         """``num_updates`` critic steps on fresh batches; every ``policy_delay``-th (counted over
         the agent's life, so a resume keeps the phase) also an actor step and the polyak update
-        of both targets. Returns metrics averaged over their steps as 0-d tensors (no host sync;
-        ``actor_loss`` is 0 when no actor step fell in this call)."""
-        cfg, hp, net = self.cfg, self.hparams, self.net
+        of both targets. The batches of all the steps are drawn at once (as SAC's). Returns
+        metrics averaged over their steps as 0-d tensors (no host sync; ``actor_loss`` is 0 when
+        no actor step fell in this call)."""
+        cfg, hp = self.cfg, self.hparams
+        zero = torch.zeros((), device=self.device)
+        if num_updates < 1:
+            return {"qf_loss": zero, "q_mean": zero, "actor_loss": zero}
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
-        stats = torch.zeros(2, device=self.device)
-        actor_sum = torch.zeros((), device=self.device)
-        actor_steps = 0
         hot = self.hot()
+        n, B = num_updates, cfg.batch_size
         policy_noise = self._scalar(hp["policy_noise"])
-        for _ in range(num_updates):
-            b = buffer.sample(cfg.batch_size, gen)
-            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
-                                                      self._randn(cfg.batch_size, gen), policy_noise)
-            self._descend("critic", qf_loss)
+        b = buffer.sample(n * B, gen)
+        with torch.no_grad():
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
+        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        eps = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        tau = hp["tau"]
+        qf, qm, actor = [], [], []
+        for i in range(n):
+            o, a, r, bt, no = (x[i] for x in rows)
+            qf_loss, q_mean = hot["critic loss"](o, a, r, bt, no, eps[i], policy_noise)
+            self._descend(("critic",), [qf_loss])
             self.num_updates += 1
             if self.num_updates % cfg.policy_delay == 0:
-                net.critic.requires_grad_(False)  # gradients to the actions only
-                actor_loss = hot["actor loss"](obs)
-                self._descend("actor", actor_loss)
-                net.critic.requires_grad_(True)
-                polyak_update(net.actor_target, net.actor, hp["tau"])
-                polyak_update(net.critic_target, net.critic, hp["tau"])
-                actor_sum += actor_loss.detach()
-                actor_steps += 1
-            stats += torch.stack([qf_loss, q_mean]).detach()
-        stats /= max(1, num_updates)
-        return {"qf_loss": stats[0], "q_mean": stats[1], "actor_loss": actor_sum / max(1, actor_steps)}
+                actor_loss = hot["actor loss"](o)
+                self._descend(("actor",), [actor_loss])
+                self._polyak_step(tau)  # both targets
+                actor.append(actor_loss)
+            qf.append(qf_loss)
+            qm.append(q_mean)
+        with torch.no_grad():
+            return {"qf_loss": torch.stack(qf).mean(), "q_mean": torch.stack(qm).mean(),
+                    "actor_loss": torch.stack(actor).mean() if actor else zero}
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
     def _hot_functions(self) -> dict:
@@ -156,20 +165,18 @@ class TD3Agent(OffPolicyAgent):
         """Exploration actions from the standard normal draw ``eps``."""
         return explore(self.net.actor(nobs), eps, std)
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
-                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
-        ``eps`` the standard normal draw of the target policy smoothing."""
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                     next_obs: torch.Tensor, eps: torch.Tensor,
+                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(critic loss, mean Q) of a sampled batch (normalized observations; ``bootstrap`` =
+        discount * (1 - terminated)); ``eps`` the standard normal draw of the target policy smoothing."""
         net = self.net
-        obs, next_obs = self._norm(obs), self._norm(next_obs)
         with torch.no_grad():
             next_a = smooth(net.actor_target(next_obs), eps, policy_noise, self.cfg.noise_clip)
-            tq1, tq2 = net.critic_target(next_obs, next_a)
-            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2)
-        q1, q2 = net.critic(obs, action)
-        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a))
+        q = net.critic(obs, action)
+        return ensemble_critic_loss(q, y), q.detach().mean()
 
     def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        """``-mean Q1(s, mu(s))`` on normalized observations."""
-        return td3_actor_loss(self.net.critic.q1(torch.cat([obs, self.net.actor(obs)], -1)).squeeze(-1))
+        """``-mean Q1(s, mu(s))`` on normalized observations (the critic's weights detached)."""
+        return td3_actor_loss(self.net.critic.member(0, obs, self.net.actor(obs), detach=True))
