@@ -246,12 +246,14 @@ class FusedAdam:
     ``opt.step()`` runs (``_fused_adam_``, the same result bit for bit) with the state's lists
     gathered once, not on every step. The state stays ``opt``'s (its ``state_dict`` saves it):
     call :meth:`reset` after ``opt.load_state_dict``. The first step, and any optimizer this does
-    not cover (amsgrad, maximize, capturable, a tensor lr, several groups), go through ``opt.step()``."""
+    not cover (amsgrad, maximize, capturable, a tensor lr, several groups), go through ``opt.step()``.
+    The state's ``step`` tensors become views of one tensor (clone them to save them apart)."""
 
     def __init__(self, opt: torch.optim.Optimizer):
         self.opt = opt
         self.params: list[torch.Tensor] = [p for g in opt.param_groups for p in g["params"]]
         self.lists: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]] | None = None
+        self.flat_step = torch.zeros(0)
 
     def reset(self) -> None:
         """Forget the gathered state (``opt``'s state tensors were replaced)."""
@@ -280,12 +282,17 @@ class FusedAdam:
                     p.grad = None
                 return
             states = [self.opt.state[p] for p in self.params]
+            # the step counts as views of one tensor: one add_ counts them all (a _foreach_add_
+            # over 0-d tensors costs several microseconds per tensor on a CPU)
+            self.flat_step = torch.stack([s["step"] for s in states])
+            for i, s in enumerate(states):
+                s["step"] = self.flat_step[i]
             self.lists = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                           [s["step"] for s in states])
         exp_avg, exp_avg_sq, steps = self.lists
         group = self.opt.param_groups[0]
         beta1, beta2 = group["betas"]
-        torch._foreach_add_(steps, 1)
+        self.flat_step.add_(1)
         torch._fused_adam_(self.params, grads, exp_avg, exp_avg_sq, [], steps, amsgrad=False,
                            lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
                            eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)

@@ -41,6 +41,14 @@ def mlp(sizes: list[int], activation: str) -> nn.Sequential:
 
 
 ACTIVATION_FNS = {"relu": torch.relu, "tanh": torch.tanh, "elu": nn.functional.elu, "silu": nn.functional.silu}
+_aten = torch.ops.aten
+# the activations' backward from (gradient at the output, pre-activation z, output h): autograd's own kernels
+ACTIVATION_GRADS = {
+    "relu": lambda g, z, h: _aten.threshold_backward(g, h, 0.0),
+    "tanh": lambda g, z, h: _aten.tanh_backward(g, h),
+    "elu": lambda g, z, h: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, h),
+    "silu": lambda g, z, h: _aten.silu_backward(g, z),
+}
 
 
 class TwinQ(nn.Module):
@@ -61,6 +69,7 @@ class TwinQ(nn.Module):
         pair = [[m for m in mlp(sizes, activation) if isinstance(m, nn.Linear)] for _ in range(self.MEMBERS)]
         self.num_layers = len(sizes) - 1
         self.activation = ACTIVATION_FNS[activation]
+        self.activation_grad = ACTIVATION_GRADS[activation]
         for i in range(self.num_layers):
             w = torch.stack([layers[i].weight.detach().t() for layers in pair]).contiguous()
             b = torch.stack([layers[i].bias.detach() for layers in pair]).unsqueeze(1)
@@ -80,6 +89,52 @@ class TwinQ(nn.Module):
                 h = self.activation(h)
         return h.squeeze(-1)
 
+    @torch.no_grad()
+    def saved_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]`` without a graph, keeping
+        what :meth:`backward` needs: (``q`` ``[2, B]``, each layer's input, each pre-activation)."""
+        ps = list(self._parameters.values())
+        inputs, pre, h = [], [], x.expand(self.MEMBERS, *x.shape)
+        last = self.num_layers - 1
+        for i in range(self.num_layers):
+            inputs.append(h)
+            z = torch.baddbmm(ps[2 * i + 1], h, ps[2 * i])
+            pre.append(z)
+            h = self.activation(z) if i < last else z
+        return h.squeeze(-1), inputs, pre
+
+    @torch.no_grad()
+    def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
+                 to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The backward pass of :meth:`saved_forward` written out (the chain rule through the
+        layers with autograd's own kernels: the numbers ``torch.autograd.grad`` gives, without
+        building and walking a graph; on a CPU the small networks' cost is per op). ``g``: the
+        gradient at ``q`` ``[2, B]``. Returns (the parameters' gradients in their order if
+        ``params``, else ``[]``; the gradient at the members' inputs ``[2, B, in]`` if ``to_input``)."""
+        ps = list(self._parameters.values())
+        g = g.unsqueeze(-1)
+        grads: list[torch.Tensor] = [g] * (2 * self.num_layers) if params else []
+        last = self.num_layers - 1
+        for i in range(last, -1, -1):
+            if i < last:  # through the activation: g is the gradient at its output, inputs[i + 1]
+                g = self.activation_grad(g, pre[i], inputs[i + 1])
+            if params:
+                grads[2 * i] = torch.bmm(inputs[i].transpose(1, 2), g)
+                grads[2 * i + 1] = g.sum(1, keepdim=True)
+            if i or to_input:
+                g = torch.bmm(g, ps[2 * i].transpose(1, 2))
+        return grads, (g if to_input else None)
+
+    @torch.no_grad()
+    def loss_and_grads(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(:func:`ensemble_critic_loss` of ``target``, mean Q, the loss's gradients by parameter),
+        the backward pass written out (:meth:`backward`)."""
+        q, inputs, pre = self.saved_forward(torch.cat([obs, action], -1))
+        d = q - target
+        grads, _ = self.backward(d * (2.0 / q.shape[1]), inputs, pre)
+        return d.square().mean(-1).sum(), q.mean(), tuple(grads)
+
     def member(self, k: int, obs: torch.Tensor, action: torch.Tensor, detach: bool = False) -> torch.Tensor:
         """``[B]``: ``Q_k(obs, action)`` alone (TD3's actor ascends ``Q1`` only); ``detach`` as in forward."""
         h = torch.cat([obs, action], -1)
@@ -93,6 +148,45 @@ class TwinQ(nn.Module):
             if i < last:
                 h = self.activation(h)
         return h.squeeze(-1)
+
+
+def linears(body: nn.Sequential) -> list[nn.Linear]:
+    """The ``nn.Linear`` layers of an :func:`mlp`, in order."""
+    return [m for m in body if isinstance(m, nn.Linear)]
+
+
+@torch.no_grad()
+def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """An :func:`mlp`'s forward without a graph: (output, each layer's input, each pre-activation)."""
+    act = ACTIVATION_FNS[activation]
+    inputs, pre, h = [], [], x
+    last = len(layers) - 1
+    for i, lin in enumerate(layers):
+        inputs.append(h)
+        z = torch.addmm(lin.bias, h, lin.weight.t())
+        pre.append(z)
+        h = act(z) if i < last else z
+    return h, inputs, pre
+
+
+@torch.no_grad()
+def mlp_backward(layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor],
+                 g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The gradients (weight, bias, layer by layer: the order of ``parameters()``) of an
+    :func:`mlp` from ``g``, the gradient at its output, and :func:`mlp_saved_forward`'s record;
+    written out as :meth:`TwinQ.backward`."""
+    act_grad = ACTIVATION_GRADS[activation]
+    grads: list[torch.Tensor] = [g] * (2 * len(layers))
+    last = len(layers) - 1
+    for i in range(last, -1, -1):
+        if i < last:
+            g = act_grad(g, pre[i], inputs[i + 1])
+        grads[2 * i] = torch.mm(g.t(), inputs[i])
+        grads[2 * i + 1] = g.sum(0)
+        if i:
+            g = torch.mm(g, layers[i].weight)
+    return tuple(grads)
 
 
 def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
@@ -285,19 +379,6 @@ class OffPolicyAgent(nn.Module):
     def _adam(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, fused=True)
 
-    def _descend(self, names: tuple[str, ...], losses: list[torch.Tensor]) -> None:
-        """One step of the optimizers ``names`` down ``losses`` (each loss reaches only its own
-        optimizer's parameters: their sum's gradients are theirs): one ``torch.autograd.grad``
-        for all (no ``.grad`` to zero), then each one's fused Adam (:class:`.FusedAdam`)."""
-        self.optimizers  # noqa: B018  (built on first use)
-        steppers = [self._steppers[n] for n in names]
-        params = [p for s in steppers for p in s.params]
-        grads = torch.autograd.grad(losses, params)
-        i = 0
-        for s in steppers:
-            s.step(grads[i:i + len(s.params)])
-            i += len(s.params)
-
     def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
         """``[(target, online), ...]``: the networks :meth:`_polyak_step` averages (the subclass's)."""
         raise NotImplementedError
@@ -338,7 +419,9 @@ class OffPolicyAgent(nn.Module):
             sd = opt.state_dict()
             for pid, st in sd["state"].items():
                 for k, v in st.items():
-                    t[f"optim.{name}.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+                    # a step is a view of its optimizer's one step tensor (FusedAdam): saved apart
+                    t[f"optim.{name}.{pid}.{k}"] = (v.clone() if k == "step" else v) if torch.is_tensor(v) \
+                        else torch.tensor(v)
             groups[name] = sd["param_groups"]
         return t, {"hparams": dict(self.hparams), "optim_param_groups": groups, "agent_updates": self.num_updates}
 

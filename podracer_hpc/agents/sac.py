@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import SAC_MUTABLE, SACConfig
-from .offpolicy import OffPolicyAgent, TwinQ, ensemble_critic_loss, ensemble_target, frozen_copy, mlp
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward,
+                        mlp_saved_forward)
 from .replay import ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -186,24 +187,25 @@ class SACAgent(OffPolicyAgent):
         eps_next = self._randn(n * B, gen).view(n, B, -1).unbind(0)
         eps_pi = self._randn(n * B, gen).view(n, B, -1).unbind(0)
         fixed_alpha = None if cfg.autotune else self.alpha
-        optims = ("actor", "alpha") if cfg.autotune else ("actor",)
         tau = hp["tau"]
         out: list[list[torch.Tensor]] = [[] for _ in names]
         for i in range(n):
             o, a, r, bt, no = (x[i] for x in rows)
             alpha = net.log_alpha.detach().exp() if fixed_alpha is None else fixed_alpha
             # critics: regress both onto the soft clipped double-Q target
-            qf_loss, q_mean = hot["critic loss"](o, a, r, bt, no, eps_next[i], alpha)
-            self._descend(("critic",), [qf_loss])
-            # actor (maximize min Q - alpha log pi at its own reparameterized actions, through the
-            # critics' detached weights) and temperature (through log alpha only)
-            actor_loss, logp = hot["actor loss"](o, eps_pi[i], alpha)
+            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, eps_next[i], alpha)
+            self._steppers["critic"].step(grads)
+            # actor: maximize min Q - alpha log pi at its own reparameterized actions (the
+            # gradient through the critics reaches the actions only); temperature: its loss
+            # -exp(log alpha) mean(log pi + target) is its own gradient in log alpha
+            actor_loss, logp, grads = hot["actor loss"](o, eps_pi[i], alpha)
+            self._steppers["actor"].step(grads)
             if cfg.autotune:
-                alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
-                self._descend(optims, [actor_loss, alpha_loss])
+                with torch.no_grad():
+                    alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
+                self._steppers["alpha"].step([alpha_loss])
             else:
                 alpha_loss = None
-                self._descend(optims, [actor_loss])
             self._polyak_step(tau)
             for lst, v in zip(out, (qf_loss, actor_loss, alpha_loss, q_mean, logp, alpha)):
                 lst.append(v)
@@ -221,19 +223,42 @@ class SACAgent(OffPolicyAgent):
 
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
                      next_obs: torch.Tensor, eps: torch.Tensor,
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q) of a sampled batch (normalized observations; ``bootstrap`` =
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
         discount * (1 - terminated)); ``eps`` the standard normal draw of the next actions."""
         net = self.net
         with torch.no_grad():
             next_a, next_logp = net.actor.sample_from(next_obs, eps)
             y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a), next_logp, alpha)
-        q = net.critic(obs, action)
-        return ensemble_critic_loss(q, y), q.detach().mean()
+        return net.critic.loss_and_grads(obs, action, y)
 
+    @torch.no_grad()
     def _actor_loss(self, obs: torch.Tensor, eps: torch.Tensor,
-                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actor loss, log-probabilities) at the policy's actions (``eps``: their draw); the
-        critics' weights detached (the gradient reaches the actions only)."""
-        a, logp = self.net.actor.sample_from(obs, eps)
-        return (alpha * logp - self.net.critic(obs, a, detach=True).amin(0)).mean(), logp
+                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
+        policy's actions (``eps``: their draw), the backward pass written out (as the critics':
+        :meth:`.TwinQ.backward`): ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the
+        critics (their weights unchanged) to the actions only."""
+        net, act_name = self.net, self.cfg.activation
+        layers = linears(net.actor.body)
+        out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
+        mean, raw = out.chunk(2, -1)
+        t = torch.tanh(raw)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t + 1.0)
+        std = torch.exp(log_std)
+        u = mean + std * eps
+        a = torch.tanh(u)
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        logp = (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
+        q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
+        q_min = q.amin(0)
+        rows = obs.shape[0]
+        loss = (alpha * logp - q_min).mean()
+        low = (q == q_min).to(q.dtype)  # amin's gradient: shared evenly by ties
+        _, g_x = net.critic.backward(low * (-1.0 / rows) / low.sum(0), q_in, q_pre, params=False, to_input=True)
+        g_logp = alpha / rows
+        g_u = g_x.sum(0)[:, self.obs_dim:] * (1.0 - a.square()) + (2.0 * g_logp) * a
+        g_log_std = g_u * std * eps - g_logp
+        g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1.0 - t.square())
+        grads = mlp_backward(layers, act_name, inputs, pre, torch.cat([g_u, g_raw], -1))
+        return loss, logp, grads

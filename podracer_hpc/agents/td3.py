@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import TD3_MUTABLE, TD3Config
-from .offpolicy import OffPolicyAgent, TwinQ, ensemble_critic_loss, ensemble_target, frozen_copy, mlp
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward,
+                        mlp_saved_forward)
 from .replay import ReplayBuffer
 
 
@@ -143,12 +144,12 @@ class TD3Agent(OffPolicyAgent):
         qf, qm, actor = [], [], []
         for i in range(n):
             o, a, r, bt, no = (x[i] for x in rows)
-            qf_loss, q_mean = hot["critic loss"](o, a, r, bt, no, eps[i], policy_noise)
-            self._descend(("critic",), [qf_loss])
+            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, eps[i], policy_noise)
+            self._steppers["critic"].step(grads)
             self.num_updates += 1
             if self.num_updates % cfg.policy_delay == 0:
-                actor_loss = hot["actor loss"](o)
-                self._descend(("actor",), [actor_loss])
+                actor_loss, grads = hot["actor loss"](o)
+                self._steppers["actor"].step(grads)
                 self._polyak_step(tau)  # both targets
                 actor.append(actor_loss)
             qf.append(qf_loss)
@@ -167,16 +168,27 @@ class TD3Agent(OffPolicyAgent):
 
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
                      next_obs: torch.Tensor, eps: torch.Tensor,
-                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q) of a sampled batch (normalized observations; ``bootstrap`` =
+                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
         discount * (1 - terminated)); ``eps`` the standard normal draw of the target policy smoothing."""
         net = self.net
         with torch.no_grad():
             next_a = smooth(net.actor_target(next_obs), eps, policy_noise, self.cfg.noise_clip)
             y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a))
-        q = net.critic(obs, action)
-        return ensemble_critic_loss(q, y), q.detach().mean()
+        return net.critic.loss_and_grads(obs, action, y)
 
-    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        """``-mean Q1(s, mu(s))`` on normalized observations (the critic's weights detached)."""
-        return td3_actor_loss(self.net.critic.member(0, obs, self.net.actor(obs), detach=True))
+    @torch.no_grad()
+    def _actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(``-mean Q1(s, mu(s))`` on normalized observations, its gradients in the actor's
+        parameters), the backward pass written out (as the critics': :meth:`.TwinQ.backward`;
+        through the first critic, its weights unchanged, to the actions only)."""
+        net, act_name = self.net, self.cfg.activation
+        layers = linears(net.actor.body)
+        out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
+        a = torch.tanh(out)
+        q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
+        first = torch.zeros_like(q)
+        first[0] = -1.0 / obs.shape[0]  # Q2 takes no part
+        _, g_x = net.critic.backward(first, q_in, q_pre, params=False, to_input=True)
+        g_out = g_x[0, :, self.obs_dim:] * (1.0 - a.square())
+        return td3_actor_loss(q[0]), mlp_backward(layers, act_name, inputs, pre, g_out)
