@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from podracer_hpc.agents.compiled import FusedAdam
-from podracer_hpc.agents.offpolicy import TwinQ, critic_loss, mlp, upgrade_twin_q_state
+from podracer_hpc.agents.offpolicy import (TwinQ, clipped_double_q_target, critic_loss, ensemble_target, mlp,
+                                          upgrade_twin_q_state)
 from podracer_hpc.agents.sac import SACAgent, SACConfig, sac_actor_loss, squashed_gaussian_log_prob
 from podracer_hpc.agents.td3 import TD3Agent, TD3Config, td3_actor_loss
 
@@ -75,6 +76,18 @@ def test_the_batched_critics_equal_two_separate_ones(activation, hidden, one_tor
     det = q(obs, a_in, detach=True)
     det.sum().backward()
     assert a_in.grad is not None and all(p.grad is None for p in q.parameters())
+
+
+@pytest.mark.parametrize("with_entropy", [False, True])
+def test_the_ensemble_target_is_the_clipped_double_q_target(with_entropy):
+    g = torch.Generator().manual_seed(2)
+    r, q, logp = torch.randn(9, generator=g), torch.randn(2, 9, generator=g), torch.randn(9, generator=g)
+    term = torch.rand(9, generator=g) < 0.3
+    disc = 0.99 ** torch.randint(1, 4, (9,), generator=g).float()
+    want = clipped_double_q_target(r, term, disc, q[0], q[1], logp if with_entropy else None, 0.2)
+    got = ensemble_target(r, disc * ~term, q, logp if with_entropy else None, 0.2)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-7)
+    assert term.any() and not term.all()
 
 
 def reference_sac_actor_grads(agent: SACAgent, obs: torch.Tensor, eps: torch.Tensor, alpha: float):

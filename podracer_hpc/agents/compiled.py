@@ -7,7 +7,8 @@ so a compiled agent consumes its random streams as the eager one does and the tw
 floating point reassociation (tests/test_compile.py states the tolerance). The backward pass runs
 through AOTAutograd's compiled backward; the optimizer steps call fused Adam's kernel directly
 (:func:`adam_step`, with :func:`zero_grads` and :func:`clip_grad_norm`: torch's own ops without
-their per-call bookkeeping, the same results bit for bit). On a CPU the off-policy agents leave
+their per-call bookkeeping, the same results bit for bit; the off-policy agents hand their
+gradients, computed without a graph, to :class:`FusedAdam`). On a CPU the off-policy agents leave
 their actor loss and policy step eager (measured slower compiled: ``OffPolicyAgent.CPU_EAGER``).
 
 Modes: ``off`` (eager, the default), ``on`` (torch.compile, inductor), ``cudagraphs`` (on a CUDA

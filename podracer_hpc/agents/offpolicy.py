@@ -6,7 +6,11 @@ contract that does not depend on the algorithm (hyperparameters, normalizer, laz
 ``state()``/``load()``). :mod:`.sac` and :mod:`.td3` add their actor, ``act`` and ``update``.
 
 Nothing here loops over environments or reads a value back to the host: metrics come back as
-tensors. The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
+tensors. The update is cheap on a CPU, where small networks cost per op, not per flop: the twin
+critics are one batched ensemble (:class:`TwinQ`), the critic's and actor's backward passes are
+written out (:meth:`TwinQ.backward`, :func:`mlp_backward`: autograd's kernels without a graph),
+Adam is one fused kernel per optimizer (:class:`.compiled.FusedAdam`) and the targets follow in
+one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
 sampled batch with its current statistics at update time, so changing statistics never leave
 stale normalized data in the buffer.
 """
@@ -128,7 +132,7 @@ class TwinQ(nn.Module):
     @torch.no_grad()
     def loss_and_grads(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """(:func:`ensemble_critic_loss` of ``target``, mean Q, the loss's gradients by parameter),
+        """(:func:`critic_loss` of ``target``, ``sum_k mean (Q_k - y)^2``; mean Q; the loss's gradients by parameter),
         the backward pass written out (:meth:`backward`)."""
         q, inputs, pre = self.saved_forward(torch.cat([obs, action], -1))
         d = q - target
@@ -270,11 +274,6 @@ def ensemble_target(reward: torch.Tensor, bootstrap: torch.Tensor, next_q: torch
     if next_logp is not None:
         next_v = next_v - alpha * next_logp
     return reward + bootstrap * next_v
-
-
-def ensemble_critic_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """:func:`critic_loss` of the ensemble's ``q`` ``[2, B]``: ``sum_k mean (Q_k - y)^2``."""
-    return (q - target).square().mean(-1).sum()
 
 
 @torch.no_grad()
@@ -434,7 +433,9 @@ class OffPolicyAgent(nn.Module):
         """Take over an agent's networks (online and target), statistics and, if ``optimizer``,
         its optimizers and update count (an agent that will only act skips them); its
         hyperparameters only if ``hparams``. Raises KeyError/RuntimeError/ValueError on a state
-        that does not fit; an agent that never updated has no optimizer tensors (fine)."""
+        that does not fit; an agent that never updated has no optimizer tensors (fine). A state
+        of the two-module twin critics (written before :class:`TwinQ` was one ensemble) is
+        converted first (:func:`upgrade_twin_q_state`)."""
         dev = self.device
         tensors, meta = upgrade_twin_q_state(tensors, meta)
 
