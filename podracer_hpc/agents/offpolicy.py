@@ -93,10 +93,9 @@ class TwinQ(nn.Module):
                 h = self.activation(h)
         return h.squeeze(-1)
 
-    @torch.no_grad()
     def saved_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]`` without a graph, keeping
-        what :meth:`backward` needs: (``q`` ``[2, B]``, each layer's input, each pre-activation)."""
+        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]``, keeping what
+        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``, each layer's input, each pre-activation)."""
         ps = list(self._parameters.values())
         inputs, pre, h = [], [], x.expand(self.MEMBERS, *x.shape)
         last = self.num_layers - 1
@@ -107,7 +106,6 @@ class TwinQ(nn.Module):
             h = self.activation(z) if i < last else z
         return h.squeeze(-1), inputs, pre
 
-    @torch.no_grad()
     def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
                  to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """The backward pass of :meth:`saved_forward` written out (the chain rule through the
@@ -159,10 +157,22 @@ def linears(body: nn.Sequential) -> list[nn.Linear]:
     return [m for m in body if isinstance(m, nn.Linear)]
 
 
-@torch.no_grad()
+def mlp_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Sequential(*layers with activations)(x)`` for a 2-D ``x``, one ``addmm`` a layer
+    (what ``nn.Linear`` computes, without the modules' per-call overhead)."""
+    act = ACTIVATION_FNS[activation]
+    last = len(layers) - 1
+    for i, lin in enumerate(layers):
+        x = torch.addmm(lin.bias, x, lin.weight.t())
+        if i < last:
+            x = act(x)
+    return x
+
+
 def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
                       ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """An :func:`mlp`'s forward without a graph: (output, each layer's input, each pre-activation)."""
+    """An :func:`mlp`'s forward keeping (output, each layer's input, each pre-activation) for
+    :func:`mlp_backward` (call both under ``torch.no_grad()``, as the agents' update does)."""
     act = ACTIVATION_FNS[activation]
     inputs, pre, h = [], [], x
     last = len(layers) - 1
@@ -174,7 +184,6 @@ def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
     return h, inputs, pre
 
 
-@torch.no_grad()
 def mlp_backward(layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor],
                  g: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The gradients (weight, bias, layer by layer: the order of ``parameters()``) of an

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from .settings import SAC_MUTABLE, SACConfig
-from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward,
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
                         mlp_saved_forward)
 from .replay import ReplayBuffer
 
@@ -47,9 +47,11 @@ class SquashedGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
         super().__init__()
         self.body = mlp([obs_dim, *hidden_sizes, 2 * act_dim], activation)
+        self.activation = activation
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw = self.body(obs).chunk(2, -1)
+        out = mlp_forward(linears(self.body), self.activation, obs) if obs.dim() == 2 else self.body(obs)
+        mean, raw = out.chunk(2, -1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from .settings import TD3_MUTABLE, TD3Config
-from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward,
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
                         mlp_saved_forward)
 from .replay import ReplayBuffer
 
@@ -30,9 +30,11 @@ class DeterministicActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
         super().__init__()
         self.body = mlp([obs_dim, *hidden_sizes, act_dim], activation)
+        self.activation = activation
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.body(obs))
+        out = mlp_forward(linears(self.body), self.activation, obs) if obs.dim() == 2 else self.body(obs)
+        return torch.tanh(out)
 
 
 def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: float,
