@@ -6,7 +6,11 @@ contract that does not depend on the algorithm (hyperparameters, normalizer, laz
 ``state()``/``load()``). :mod:`.sac` and :mod:`.td3` add their actor, ``act`` and ``update``.
 
 Nothing here loops over environments or reads a value back to the host: metrics come back as
-tensors. The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
+tensors. The update is cheap on a CPU, where small networks cost per op, not per flop: the twin
+critics are one batched ensemble (:class:`TwinQ`), the critic's and actor's backward passes are
+written out (:meth:`TwinQ.backward`, :func:`mlp_backward`: autograd's kernels without a graph),
+Adam is one fused kernel per optimizer (:class:`.compiled.FusedAdam`) and the targets follow in
+one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
 sampled batch with its current statistics at update time, so changing statistics never leave
 stale normalized data in the buffer.
 """
@@ -21,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
-from .compiled import Compiled, adam_step, compiled, zero_grads
+from .compiled import Compiled, FusedAdam, compiled
 from .ppo import RunningMeanStd
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
@@ -40,18 +44,198 @@ def mlp(sizes: list[int], activation: str) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+ACTIVATION_FNS = {"relu": torch.relu, "tanh": torch.tanh, "elu": nn.functional.elu, "silu": nn.functional.silu}
+_aten = torch.ops.aten
+# the activations' backward from (gradient at the output, pre-activation z, output h): autograd's own kernels
+ACTIVATION_GRADS = {
+    "relu": lambda g, z, h: _aten.threshold_backward(g, h, 0.0),
+    "tanh": lambda g, z, h: _aten.tanh_backward(g, h),
+    "elu": lambda g, z, h: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, h),
+    "silu": lambda g, z, h: _aten.silu_backward(g, z),
+}
+
+
 class TwinQ(nn.Module):
-    """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair)."""
+    """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair) as one batched
+    ensemble: layer ``l`` of both is one ``torch.baddbmm`` on stacked weights ``w{l}``
+    ``[2, in, out]`` (``nn.Linear``'s transposed) and biases ``b{l}`` ``[2, 1, out]`` (one forward and one backward for the pair,
+    not two: on a CPU the small networks' cost is the per-op overhead). Initialized as two
+    ``nn.Linear`` MLPs would be (PyTorch's default, the same draws), so member ``k`` is exactly the
+    MLP whose layer ``l`` has weight ``w{l}[k].T`` and bias ``b{l}[k, 0]``; the state keys are
+    ``w0, b0, w1, ...`` (checkpoints of the two-module layout, ``q1.*``/``q2.*``, are converted on
+    load: :func:`upgrade_twin_q_state`)."""
+
+    MEMBERS = 2
 
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
         super().__init__()
         sizes = [obs_dim + act_dim, *hidden_sizes, 1]
-        self.q1 = mlp(sizes, activation)
-        self.q2 = mlp(sizes, activation)
+        pair = [[m for m in mlp(sizes, activation) if isinstance(m, nn.Linear)] for _ in range(self.MEMBERS)]
+        self.num_layers = len(sizes) - 1
+        self.activation = ACTIVATION_FNS[activation]
+        self.activation_grad = ACTIVATION_GRADS[activation]
+        for i in range(self.num_layers):
+            w = torch.stack([layers[i].weight.detach().t() for layers in pair]).contiguous()
+            b = torch.stack([layers[i].bias.detach() for layers in pair]).unsqueeze(1)
+            self.register_parameter(f"w{i}", nn.Parameter(w))
+            self.register_parameter(f"b{i}", nn.Parameter(b))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """``[2, B]``: row ``k`` is ``Q_k(obs, action)`` (unpacks as ``q1, q2 = critic(obs, action)``).
+        ``detach``: with the weights detached (gradients reach the inputs only: the actor loss)."""
         x = torch.cat([obs, action], -1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+        ps = [p.detach() for p in self._parameters.values()] if detach else list(self._parameters.values())
+        h = x.expand(self.MEMBERS, *x.shape)
+        last = self.num_layers - 1
+        for i in range(self.num_layers):
+            h = torch.baddbmm(ps[2 * i + 1], h, ps[2 * i])
+            if i < last:
+                h = self.activation(h)
+        return h.squeeze(-1)
+
+    def saved_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]``, keeping what
+        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``, each layer's input, each pre-activation)."""
+        ps = list(self._parameters.values())
+        inputs, pre, h = [], [], x.expand(self.MEMBERS, *x.shape)
+        last = self.num_layers - 1
+        for i in range(self.num_layers):
+            inputs.append(h)
+            z = torch.baddbmm(ps[2 * i + 1], h, ps[2 * i])
+            pre.append(z)
+            h = self.activation(z) if i < last else z
+        return h.squeeze(-1), inputs, pre
+
+    def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
+                 to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The backward pass of :meth:`saved_forward` written out (the chain rule through the
+        layers with autograd's own kernels: the numbers ``torch.autograd.grad`` gives, without
+        building and walking a graph; on a CPU the small networks' cost is per op). ``g``: the
+        gradient at ``q`` ``[2, B]``. Returns (the parameters' gradients in their order if
+        ``params``, else ``[]``; the gradient at the members' inputs ``[2, B, in]`` if ``to_input``)."""
+        ps = list(self._parameters.values())
+        g = g.unsqueeze(-1)
+        grads: list[torch.Tensor] = [g] * (2 * self.num_layers) if params else []
+        last = self.num_layers - 1
+        for i in range(last, -1, -1):
+            if i < last:  # through the activation: g is the gradient at its output, inputs[i + 1]
+                g = self.activation_grad(g, pre[i], inputs[i + 1])
+            if params:
+                grads[2 * i] = torch.bmm(inputs[i].transpose(1, 2), g)
+                grads[2 * i + 1] = g.sum(1, keepdim=True)
+            if i or to_input:
+                g = torch.bmm(g, ps[2 * i].transpose(1, 2))
+        return grads, (g if to_input else None)
+
+    @torch.no_grad()
+    def loss_and_grads(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(:func:`critic_loss` of ``target``, ``sum_k mean (Q_k - y)^2``; mean Q; the loss's gradients by parameter),
+        the backward pass written out (:meth:`backward`)."""
+        q, inputs, pre = self.saved_forward(torch.cat([obs, action], -1))
+        d = q - target
+        grads, _ = self.backward(d * (2.0 / q.shape[1]), inputs, pre)
+        return d.square().mean(-1).sum(), q.mean(), tuple(grads)
+
+    def member(self, k: int, obs: torch.Tensor, action: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """``[B]``: ``Q_k(obs, action)`` alone (TD3's actor ascends ``Q1`` only); ``detach`` as in forward."""
+        h = torch.cat([obs, action], -1)
+        ps = list(self._parameters.values())
+        last = self.num_layers - 1
+        for i in range(self.num_layers):
+            w, b = ps[2 * i][k], ps[2 * i + 1][k, 0]
+            if detach:
+                w, b = w.detach(), b.detach()
+            h = torch.addmm(b, h, w)
+            if i < last:
+                h = self.activation(h)
+        return h.squeeze(-1)
+
+
+def linears(body: nn.Sequential) -> list[nn.Linear]:
+    """The ``nn.Linear`` layers of an :func:`mlp`, in order."""
+    return [m for m in body if isinstance(m, nn.Linear)]
+
+
+def mlp_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Sequential(*layers with activations)(x)`` for a 2-D ``x``, one ``addmm`` a layer
+    (what ``nn.Linear`` computes, without the modules' per-call overhead)."""
+    act = ACTIVATION_FNS[activation]
+    last = len(layers) - 1
+    for i, lin in enumerate(layers):
+        x = torch.addmm(lin.bias, x, lin.weight.t())
+        if i < last:
+            x = act(x)
+    return x
+
+
+def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """An :func:`mlp`'s forward keeping (output, each layer's input, each pre-activation) for
+    :func:`mlp_backward` (call both under ``torch.no_grad()``, as the agents' update does)."""
+    act = ACTIVATION_FNS[activation]
+    inputs, pre, h = [], [], x
+    last = len(layers) - 1
+    for i, lin in enumerate(layers):
+        inputs.append(h)
+        z = torch.addmm(lin.bias, h, lin.weight.t())
+        pre.append(z)
+        h = act(z) if i < last else z
+    return h, inputs, pre
+
+
+def mlp_backward(layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor],
+                 g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The gradients (weight, bias, layer by layer: the order of ``parameters()``) of an
+    :func:`mlp` from ``g``, the gradient at its output, and :func:`mlp_saved_forward`'s record;
+    written out as :meth:`TwinQ.backward`."""
+    act_grad = ACTIVATION_GRADS[activation]
+    grads: list[torch.Tensor] = [g] * (2 * len(layers))
+    last = len(layers) - 1
+    for i in range(last, -1, -1):
+        if i < last:
+            g = act_grad(g, pre[i], inputs[i + 1])
+        grads[2 * i] = torch.mm(g.t(), inputs[i])
+        grads[2 * i + 1] = g.sum(0)
+        if i:
+            g = torch.mm(g, layers[i].weight)
+    return tuple(grads)
+
+
+def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                         modules: tuple[str, ...] = ("net.critic.", "net.critic_target.")
+                         ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A state of the two-module twin critics (``q1.{2l}.weight``, ..., written before the
+    batched :class:`TwinQ`) in the stacked layout, its ``critic`` optimizer's moments and
+    parameter ids included (Adam's are elementwise: stacking them is exact); any other state as
+    it is. Returns new dicts (the arguments are not changed)."""
+    if not any(k.startswith(modules[0] + "q1.") for k in tensors):
+        return tensors, meta
+    out = {k: v for k, v in tensors.items() if not any(k.startswith(m + "q") for m in modules)}
+    layers = sorted({int(k[len(modules[0]) + 3:].split(".")[0]) for k in tensors if k.startswith(modules[0] + "q1.")})
+    for m in modules:
+        for i, idx in enumerate(layers):
+            pair = [(tensors[f"{m}q{j}.{idx}.weight"], tensors[f"{m}q{j}.{idx}.bias"]) for j in (1, 2)]
+            out[f"{m}w{i}"] = torch.stack([w.t() for w, _ in pair]).contiguous()
+            out[f"{m}b{i}"] = torch.stack([b for _, b in pair]).unsqueeze(1)
+    n = 2 * len(layers)  # parameters per critic: old ids 0..n-1 (q1) and n..2n-1 (q2), new ids 0..n-1
+    prefix = "optim.critic."
+    old = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    for k in old:
+        del out[prefix + k]
+    for pid in range(n):
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            a, b = old.get(f"{pid}.{key}"), old.get(f"{pid + n}.{key}")
+            if a is None or b is None:
+                continue
+            out[f"{prefix}{pid}.{key}"] = a.clone() if key == "step" else (
+                torch.stack([a, b]).unsqueeze(1) if pid % 2 else torch.stack([a.t(), b.t()]).contiguous())
+    meta = dict(meta)
+    groups = dict(meta.get("optim_param_groups") or {})
+    if "critic" in groups:
+        groups["critic"] = [{**g, "params": list(range(n))} for g in groups["critic"]]
+        meta["optim_param_groups"] = groups
+    return out, meta
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -89,6 +273,16 @@ def clipped_double_q_target(
 def critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """``mean (Q1 - y)^2 + mean (Q2 - y)^2`` (the target carries no gradient)."""
     return (q1 - target).square().mean() + (q2 - target).square().mean()
+
+
+def ensemble_target(reward: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,
+                    next_logp: torch.Tensor | None = None, alpha: torch.Tensor | float = 0.0) -> torch.Tensor:
+    """:func:`clipped_double_q_target` of the ensemble's ``next_q`` ``[2, B]``, with
+    ``bootstrap = discount * (1 - terminated)`` computed beforehand (once for all the updates of a call)."""
+    next_v = next_q.amin(0)
+    if next_logp is not None:
+        next_v = next_v - alpha * next_logp
+    return reward + bootstrap * next_v
 
 
 @torch.no_grad()
@@ -136,6 +330,8 @@ class OffPolicyAgent(nn.Module):
         self.device = torch.device(device)
         self.obs_rms = RunningMeanStd((obs_dim,), device=device)
         self._optimizers: dict[str, torch.optim.Optimizer] | None = None  # built on first use
+        self._steppers: dict[str, FusedAdam] = {}  # their lean steps (FusedAdam), built with them
+        self._polyak: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None  # (targets, online), flat
         self.num_updates = 0  # gradient updates so far (TD3's actor delay counts them); in the meta
         self.mutable: tuple[str, ...] = self.MUTABLE
         self.hparams: dict[str, float] = {}
@@ -185,23 +381,23 @@ class OffPolicyAgent(nn.Module):
         """``{name: Adam}``, built on first use (see the class doc)."""
         if self._optimizers is None:
             self._optimizers = self._build_optimizers()
+            self._steppers = {name: FusedAdam(opt) for name, opt in self._optimizers.items()}
         return self._optimizers
 
     def _adam(self, params: list[nn.Parameter], lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, fused=True)
 
-    def _descend(self, name: str, loss: torch.Tensor) -> None:
-        """One step of optimizer ``name`` down ``loss`` (zero the gradients, backward, Adam); when
-        compiled, without torch's per-call bookkeeping (agents/compiled.py; the same results)."""
-        opt = self.optimizers[name]
-        if self.hot()["on"]:
-            zero_grads([p for g in opt.param_groups for p in g["params"]])
-            loss.backward()
-            adam_step(opt)
-        else:
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        """``[(target, online), ...]``: the networks :meth:`_polyak_step` averages (the subclass's)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def _polyak_step(self, tau: float) -> None:
+        """:func:`polyak_update` of every pair of :meth:`_polyak_pairs` in one ``_foreach_lerp_``."""
+        if self._polyak is None:
+            pairs = self._polyak_pairs()
+            self._polyak = ([p for t, _ in pairs for p in t.parameters()], [p for _, o in pairs for p in o.parameters()])
+        torch._foreach_lerp_(self._polyak[0], self._polyak[1], tau)
 
     def _set_lr(self, name: str, lr: float) -> None:
         for group in self.optimizers[name].param_groups:
@@ -231,7 +427,9 @@ class OffPolicyAgent(nn.Module):
             sd = opt.state_dict()
             for pid, st in sd["state"].items():
                 for k, v in st.items():
-                    t[f"optim.{name}.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+                    # a step is a view of its optimizer's one step tensor (FusedAdam): saved apart
+                    t[f"optim.{name}.{pid}.{k}"] = (v.clone() if k == "step" else v) if torch.is_tensor(v) \
+                        else torch.tensor(v)
             groups[name] = sd["param_groups"]
         return t, {"hparams": dict(self.hparams), "optim_param_groups": groups, "agent_updates": self.num_updates}
 
@@ -244,8 +442,11 @@ class OffPolicyAgent(nn.Module):
         """Take over an agent's networks (online and target), statistics and, if ``optimizer``,
         its optimizers and update count (an agent that will only act skips them); its
         hyperparameters only if ``hparams``. Raises KeyError/RuntimeError/ValueError on a state
-        that does not fit; an agent that never updated has no optimizer tensors (fine)."""
+        that does not fit; an agent that never updated has no optimizer tensors (fine). A state
+        of the two-module twin critics (written before :class:`TwinQ` was one ensemble) is
+        converted first (:func:`upgrade_twin_q_state`)."""
         dev = self.device
+        tensors, meta = upgrade_twin_q_state(tensors, meta)
 
         def sub(prefix: str) -> dict[str, torch.Tensor]:
             return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
@@ -261,6 +462,7 @@ class OffPolicyAgent(nn.Module):
             for name, opt in self.optimizers.items():
                 opt.load_state_dict({"state": states.get(name, {}),
                                      "param_groups": groups.get(name) or opt.state_dict()["param_groups"]})
+                self._steppers[name].reset()
             self.num_updates = int(meta.get("agent_updates", 0))
         if hparams:
             src = meta.get("hparams") or {}

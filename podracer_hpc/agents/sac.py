@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import SAC_MUTABLE, SACConfig
-from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
-                        polyak_update)
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
+                        mlp_saved_forward)
 from .replay import ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -47,9 +47,11 @@ class SquashedGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
         super().__init__()
         self.body = mlp([obs_dim, *hidden_sizes, 2 * act_dim], activation)
+        self.activation = activation
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw = self.body(obs).chunk(2, -1)
+        out = mlp_forward(linears(self.body), self.activation, obs) if obs.dim() == 2 else self.body(obs)
+        mean, raw = out.chunk(2, -1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
         return mean, log_std
 
@@ -66,9 +68,12 @@ class SquashedGaussianActor(nn.Module):
 
     @staticmethod
     def squash(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``."""
+        """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``: :func:`squashed_gaussian_log_prob`
+        with its standardized ``(u - mean) / std`` taken as ``eps`` itself (what it is, without
+        the round trip: fewer ops, the same density and gradients)."""
         u = mean + torch.exp(log_std) * eps
-        return torch.tanh(u), squashed_gaussian_log_prob(u, mean, log_std)
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        return torch.tanh(u), (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
 
 
 class SquashedMean(nn.Module):
@@ -157,65 +162,105 @@ class SACAgent(OffPolicyAgent):
         return SquashedMean(copy.deepcopy(self.net.actor))
 
     # --- learning ------------------------------------------------------------------------
+    def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.net.critic_target, self.net.critic)]
+
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
         """``num_updates`` gradient steps, each on a fresh batch of ``cfg.batch_size`` from
-        ``buffer``: critics, actor, temperature, then the targets. Returns the metrics averaged
-        over the steps as 0-d tensors (no host sync)."""
+        ``buffer``: critics, then actor and temperature (one backward for both), then the targets.
+        The batches of all the steps are drawn at once (one draw of indices, noises and n-step
+        returns; the buffer does not change between the steps). Returns the metrics averaged over
+        the steps as 0-d tensors (no host sync)."""
         cfg, hp, net = self.cfg, self.hparams, self.net
+        names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
+        if num_updates < 1:
+            return {k: torch.zeros((), device=self.device) for k in names}
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
         if cfg.autotune:
             self._set_lr("alpha", hp["alpha_lr"])
         hot = self.hot()
-        stats = torch.zeros(6, device=self.device)
-        for _ in range(num_updates):
-            b = buffer.sample(cfg.batch_size, gen)
-            alpha = self.alpha
+        n, B = num_updates, cfg.batch_size
+        b = buffer.sample(n * B, gen)
+        with torch.no_grad():
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
+        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        eps_next = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        eps_pi = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        fixed_alpha = None if cfg.autotune else self.alpha
+        tau = hp["tau"]
+        out: list[list[torch.Tensor]] = [[] for _ in names]
+        for i in range(n):
+            o, a, r, bt, no = (x[i] for x in rows)
+            alpha = net.log_alpha.detach().exp() if fixed_alpha is None else fixed_alpha
             # critics: regress both onto the soft clipped double-Q target
-            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
-                                                      self._randn(cfg.batch_size, gen), alpha)
-            self._descend("critic", qf_loss)
-            # actor: maximize min Q - alpha log pi at its own (reparameterized) actions
-            eps = self._randn(cfg.batch_size, gen)
-            net.critic.requires_grad_(False)  # gradients to the actions only, not the critics' weights
-            actor_loss, logp = hot["actor loss"](obs, eps, alpha)
-            self._descend("actor", actor_loss)
-            net.critic.requires_grad_(True)
-            # temperature
+            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, eps_next[i], alpha)
+            self._steppers["critic"].step(grads)
+            # actor: maximize min Q - alpha log pi at its own reparameterized actions (the
+            # gradient through the critics reaches the actions only); temperature: its loss
+            # -exp(log alpha) mean(log pi + target) is its own gradient in log alpha
+            actor_loss, logp, grads = hot["actor loss"](o, eps_pi[i], alpha)
+            self._steppers["actor"].step(grads)
             if cfg.autotune:
-                alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
-                self._descend("alpha", alpha_loss)
+                with torch.no_grad():
+                    alpha_loss = temperature_loss(net.log_alpha, logp, self.target_entropy)
+                self._steppers["alpha"].step([alpha_loss])
             else:
-                alpha_loss = torch.zeros((), device=self.device)
-            polyak_update(net.critic_target, net.critic, hp["tau"])
-            self.num_updates += 1
-            stats += torch.stack([qf_loss, actor_loss, alpha_loss, q_mean, -logp.mean(), alpha]).detach()
-        stats /= max(1, num_updates)
-        names = ["qf_loss", "actor_loss", "alpha_loss", "q_mean", "entropy", "alpha"]
-        return dict(zip(names, stats.unbind()))
+                alpha_loss = None
+            self._polyak_step(tau)
+            for lst, v in zip(out, (qf_loss, actor_loss, alpha_loss, q_mean, logp, alpha)):
+                lst.append(v)
+        self.num_updates += n
+        with torch.no_grad():
+            zero = torch.zeros((), device=self.device)
+            means = [torch.stack(v).mean() if v[0] is not None else zero for v in out]
+        means[4] = -means[4]  # entropy: -mean log pi
+        return dict(zip(names, means))
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
     def _hot_functions(self) -> dict:
         return {"policy step": self.net.actor.sample_from, "critic loss": self._critic_loss,
                 "actor loss": self._actor_loss}
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
-        ``eps`` the standard normal draw of the next actions."""
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                     next_obs: torch.Tensor, eps: torch.Tensor,
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
+        discount * (1 - terminated)); ``eps`` the standard normal draw of the next actions."""
         net = self.net
-        obs, next_obs = self._norm(obs), self._norm(next_obs)
         with torch.no_grad():
             next_a, next_logp = net.actor.sample_from(next_obs, eps)
-            tq1, tq2 = net.critic_target(next_obs, next_a)
-            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2, next_logp, alpha)
-        q1, q2 = net.critic(obs, action)
-        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a), next_logp, alpha)
+        return net.critic.loss_and_grads(obs, action, y)
 
+    @torch.no_grad()
     def _actor_loss(self, obs: torch.Tensor, eps: torch.Tensor,
-                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(actor loss, log-probabilities) at the policy's actions (``eps``: their draw)."""
-        a, logp = self.net.actor.sample_from(obs, eps)
-        pq1, pq2 = self.net.critic(obs, a)
-        return sac_actor_loss(logp, pq1, pq2, alpha), logp
+                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
+        policy's actions (``eps``: their draw), the backward pass written out (as the critics':
+        :meth:`.TwinQ.backward`): ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the
+        critics (their weights unchanged) to the actions only."""
+        net, act_name = self.net, self.cfg.activation
+        layers = linears(net.actor.body)
+        out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
+        mean, raw = out.chunk(2, -1)
+        t = torch.tanh(raw)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t + 1.0)
+        std = torch.exp(log_std)
+        u = mean + std * eps
+        a = torch.tanh(u)
+        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+        logp = (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
+        q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
+        q_min = q.amin(0)
+        rows = obs.shape[0]
+        loss = (alpha * logp - q_min).mean()
+        low = (q == q_min).to(q.dtype)  # amin's gradient: shared evenly by ties
+        _, g_x = net.critic.backward(low * (-1.0 / rows) / low.sum(0), q_in, q_pre, params=False, to_input=True)
+        g_logp = alpha / rows
+        g_u = g_x.sum(0)[:, self.obs_dim:] * (1.0 - a.square()) + (2.0 * g_logp) * a
+        g_log_std = g_u * std * eps - g_logp
+        g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1.0 - t.square())
+        grads = mlp_backward(layers, act_name, inputs, pre, torch.cat([g_u, g_raw], -1))
+        return loss, logp, grads

@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import TD3_MUTABLE, TD3Config
-from .offpolicy import (OffPolicyAgent, TwinQ, clipped_double_q_target, critic_loss, frozen_copy, mlp,
-                        polyak_update)
+from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
+                        mlp_saved_forward)
 from .replay import ReplayBuffer
 
 
@@ -30,9 +30,11 @@ class DeterministicActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, hidden_sizes: list[int], activation: str):
         super().__init__()
         self.body = mlp([obs_dim, *hidden_sizes, act_dim], activation)
+        self.activation = activation
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.body(obs))
+        out = mlp_forward(linears(self.body), self.activation, obs) if obs.dim() == 2 else self.body(obs)
+        return torch.tanh(out)
 
 
 def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: float,
@@ -116,37 +118,47 @@ class TD3Agent(OffPolicyAgent):
         return copy.deepcopy(self.net.actor)
 
     # --- learning ------------------------------------------------------------------------
+    def _polyak_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        return [(self.net.actor_target, self.net.actor), (self.net.critic_target, self.net.critic)]
+
     def update(self, buffer: ReplayBuffer, gen: torch.Generator, num_updates: int) -> dict[str, torch.Tensor]:
         """``num_updates`` critic steps on fresh batches; every ``policy_delay``-th (counted over
         the agent's life, so a resume keeps the phase) also an actor step and the polyak update
-        of both targets. Returns metrics averaged over their steps as 0-d tensors (no host sync;
-        ``actor_loss`` is 0 when no actor step fell in this call)."""
-        cfg, hp, net = self.cfg, self.hparams, self.net
+        of both targets. The batches of all the steps are drawn at once (as SAC's). Returns
+        metrics averaged over their steps as 0-d tensors (no host sync; ``actor_loss`` is 0 when
+        no actor step fell in this call)."""
+        cfg, hp = self.cfg, self.hparams
+        zero = torch.zeros((), device=self.device)
+        if num_updates < 1:
+            return {"qf_loss": zero, "q_mean": zero, "actor_loss": zero}
         self._set_lr("actor", hp["actor_lr"])
         self._set_lr("critic", hp["critic_lr"])
-        stats = torch.zeros(2, device=self.device)
-        actor_sum = torch.zeros((), device=self.device)
-        actor_steps = 0
         hot = self.hot()
+        n, B = num_updates, cfg.batch_size
         policy_noise = self._scalar(hp["policy_noise"])
-        for _ in range(num_updates):
-            b = buffer.sample(cfg.batch_size, gen)
-            qf_loss, q_mean, obs = hot["critic loss"](b.obs, b.action, b.reward, b.terminated, b.discount, b.next_obs,
-                                                      self._randn(cfg.batch_size, gen), policy_noise)
-            self._descend("critic", qf_loss)
+        b = buffer.sample(n * B, gen)
+        with torch.no_grad():
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
+        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        eps = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        tau = hp["tau"]
+        qf, qm, actor = [], [], []
+        for i in range(n):
+            o, a, r, bt, no = (x[i] for x in rows)
+            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, eps[i], policy_noise)
+            self._steppers["critic"].step(grads)
             self.num_updates += 1
             if self.num_updates % cfg.policy_delay == 0:
-                net.critic.requires_grad_(False)  # gradients to the actions only
-                actor_loss = hot["actor loss"](obs)
-                self._descend("actor", actor_loss)
-                net.critic.requires_grad_(True)
-                polyak_update(net.actor_target, net.actor, hp["tau"])
-                polyak_update(net.critic_target, net.critic, hp["tau"])
-                actor_sum += actor_loss.detach()
-                actor_steps += 1
-            stats += torch.stack([qf_loss, q_mean]).detach()
-        stats /= max(1, num_updates)
-        return {"qf_loss": stats[0], "q_mean": stats[1], "actor_loss": actor_sum / max(1, actor_steps)}
+                actor_loss, grads = hot["actor loss"](o)
+                self._steppers["actor"].step(grads)
+                self._polyak_step(tau)  # both targets
+                actor.append(actor_loss)
+            qf.append(qf_loss)
+            qm.append(q_mean)
+        with torch.no_grad():
+            return {"qf_loss": torch.stack(qf).mean(), "q_mean": torch.stack(qm).mean(),
+                    "actor_loss": torch.stack(actor).mean() if actor else zero}
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
     def _hot_functions(self) -> dict:
@@ -156,20 +168,29 @@ class TD3Agent(OffPolicyAgent):
         """Exploration actions from the standard normal draw ``eps``."""
         return explore(self.net.actor(nobs), eps, std)
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, terminated: torch.Tensor,
-                     discount: torch.Tensor, next_obs: torch.Tensor, eps: torch.Tensor,
-                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(critic loss, mean Q, normalized ``obs``) of a sampled batch (raw observations);
-        ``eps`` the standard normal draw of the target policy smoothing."""
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                     next_obs: torch.Tensor, eps: torch.Tensor,
+                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
+        discount * (1 - terminated)); ``eps`` the standard normal draw of the target policy smoothing."""
         net = self.net
-        obs, next_obs = self._norm(obs), self._norm(next_obs)
         with torch.no_grad():
             next_a = smooth(net.actor_target(next_obs), eps, policy_noise, self.cfg.noise_clip)
-            tq1, tq2 = net.critic_target(next_obs, next_a)
-            y = clipped_double_q_target(reward, terminated, discount, tq1, tq2)
-        q1, q2 = net.critic(obs, action)
-        return critic_loss(q1, q2, y), (0.5 * (q1 + q2).mean()).detach(), obs
+            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a))
+        return net.critic.loss_and_grads(obs, action, y)
 
-    def _actor_loss(self, obs: torch.Tensor) -> torch.Tensor:
-        """``-mean Q1(s, mu(s))`` on normalized observations."""
-        return td3_actor_loss(self.net.critic.q1(torch.cat([obs, self.net.actor(obs)], -1)).squeeze(-1))
+    @torch.no_grad()
+    def _actor_loss(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(``-mean Q1(s, mu(s))`` on normalized observations, its gradients in the actor's
+        parameters), the backward pass written out (as the critics': :meth:`.TwinQ.backward`;
+        through the first critic, its weights unchanged, to the actions only)."""
+        net, act_name = self.net, self.cfg.activation
+        layers = linears(net.actor.body)
+        out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
+        a = torch.tanh(out)
+        q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
+        first = torch.zeros_like(q)
+        first[0] = -1.0 / obs.shape[0]  # Q2 takes no part
+        _, g_x = net.critic.backward(first, q_in, q_pre, params=False, to_input=True)
+        g_out = g_x[0, :, self.obs_dim:] * (1.0 - a.square())
+        return td3_actor_loss(q[0]), mlp_backward(layers, act_name, inputs, pre, g_out)
