@@ -146,3 +146,20 @@ def slurm_rank_pids(**ids: str) -> list[int]:
             pids.append(int(p.name))
     return pids
 
+
+def tree_distances(origin: int, n: int) -> list[int]:
+    """Hops from ``origin`` to every rank over the stop notices' tree (comm.stop_tree_neighbours,
+    breadth-first; -1: not reached)."""
+    from podracer_hpc.comm import stop_tree_neighbours
+
+    dist = [-1] * n
+    dist[origin], frontier = 0, [origin]
+    while frontier:
+        nxt = []
+        for r in frontier:
+            for q in stop_tree_neighbours(r, n):
+                if dist[q] < 0:
+                    dist[q] = dist[r] + 1
+                    nxt.append(q)
+        frontier = nxt
+    return dist

@@ -16,6 +16,7 @@ import pytest
 from podracer_hpc import comm as comm_mod
 from podracer_hpc import mpich as mpich_mod
 from podracer_hpc.comm import Comm, get_comm, launcher_env, stop_tree_fanout, stop_tree_neighbours
+from helpers import tree_distances
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 MPI_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -87,21 +88,6 @@ def test_real_mpiexec_collectives(n: int, tmp_path: Path) -> None:
         assert r["digests"] == expected_digests
 
 
-def tree_distances(origin: int, n: int) -> list[int]:
-    """Hops from ``origin`` to every rank over the stop notices' tree (breadth-first)."""
-    dist = [-1] * n
-    dist[origin], frontier = 0, [origin]
-    while frontier:
-        nxt = []
-        for r in frontier:
-            for q in stop_tree_neighbours(r, n):
-                if dist[q] < 0:
-                    dist[q] = dist[r] + 1
-                    nxt.append(q)
-        frontier = nxt
-    return dist
-
-
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 100, 1000, 4096])
 def test_the_stop_tree_connects_every_rank_with_few_neighbours_and_short_paths(n: int) -> None:
     """The tree's promises without MPI, up to 4,096 ranks: symmetric, connected, a rank's degree
@@ -111,7 +97,8 @@ def test_the_stop_tree_connects_every_rank_with_few_neighbours_and_short_paths(n
     assert all(r in nbrs[q] for r in range(n) for q in nbrs[r])  # undirected
     assert sum(len(x) for x in nbrs) == 2 * (n - 1)  # a tree: N - 1 edges
     assert max(len(x) for x in nbrs) <= log + 1  # a rank sends at most this many notices
-    far = max(range(n), key=lambda r: tree_distances(0, n)[r])
+    from_0 = tree_distances(0, n)
+    far = max(range(n), key=from_0.__getitem__)  # a rank at the tree's far end
     d = tree_distances(far, n)
     assert min(d) == 0 and max(d) <= 2 * log  # connected (no -1), and the diameter
     if n == 4096:
