@@ -16,7 +16,10 @@
 #   (about 1 minute; also first in all).
 # jax: env.name: jax (issue 29 item 6) on cuda:0, needs a CUDA jax next to torch (pip install 'jax[cuda12]'):
 #   the adapter on the GPU against the same env on the CPU, zero copy and JAX not preallocating the GPU,
-#   env steps/s vs the torch Pendulum at 4,096 to 1M envs, PPO end to end (about 2 minutes; also in all).
+#   env steps/s vs the torch Pendulum at 4,096 to 1M envs, PPO end to end (about 2 minutes; also in all);
+#   where MuJoCo Playground imports too (PY=.venv-mjx/bin/python with jax[cuda12], docs/jax.md), its
+#   CartpoleBalance through the adapter vs Playground's own jit(vmap(step)), MJX's jax and warp
+#   implementations, 4,096 and 65,536 envs, and PPO on it end to end (about 3 more minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -111,6 +114,18 @@ PYEOF
     run $PY bench/jax_env.py --device cuda --num-envs 4096 65536 1048576 --steps 200
     STEP_TIMEOUT=120 run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.name=jax \
       --set env.jax.factory=podracer_hpc.envs.jax_pendulum:make --set env.num_envs=4096 --set agent.num_minibatches=8 --seconds 10
+    if $PY -c "import mujoco_playground" 2>/dev/null; then
+      for impl in jax warp; do  # warp: Playground's default, MuJoCo Warp under MJX (its kernels compile first)
+        STEP_TIMEOUT=180 run $PY bench/jax_env.py --device cuda --playground CartpoleBalance --impl $impl \
+          --num-envs 4096 65536 --steps 200
+      done
+      STEP_TIMEOUT=180 run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.name=jax \
+        --set env.jax.factory=mujoco_playground:registry.load \
+        --set "env.jax.kwargs={env_name: CartpoleBalance, config_overrides: {impl: jax}}" \
+        --set env.num_envs=4096 --set agent.num_minibatches=8 --seconds 10
+    else
+      echo "(Playground rows skipped: mujoco_playground does not import with $PY; docs/jax.md)"
+    fi
   else
     echo "(jax part skipped: no CUDA jax importable here; pip install 'jax[cuda12]')"
   fi

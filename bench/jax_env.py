@@ -14,6 +14,14 @@ shared machine's load falls on both):
 
 The same actions (uniform torques) go to every env. On a GPU (``--device cuda``; a CUDA jax)
 each timing ends with a device synchronize. Prints a table, then one JSON line.
+
+    python bench/jax_env.py --playground CartpoleBalance [--impl jax] --num-envs 256 4096
+
+(with MuJoCo Playground installed: ``.venv-mjx``, docs/jax.md) measures a real Playground env
+instead, against Playground's own ``jax.jit(jax.vmap(env.step))`` (the peer: no time limit, no
+auto-reset, no torch) in the same run: ``jax adapter`` (the pod's view, as above) and ``jax step
+alone`` (the adapter's compiled step with its time limit and auto-reset, JAX arrays in and out).
+Actions uniform in [-1, 1].
 """
 
 from __future__ import annotations
@@ -79,6 +87,41 @@ def rows_at(n: int, steps: int, repeats: int, device: str) -> list[dict]:
     return out
 
 
+def playground_rows_at(n: int, steps: int, repeats: int, device: str, name: str, impl: str) -> list[dict]:
+    """The rows of ``--playground name``: the adapter and its step alone against Playground's jit(vmap(step))."""
+    from podracer_hpc.envs import make_env
+
+    kwargs = {"env_name": name, "config_overrides": {"impl": impl}}
+    env = make_env("jax", n, device=device, factory="mujoco_playground:registry.load", kwargs=kwargs)
+    import jax
+
+    g = torch.Generator().manual_seed(0)
+    acts = [(2 * torch.rand(n, env.act_dim, generator=g) - 1).to(device) for _ in range(16)]
+    jacts = [jax.device_put(a.cpu().numpy(), env.jax_device) for a in acts]
+    own_step = jax.jit(jax.vmap(env.env.step))
+    own = {"state": env.state}
+
+    def playground(a):
+        own["state"] = own_step(own["state"], a)
+        return own["state"].obs
+
+    def bare(a):
+        out = env._step_fn(env.state, env.keys, env.t, a)
+        env.state, env.keys, env.t = out[:3]
+        return out
+
+    measured = {"playground": [], "adapter": [], "bare": []}
+    for _ in range(repeats):
+        measured["playground"].append(rate(playground, jacts, n, steps, device, ready=jax.block_until_ready))
+        measured["adapter"].append(rate(env.step, acts, n, steps, device))
+        measured["bare"].append(rate(bare, jacts, n, steps, device, ready=jax.block_until_ready))
+    peer = statistics.median(measured["playground"])
+    return [{"row": row, "num_envs": n, "device": device, "steps_per_s": statistics.median(measured[key]),
+             "peer": f"Playground {name} jit(vmap(step)), impl {impl}", "peer_steps_per_s": peer,
+             "ratio": statistics.median(measured[key]) / peer}
+            for key, row in (("adapter", "jax adapter"), ("bare", "jax step alone"))]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-envs", type=int, nargs="+", default=[4096])
@@ -86,16 +129,25 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: XLA's CPU client on one thread too)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--playground", default="", metavar="ENV_NAME",
+                   help="a MuJoCo Playground env (e.g. CartpoleBalance) against Playground's own jit(vmap(step))")
+    p.add_argument("--impl", default="jax", help="with --playground: MJX's implementation (jax or warp)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)  # before jax is imported: the adapter reads it then
-    rows = [r for n in args.num_envs for r in rows_at(n, args.steps, args.repeats, args.device)]
+    if args.playground:
+        rows = [r for n in args.num_envs
+                for r in playground_rows_at(n, args.steps, args.repeats, args.device, args.playground, args.impl)]
+    else:
+        rows = [r for n in args.num_envs for r in rows_at(n, args.steps, args.repeats, args.device)]
     import jax
 
-    print(f"{'row':16} {'device':7} {'envs':>8} {'steps/s':>13} {'torch steps/s':>14} {'ratio':>6}")
+    peer = "Playground steps/s" if args.playground else "torch steps/s"
+    print(f"{'row':16} {'device':7} {'envs':>8} {'steps/s':>13} {peer:>18} {'ratio':>6}")
     for r in rows:
         print(f"{r['row']:16} {r['device']:7} {r['num_envs']:>8} {r['steps_per_s']:>13,.0f} "
-              f"{r['peer_steps_per_s']:>14,.0f} {r['ratio']:>6.2f}")
-    print(json.dumps({"bench": "jax_env", "threads": args.threads, "cpus": os.cpu_count(),
+              f"{r['peer_steps_per_s']:>18,.0f} {r['ratio']:>6.2f}")
+    print(json.dumps({"bench": "jax_env", "playground": args.playground or None, "threads": args.threads,
+                      "cpus": os.cpu_count(),
                       "load_1min": os.getloadavg()[0], "jax": jax.__version__, "torch": torch.__version__,
                       "xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps, "repeats": args.repeats,
                       "rows": rows}))

@@ -13,7 +13,8 @@ Playground's ``mjx_env.MjxEnv`` and Brax's ``envs.Env`` have it):
 - ``env.observation_size`` (an int, a shape, or a mapping of them) and ``env.action_size``;
 - optional: ``action_low`` / ``action_high`` (the action bounds the pod maps its [-1, 1] onto;
   default -1 and 1, which Playground and Brax envs take) and ``max_episode_steps`` (the time
-  limit when ``env.max_episode_steps`` is 0; default 1000, Playground's ``episode_length``).
+  limit when ``env.max_episode_steps`` is 0); without it, a Playground env's config
+  ``episode_length``, else 1000.
 
 The adapter adds what Playground's and Brax's training wrappers add, as the pod's contract
 wants it: ``num_envs`` copies stepped by one ``jax.jit(jax.vmap(...))``, the time limit
@@ -86,6 +87,19 @@ def jax_device(jax: Any, device: torch.device) -> Any:
     raise ValueError(f"the jax task runs on cpu or cuda, not {device}")
 
 
+def env_episode_length(env: Any) -> int:
+    """The env's own time limit, 0 if it has none: ``env.max_episode_steps``, else a Playground env's
+    config ``episode_length`` (``env._config``; what Playground's training scripts pass its wrapper:
+    1000 for the dm_control suite, 250 for the vision Cartpole)."""
+    steps = getattr(env, "max_episode_steps", 0)
+    if not steps:
+        steps = getattr(getattr(env, "_config", None), "episode_length", 0)
+    try:
+        return max(int(steps), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 class JaxVecEnv:
     """``num_envs`` copies of the JAX env ``env`` (the protocol above) as a VecEnv."""
 
@@ -103,8 +117,7 @@ class JaxVecEnv:
         self.obs_key = obs_key
         self.action_low = getattr(env, "action_low", -1.0)
         self.action_high = getattr(env, "action_high", 1.0)
-        self.max_episode_steps = int(max_episode_steps or getattr(env, "max_episode_steps", 0)
-                                     or DEFAULT_MAX_EPISODE_STEPS)
+        self.max_episode_steps = int(max_episode_steps or env_episode_length(env) or DEFAULT_MAX_EPISODE_STEPS)
         self.jax_device = jax_device(jax, self.device)
         self._reset_fn = jax.jit(self._pure_reset)
         self._step_fn = jax.jit(self._pure_step)
