@@ -369,6 +369,16 @@ class OffPolicyAgent(nn.Module):
         """Standard normal noise ``[rows, act_dim]`` from ``gen`` (drawn outside the hot paths)."""
         return torch.randn((rows, self.act_dim), generator=gen, device=self.device)
 
+    def _draw_batches(self, buffer: Any, n: int, gen: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
+        """One replay draw for ``n`` updates, split per update: (obs, action, reward, bootstrap
+        weight, next obs), each a tuple of ``n`` batches; observations normalized."""
+        B = self.cfg.batch_size
+        b = buffer.sample(n * B, gen)
+        with torch.no_grad():
+            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
+            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
+        return [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+
     def _init_hparams(self) -> None:
         self.hparams = {k: float(getattr(self.cfg, k)) for k in self.mutable}
 

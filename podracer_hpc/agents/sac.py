@@ -181,11 +181,7 @@ class SACAgent(OffPolicyAgent):
             self._set_lr("alpha", hp["alpha_lr"])
         hot = self.hot()
         n, B = num_updates, cfg.batch_size
-        b = buffer.sample(n * B, gen)
-        with torch.no_grad():
-            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
-            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
-        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        rows = self._draw_batches(buffer, n, gen)
         eps_next = self._randn(n * B, gen).view(n, B, -1).unbind(0)
         eps_pi = self._randn(n * B, gen).view(n, B, -1).unbind(0)
         fixed_alpha = None if cfg.autotune else self.alpha

@@ -136,11 +136,7 @@ class TD3Agent(OffPolicyAgent):
         hot = self.hot()
         n, B = num_updates, cfg.batch_size
         policy_noise = self._scalar(hp["policy_noise"])
-        b = buffer.sample(n * B, gen)
-        with torch.no_grad():
-            obs, next_obs = self._norm(b.obs), self._norm(b.next_obs)
-            boot = b.discount * ~b.terminated  # discount * (1 - terminated): the targets' bootstrap weight
-        rows = [x.view(n, B, *x.shape[1:]).unbind(0) for x in (obs, b.action, b.reward, boot, next_obs)]
+        rows = self._draw_batches(buffer, n, gen)
         eps = self._randn(n * B, gen).view(n, B, -1).unbind(0)
         tau = hp["tau"]
         qf, qm, actor = [], [], []
