@@ -226,7 +226,6 @@ def worker(args: argparse.Namespace) -> int:
             decided[index] = real_decide(reports, entries, index, *a, **kw)
         return decided[index]
 
-    pool_mod.decide = decide_once
     threading.stack_size(512 * 1024)
 
     def run(rank: int) -> None:
@@ -247,12 +246,18 @@ def worker(args: argparse.Namespace) -> int:
             errors.append(f"rank {rank}: {type(e).__name__}: {e}")
             world.abort()
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
-    for t in threads:
-        t.start()
-    world.go()
-    for t in threads:
-        t.join()
+    # Patched for this world only: a caller in the same process (the tests run this worker
+    # in-process) must get the real decide back, or its next round reads this world's decisions.
+    pool_mod.decide = decide_once
+    try:
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+        for t in threads:
+            t.start()
+        world.go()
+        for t in threads:
+            t.join()
+    finally:
+        pool_mod.decide = real_decide
     if errors:
         print("\n".join(errors[:5]), file=sys.stderr)
         return 1

@@ -98,9 +98,13 @@ def test_world_a_failing_rank_frees_every_other():
 @pytest.mark.parametrize("rule", ["elegantrl", "pbt"])
 def test_collective_worker_runs_real_rounds(tmp_path, rule):
     """The worker's collective path in this process: the real Pool writes every round's listing."""
-    mod = _bench()
+    import podracer_hpc.pool as pool_mod
+    mod, real_decide = _bench(), pool_mod.decide
     args = argparse.Namespace(pods=[6], mode="collective", rule=rule, rounds=2, run_dir=str(tmp_path / "run"))
     assert mod.worker(args) == 0
+    # the worker shares one rank's decisions among its threads; later tests in this process get
+    # the real rule back (a leaked patch once handed a one-pod pool a six-pod world's decisions)
+    assert pool_mod.decide is real_decide
     rounds = sorted(p.name for p in (tmp_path / "run" / "rounds").iterdir())
     assert len(rounds) == 2, rounds
     assert list((tmp_path / "run" / "leaderboard").rglob("*.safetensors"))  # the round's best were published
