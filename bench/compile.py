@@ -36,6 +36,7 @@ from podracer_hpc.agents.sac import SACAgent  # noqa: E402
 from podracer_hpc.agents.td3 import TD3Agent  # noqa: E402
 from podracer_hpc.config import PPOConfig, SACConfig, TD3Config, load_config  # noqa: E402
 from podracer_hpc.pod import Pod  # noqa: E402
+from _timing import alternate_blocks  # noqa: E402  (bench/_timing.py)
 
 REPO = Path(__file__).resolve().parent.parent
 OBS, ACT = 17, 6  # halfcheetah's
@@ -76,24 +77,16 @@ def offpolicy_step(algo: str, hidden: int, mode: str):
 
 def time_blocks(makers: dict[str, tuple], blocks: int, seconds: float) -> dict[str, dict]:
     """Median ms per step of each variant over alternating blocks of about ``seconds`` each."""
-    out = {}
-    runs = {}
+    out, runs = {}, {}
     for name, (make, args) in makers.items():
         t0 = time.perf_counter()
         run, per = make(*args)
         run()
         run()  # compiles (and warms up) here
         runs[name] = (run, per)
-        out[name] = {"first_s": time.perf_counter() - t0, "ms": []}
-    for _ in range(blocks):
-        for name, (run, per) in runs.items():
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                run()
-                n += per
-            out[name]["ms"].append((time.perf_counter() - t0) / n * 1e3)
-    for v in out.values():
-        v["median_ms"] = statistics.median(v["ms"])
+        out[name] = {"first_s": time.perf_counter() - t0}
+    for name, ms in alternate_blocks(runs, blocks, seconds).items():
+        out[name].update(ms=ms, median_ms=statistics.median(ms))
     return out
 
 

@@ -20,10 +20,8 @@ import argparse
 import importlib
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from podracer_hpc.agents.replay import ReplayBuffer  # noqa: E402
 from podracer_hpc.agents.sac import SACAgent  # noqa: E402
 from podracer_hpc.agents.td3 import TD3Agent  # noqa: E402
 from podracer_hpc.config import SACConfig, TD3Config  # noqa: E402
+from _timing import alternate_blocks, medians  # noqa: E402  (bench/_timing.py)
 
 CASES = [  # (algo, hidden, obs_dim, act_dim, batch, updates a call, job it stands for)
     ("sac", 64, 3, 1, 128, 16, "pendulum_sac"),
@@ -83,18 +82,10 @@ def make_case(cls: type, algo: str, hidden: int, obs_dim: int, act_dim: int, bat
 
 def time_blocks(runs: dict[str, tuple], blocks: int, seconds: float) -> dict[str, float]:
     """Median ms per update of each variant over alternating blocks of about ``seconds`` each."""
-    ms: dict[str, list[float]] = {k: [] for k in runs}
     for run, _ in runs.values():
         run()
         run()  # warm up (the first Adam step builds its state)
-    for _ in range(blocks):
-        for name, (run, per) in runs.items():
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                run()
-                n += per
-            ms[name].append((time.perf_counter() - t0) / n * 1e3)
-    return {k: statistics.median(v) for k, v in ms.items()}
+    return medians(alternate_blocks(runs, blocks, seconds))
 
 
 def main() -> None:
