@@ -73,6 +73,14 @@ def test_the_batched_critics_equal_two_separate_ones(activation, hidden, one_tor
     qv, inputs, pre = q.saved_forward(x)
     _, g_x = q.backward(torch.tensor([[1.0], [-0.5]]).expand(2, 37), inputs, pre, params=False, to_input=True)
     torch.testing.assert_close(g_x.sum(0)[:, 3:], want_in, **TOL)
+    # Q1 alone (TD3's actor loss): the first member's values and input gradients, Q2 untouched
+    want_q1 = torch.autograd.grad(pair[0](torch.cat([obs, a_in], -1)).sum(), a_in)[0]
+    q1, in1, pre1 = q.saved_forward(x, first_only=True)
+    assert q1.shape == (1, 37)
+    torch.testing.assert_close(q1[0], ref[0].detach(), **TOL)
+    _, g1 = q.backward(torch.ones(1, 37), in1, pre1, params=False, to_input=True, first_only=True)
+    assert g1.shape == (1, 37, 5)
+    torch.testing.assert_close(g1[0, :, 3:], want_q1, **TOL)
     det = q(obs, a_in, detach=True)
     det.sum().backward()
     assert a_in.grad is not None and all(p.grad is None for p in q.parameters())

@@ -93,11 +93,18 @@ class TwinQ(nn.Module):
                 h = self.activation(h)
         return h.squeeze(-1)
 
-    def saved_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]``, keeping what
-        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``, each layer's input, each pre-activation)."""
+    def _members(self, first_only: bool) -> list[torch.Tensor]:
+        """The stacked parameters, or views of member 0's alone (``[1, ...]``)."""
         ps = list(self._parameters.values())
-        inputs, pre, h = [], [], x.expand(self.MEMBERS, *x.shape)
+        return [p[:1] for p in ps] if first_only else ps
+
+    def saved_forward(self, x: torch.Tensor, first_only: bool = False
+                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+        """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]``, keeping what
+        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``, each layer's input, each pre-activation).
+        ``first_only``: ``Q1`` alone (``q`` ``[1, B]``; TD3's actor ascends ``Q1``: half the arithmetic)."""
+        ps = self._members(first_only)
+        inputs, pre, h = [], [], x.expand(ps[0].shape[0], *x.shape)
         last = self.num_layers - 1
         for i in range(self.num_layers):
             inputs.append(h)
@@ -107,13 +114,14 @@ class TwinQ(nn.Module):
         return h.squeeze(-1), inputs, pre
 
     def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
-                 to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+                 to_input: bool = False, first_only: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """The backward pass of :meth:`saved_forward` written out (the chain rule through the
         layers with autograd's own kernels: the numbers ``torch.autograd.grad`` gives, without
         building and walking a graph; on a CPU the small networks' cost is per op). ``g``: the
         gradient at ``q`` ``[2, B]``. Returns (the parameters' gradients in their order if
-        ``params``, else ``[]``; the gradient at the members' inputs ``[2, B, in]`` if ``to_input``)."""
-        ps = list(self._parameters.values())
+        ``params``, else ``[]``; the gradient at the members' inputs ``[2, B, in]`` if ``to_input``).
+        ``first_only``: the pass of a ``first_only`` :meth:`saved_forward` (``g`` ``[1, B]``)."""
+        ps = self._members(first_only)
         g = g.unsqueeze(-1)
         grads: list[torch.Tensor] = [g] * (2 * self.num_layers) if params else []
         last = self.num_layers - 1
