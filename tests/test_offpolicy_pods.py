@@ -34,7 +34,7 @@ def tiny(algo: str, iterations: int = 6) -> list[str]:
 def test_algo_chooses_the_agent_section_and_its_defaults():
     assert type(load_config(None).agent).__name__ == "PPOConfig"
     sac = load_config(JOBS["sac"])
-    assert isinstance(sac.agent, SACConfig) and sac.agent.n_step == 3 and sac.agent.updates_per_step == 16
+    assert isinstance(sac.agent, SACConfig) and sac.agent.n_step == 5 and sac.agent.updates_per_step == 16
     td3 = load_config(None, ["agent.algo=td3"])
     assert isinstance(td3.agent, TD3Config) and td3.agent.policy_delay == 2
     # a resolved config round-trips (checkpoints and entries rebuild their pod from it)
@@ -185,12 +185,13 @@ def test_a_pod_refuses_an_agent_of_another_kind(tmp_path, one_torch_thread):
     assert torch.equal(twin.agent.act_deterministic(obs), sac.agent.act_deterministic(obs))
 
 
-@pytest.mark.parametrize("algo,env_steps,threshold", [("sac", 16_384, -400.0), ("td3", 24_576, -600.0)])
+@pytest.mark.parametrize("algo,env_steps,threshold", [("sac", 12_288, -400.0), ("td3", 12_288, -400.0)])
 def test_the_pendulum_job_learns(algo, env_steps, threshold, tmp_path):
     """The shipped jobs/pendulum_{sac,td3}.yaml through the pod loop: an untrained policy scores
     about -1300 (a policy that holds the torque at 0 is as bad); a learner with a sign error in a
     loss, no bootstrap or a wrong target stays below -1000. Measured with this file's settings
-    (seed 0, the run's final verdict on 100 common episodes): bench/RESULTS.md, Off-policy pods."""
+    (seed 0, the run's final verdict on 100 common episodes, 2026-12-02): SAC -148, TD3 -191;
+    over seeds 0-4 both jobs reach -250 by 8-14k env steps (bench/RESULTS.md, "2026-12-02")."""
     from podracer_hpc.run import train
 
     cfg = load_config(JOBS[algo], [f"total_env_steps={env_steps}", "eval.interval_env_steps=0", "threads=1",
