@@ -107,11 +107,15 @@ class SlurmCluster:
             if ctld.exists() else []
         return f"sacct:\n{sacct}scontrol:\n{scontrol}slurmctld.log:\n" + "\n".join(lines[-20:])
 
+    def squeue_state(self, job_id: str) -> str:
+        """The job's state as squeue shows it; "" once slurmctld has let it go."""
+        return self.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+
     def wait_squeue_state(self, job_id: str, state: str, timeout: float = 60) -> None:
         end = time.monotonic() + timeout
         seen = ""
         while time.monotonic() < end:
-            seen = self.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+            seen = self.squeue_state(job_id)
             if seen == state:
                 return
             time.sleep(0.2)
