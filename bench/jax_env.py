@@ -55,7 +55,38 @@ def rate(step, acts: list, n: int, steps: int, device: str, ready=None) -> float
     return n * steps / (time.perf_counter() - t0)
 
 
+def adapter_rows(env, acts: list, peer, peer_on_jax: bool, peer_name: str, n: int, steps: int, repeats: int,
+                 device: str) -> list[dict]:
+    """The rows ``jax adapter`` (``env.step``, the pod's view) and ``jax step alone`` (its compiled
+    step, JAX arrays in and out) of the jax task's ``env``, each against ``peer`` (a step function
+    given the same actions: as JAX arrays if ``peer_on_jax``, else as ``acts``' torch tensors),
+    timed in turn ``repeats`` times; medians."""
+    import jax
+
+    jacts = [jax.device_put(a.cpu().numpy(), env.jax_device) for a in acts]
+
+    def bare(a):
+        out = env._step_fn(env.state, env.keys, env.t, a)
+        env.state, env.keys, env.t = out[:3]
+        return out
+
+    measured = {"peer": [], "adapter": [], "bare": []}
+    for _ in range(repeats):
+        measured["peer"].append(rate(peer, jacts, n, steps, device, ready=jax.block_until_ready) if peer_on_jax
+                                else rate(peer, acts, n, steps, device))
+        measured["adapter"].append(rate(env.step, acts, n, steps, device))
+        measured["bare"].append(rate(bare, jacts, n, steps, device, ready=jax.block_until_ready))
+    peer_rate = statistics.median(measured["peer"])
+    out = []
+    for key, row in (("adapter", "jax adapter"), ("bare", "jax step alone")):
+        a = statistics.median(measured[key])
+        out.append({"row": row, "num_envs": n, "device": device, "steps_per_s": a, "peer": peer_name,
+                    "peer_steps_per_s": peer_rate, "ratio": a / peer_rate})
+    return out
+
+
 def rows_at(n: int, steps: int, repeats: int, device: str) -> list[dict]:
+    """The jax Pendulum through the adapter against the torch Pendulum."""
     from podracer_hpc.envs import make_env
 
     g = torch.Generator().manual_seed(0)
@@ -64,27 +95,7 @@ def rows_at(n: int, steps: int, repeats: int, device: str) -> list[dict]:
     jax_env = make_env("jax", n, device=device, factory="podracer_hpc.envs.jax_pendulum:make")
     torch_env.reset(0)
     jax_env.reset(0)
-    import jax
-
-    jacts = [jax.device_put(a.cpu().numpy(), jax_env.jax_device) for a in acts]
-
-    def bare(a):
-        out = jax_env._step_fn(jax_env.state, jax_env.keys, jax_env.t, a)
-        jax_env.state, jax_env.keys, jax_env.t = out[:3]
-        return out
-
-    measured = {"torch": [], "adapter": [], "bare": []}
-    for _ in range(repeats):
-        measured["torch"].append(rate(torch_env.step, acts, n, steps, device))
-        measured["adapter"].append(rate(jax_env.step, acts, n, steps, device))
-        measured["bare"].append(rate(bare, jacts, n, steps, device, ready=jax.block_until_ready))
-    peer = statistics.median(measured["torch"])
-    out = []
-    for key, row in (("adapter", "jax adapter"), ("bare", "jax step alone")):
-        a = statistics.median(measured[key])
-        out.append({"row": row, "num_envs": n, "device": device, "steps_per_s": a, "peer": "torch Pendulum",
-                    "peer_steps_per_s": peer, "ratio": a / peer})
-    return out
+    return adapter_rows(jax_env, acts, torch_env.step, False, "torch Pendulum", n, steps, repeats, device)
 
 
 def playground_rows_at(n: int, steps: int, repeats: int, device: str, name: str, impl: str) -> list[dict]:
@@ -97,7 +108,6 @@ def playground_rows_at(n: int, steps: int, repeats: int, device: str, name: str,
 
     g = torch.Generator().manual_seed(0)
     acts = [(2 * torch.rand(n, env.act_dim, generator=g) - 1).to(device) for _ in range(16)]
-    jacts = [jax.device_put(a.cpu().numpy(), env.jax_device) for a in acts]
     own_step = jax.jit(jax.vmap(env.env.step))
     own = {"state": env.state}
 
@@ -105,21 +115,8 @@ def playground_rows_at(n: int, steps: int, repeats: int, device: str, name: str,
         own["state"] = own_step(own["state"], a)
         return own["state"].obs
 
-    def bare(a):
-        out = env._step_fn(env.state, env.keys, env.t, a)
-        env.state, env.keys, env.t = out[:3]
-        return out
-
-    measured = {"playground": [], "adapter": [], "bare": []}
-    for _ in range(repeats):
-        measured["playground"].append(rate(playground, jacts, n, steps, device, ready=jax.block_until_ready))
-        measured["adapter"].append(rate(env.step, acts, n, steps, device))
-        measured["bare"].append(rate(bare, jacts, n, steps, device, ready=jax.block_until_ready))
-    peer = statistics.median(measured["playground"])
-    return [{"row": row, "num_envs": n, "device": device, "steps_per_s": statistics.median(measured[key]),
-             "peer": f"Playground {name} jit(vmap(step)), impl {impl}", "peer_steps_per_s": peer,
-             "ratio": statistics.median(measured[key]) / peer}
-            for key, row in (("adapter", "jax adapter"), ("bare", "jax step alone"))]
+    return adapter_rows(env, acts, playground, True, f"Playground {name} jit(vmap(step)), impl {impl}",
+                        n, steps, repeats, device)
 
 
 def main() -> None:
