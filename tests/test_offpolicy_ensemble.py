@@ -78,7 +78,7 @@ def test_the_batched_critics_equal_two_separate_ones(activation, hidden, one_tor
     q1, in1, pre1 = q.saved_forward(x, first_only=True)
     assert q1.shape == (1, 37)
     torch.testing.assert_close(q1[0], ref[0].detach(), **TOL)
-    _, g1 = q.backward(torch.ones(1, 37), in1, pre1, params=False, to_input=True, first_only=True)
+    _, g1 = q.backward(torch.ones(1, 37), in1, pre1, params=False, to_input=True)
     assert g1.shape == (1, 37, 5)
     torch.testing.assert_close(g1[0, :, 3:], want_q1, **TOL)
     det = q(obs, a_in, detach=True)

@@ -114,14 +114,14 @@ class TwinQ(nn.Module):
         return h.squeeze(-1), inputs, pre
 
     def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
-                 to_input: bool = False, first_only: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+                 to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """The backward pass of :meth:`saved_forward` written out (the chain rule through the
         layers with autograd's own kernels: the numbers ``torch.autograd.grad`` gives, without
         building and walking a graph; on a CPU the small networks' cost is per op). ``g``: the
         gradient at ``q`` ``[2, B]``. Returns (the parameters' gradients in their order if
         ``params``, else ``[]``; the gradient at the members' inputs ``[2, B, in]`` if ``to_input``).
-        ``first_only``: the pass of a ``first_only`` :meth:`saved_forward` (``g`` ``[1, B]``)."""
-        ps = self._members(first_only)
+        After a ``first_only`` :meth:`saved_forward` (its record holds one member): ``g`` ``[1, B]``."""
+        ps = self._members(first_only=inputs[0].shape[0] < self.MEMBERS)
         g = g.unsqueeze(-1)
         grads: list[torch.Tensor] = [g] * (2 * self.num_layers) if params else []
         last = self.num_layers - 1

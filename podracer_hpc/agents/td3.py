@@ -186,6 +186,6 @@ class TD3Agent(OffPolicyAgent):
         a = torch.tanh(out)
         q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1), first_only=True)  # Q2 takes no part
         _, g_x = net.critic.backward(torch.full_like(q, -1.0 / obs.shape[0]), q_in, q_pre, params=False,
-                                     to_input=True, first_only=True)
+                                     to_input=True)
         g_out = g_x[0, :, self.obs_dim:] * (1.0 - a.square())
         return td3_actor_loss(q[0]), mlp_backward(layers, act_name, inputs, pre, g_out)
