@@ -182,21 +182,24 @@ class SACAgent(OffPolicyAgent):
         hot = self.hot()
         n, B = num_updates, cfg.batch_size
         rows = self._draw_batches(buffer, n, gen)
-        eps_next = self._randn(n * B, gen).view(n, B, -1).unbind(0)
-        eps_pi = self._randn(n * B, gen).view(n, B, -1).unbind(0)
+        eps = self._randn(n * 2 * B, gen).view(n, 2 * B, -1).unbind(0)  # rows :B the next actions', B: the policy's
         fixed_alpha = None if cfg.autotune else self.alpha
         tau = hp["tau"]
         out: list[list[torch.Tensor]] = [[] for _ in names]
         for i in range(n):
             o, a, r, bt, no = (x[i] for x in rows)
             alpha = net.log_alpha.detach().exp() if fixed_alpha is None else fixed_alpha
+            # the actor's one pass over [next obs; obs] (its weights change only after the critics'
+            # step): the next actions of the critics' target and the policy's actions of its loss
+            pi, pi_logp, record = hot["policy pass"](torch.cat([no, o]), eps[i])
             # critics: regress both onto the soft clipped double-Q target
-            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, eps_next[i], alpha)
+            qf_loss, q_mean, grads = hot["critic loss"](o, a, r, bt, no, pi[:B], pi_logp[:B], alpha)
             self._steppers["critic"].step(grads)
             # actor: maximize min Q - alpha log pi at its own reparameterized actions (the
             # gradient through the critics reaches the actions only); temperature: its loss
             # -exp(log alpha) mean(log pi + target) is its own gradient in log alpha
-            actor_loss, logp, grads = hot["actor loss"](o, eps_pi[i], alpha)
+            actor_loss, logp, grads = hot["actor loss"](o, eps[i][B:], alpha, pi[B:], pi_logp[B:],
+                                                        [x[B:] for x in record])
             self._steppers["actor"].step(grads)
             if cfg.autotune:
                 with torch.no_grad():
@@ -215,39 +218,52 @@ class SACAgent(OffPolicyAgent):
         return dict(zip(names, means))
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
-    def _hot_functions(self) -> dict:
-        return {"policy step": self.net.actor.sample_from, "critic loss": self._critic_loss,
-                "actor loss": self._actor_loss}
+    CPU_EAGER = ("policy step", "policy pass", "actor loss")  # measured slower compiled on a CPU (OffPolicyAgent.hot)
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
-                     next_obs: torch.Tensor, eps: torch.Tensor,
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
-        discount * (1 - terminated)); ``eps`` the standard normal draw of the next actions."""
-        net = self.net
-        with torch.no_grad():
-            next_a, next_logp = net.actor.sample_from(next_obs, eps)
-            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_a), next_logp, alpha)
-        return net.critic.loss_and_grads(obs, action, y)
+    def _hot_functions(self) -> dict:
+        return {"policy step": self.net.actor.sample_from, "policy pass": self._policy_pass,
+                "critic loss": self._critic_loss, "actor loss": self._actor_grads}
 
     @torch.no_grad()
-    def _actor_loss(self, obs: torch.Tensor, eps: torch.Tensor,
-                    alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
-        """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
-        policy's actions (``eps``: their draw), the backward pass written out (as the critics':
-        :meth:`.TwinQ.backward`): ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the
-        critics (their weights unchanged) to the actions only."""
-        net, act_name = self.net, self.cfg.activation
-        layers = linears(net.actor.body)
-        out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
+    def _policy_pass(self, obs: torch.Tensor, eps: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """(actions, their log-probabilities, the record :meth:`_actor_grads` needs: each layer's
+        input and pre-activation, ``tanh`` of the raw log std, the std) of normalized observations
+        (``eps``: the standard normal draw); :meth:`SquashedGaussianActor.sample_from` with its
+        intermediates kept."""
+        out, inputs, pre = mlp_saved_forward(linears(self.net.actor.body), self.cfg.activation, obs)
         mean, raw = out.chunk(2, -1)
         t = torch.tanh(raw)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t + 1.0)
         std = torch.exp(log_std)
         u = mean + std * eps
-        a = torch.tanh(u)
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
         logp = (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
+        return torch.tanh(u), logp, [*inputs, *pre, t, std]
+
+    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
+                     next_obs: torch.Tensor, next_action: torch.Tensor, next_logp: torch.Tensor,
+                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
+        discount * (1 - terminated)); ``next_action``, ``next_logp``: the policy's at ``next_obs``."""
+        net = self.net
+        with torch.no_grad():
+            y = ensemble_target(reward, bootstrap, net.critic_target(next_obs, next_action), next_logp, alpha)
+        return net.critic.loss_and_grads(obs, action, y)
+
+    @torch.no_grad()
+    def _actor_grads(self, obs: torch.Tensor, eps: torch.Tensor, alpha: torch.Tensor, a: torch.Tensor,
+                     logp: torch.Tensor, record: list[torch.Tensor]
+                     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
+        policy's actions ``a`` (``eps``: their draw; ``logp``, ``record``: :meth:`_policy_pass`'s),
+        the backward pass written out (as the critics': :meth:`.TwinQ.backward`):
+        ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the critics (their weights
+        unchanged) to the actions only."""
+        net, act_name = self.net, self.cfg.activation
+        layers = linears(net.actor.body)
+        k = len(layers)
+        inputs, pre, (t, std) = record[:k], record[k:2 * k], record[2 * k:]
         q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
         q_min = q.amin(0)
         rows = obs.shape[0]
