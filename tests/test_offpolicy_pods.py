@@ -83,7 +83,7 @@ def test_population_entries_apply_to_ranks_in_turn():
     assert algos == ["ppo", "sac"] * 3
     ppo, sac = for_rank(cfg, 0), for_rank(cfg, 1)
     assert ppo.agent == cfg.agent and ppo.population == [] and sac.agent.buffer_size == 200_000
-    assert sac.agent.actor_lr == SACConfig().actor_lr  # another learner starts from its own defaults
+    assert sac.agent.tau == SACConfig().tau and sac.agent.alpha_lr == SACConfig().alpha_lr  # unset: its own defaults
     assert sac.env == cfg.env and sac.tournament == cfg.tournament  # the rest is the run's
     over = load_config(None, ["population=[{agent.learning_rate: 0.01}, {env.num_envs: 32}]"])
     assert for_rank(over, 0).agent.learning_rate == 0.01 and for_rank(over, 1).env.num_envs == 32
