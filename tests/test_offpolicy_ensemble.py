@@ -1,6 +1,6 @@
 """The fast off-policy update: the twin critics as one batched ensemble, the backward passes
 written out, the lean fused Adam, and checkpoints of the two-module critics still loading
-(podracer_hpc/agents/offpolicy.py TwinQ, mlp_backward; sac.py _policy_pass/_actor_grads, td3.py _actor_loss;
+(podracer_hpc/agents/offpolicy.py TwinQ, mlp_backward; sac.py saved_sample/_actor_grads, td3.py _actor_loss;
 compiled.py FusedAdam). Each is checked against the plain autograd / torch.optim reference."""
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def test_sac_actor_gradients_written_out_equal_autograds(activation, one_torch_t
     g = torch.Generator().manual_seed(4)
     obs, eps = torch.randn(50, 3, generator=g), torch.randn(50, 2, generator=g)
     want_loss, want_logp, want = reference_sac_actor_grads(agent, obs, eps, 0.3)
-    a, pi_logp, record = agent._policy_pass(obs, eps)
+    a, pi_logp, record = agent.net.actor.saved_sample(obs, eps)
     loss, logp, grads = agent._actor_grads(obs, eps, torch.tensor(0.3), a, pi_logp, record)
     torch.testing.assert_close(loss, want_loss.detach(), **TOL)
     torch.testing.assert_close(logp, want_logp.detach(), rtol=1e-5, atol=1e-5)

@@ -94,8 +94,8 @@ class TwinQ(nn.Module):
     @staticmethod
     def _head(b: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """The output layer ``[K, B]``: ``baddbmm(b, h, w)`` (``w`` ``[K, in, 1]``) as the row vector
-        ``w^T`` times ``h^T``: the same sums, in a third of the time on a CPU (a batched matrix-vector
-        product runs 2x slower as ``h @ w`` than as ``w^T @ h^T`` here, bench/RESULTS.md)."""
+        ``w^T`` times ``h^T``: the same sums in about half the time on a CPU (MKL's batched product
+        with one output column is slow here; bench/RESULTS.md, "2026-12-02 (third session)")."""
         return torch.baddbmm(b, w.transpose(1, 2), h.transpose(1, 2)).squeeze(1)
 
     def _members(self, first_only: bool) -> list[torch.Tensor]:

@@ -52,8 +52,13 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = mlp_forward(linears(self.body), self.activation, obs) if obs.dim() == 2 else self.body(obs)
         mean, raw = out.chunk(2, -1)
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1.0)
-        return mean, log_std
+        return mean, self.bounded_log_std(torch.tanh(raw))
+
+    @staticmethod
+    def bounded_log_std(t: torch.Tensor) -> torch.Tensor:
+        """The log std from ``t``, the tanh of the raw output: ``t`` in (-1, 1) mapped onto
+        ``(LOG_STD_MIN, LOG_STD_MAX)``."""
+        return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t + 1.0)
 
     def sample(self, obs: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """(action in (-1, 1), its log-probability), reparameterized (gradients flow)."""
@@ -71,9 +76,30 @@ class SquashedGaussianActor(nn.Module):
         """``(tanh(u), log p)`` for ``u = mean + exp(log_std) * eps``: :func:`squashed_gaussian_log_prob`
         with its standardized ``(u - mean) / std`` taken as ``eps`` itself (what it is, without
         the round trip: fewer ops, the same density and gradients)."""
-        u = mean + torch.exp(log_std) * eps
+        return SquashedGaussianActor._squash(mean, log_std, torch.exp(log_std), eps)
+
+    @staticmethod
+    def _squash(mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor,
+                eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`squash` with ``std = exp(log_std)`` given."""
+        u = mean + std * eps
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
         return torch.tanh(u), (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
+
+    @torch.no_grad()
+    def saved_sample(self, obs: torch.Tensor, eps: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """:meth:`sample_from` of a batch ``[B, obs]``, keeping the record that
+        :meth:`SACAgent._actor_grads` (the written-out backward) needs: each layer's input and
+        pre-activation, ``tanh`` of the raw log std, the std. Returns (actions, log-probabilities,
+        record)."""
+        out, inputs, pre = mlp_saved_forward(linears(self.body), self.activation, obs)
+        mean, raw = out.chunk(2, -1)
+        t = torch.tanh(raw)
+        log_std = self.bounded_log_std(t)
+        std = torch.exp(log_std)
+        a, logp = self._squash(mean, log_std, std, eps)
+        return a, logp, [*inputs, *pre, t, std]
 
 
 class SquashedMean(nn.Module):
@@ -218,28 +244,13 @@ class SACAgent(OffPolicyAgent):
         return dict(zip(names, means))
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
-    CPU_EAGER = ("policy step", "policy pass", "actor loss")  # measured slower compiled on a CPU (OffPolicyAgent.hot)
+    # the policy pass is the policy step's forward with its record kept: eager on a CPU as that one
+    # (measured slower compiled there; the pass itself was not timed compiled)
+    CPU_EAGER = ("policy step", "policy pass", "actor loss")
 
     def _hot_functions(self) -> dict:
-        return {"policy step": self.net.actor.sample_from, "policy pass": self._policy_pass,
+        return {"policy step": self.net.actor.sample_from, "policy pass": self.net.actor.saved_sample,
                 "critic loss": self._critic_loss, "actor loss": self._actor_grads}
-
-    @torch.no_grad()
-    def _policy_pass(self, obs: torch.Tensor, eps: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-        """(actions, their log-probabilities, the record :meth:`_actor_grads` needs: each layer's
-        input and pre-activation, ``tanh`` of the raw log std, the std) of normalized observations
-        (``eps``: the standard normal draw); :meth:`SquashedGaussianActor.sample_from` with its
-        intermediates kept."""
-        out, inputs, pre = mlp_saved_forward(linears(self.net.actor.body), self.cfg.activation, obs)
-        mean, raw = out.chunk(2, -1)
-        t = torch.tanh(raw)
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (t + 1.0)
-        std = torch.exp(log_std)
-        u = mean + std * eps
-        log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-        logp = (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
-        return torch.tanh(u), logp, [*inputs, *pre, t, std]
 
     def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
                      next_obs: torch.Tensor, next_action: torch.Tensor, next_logp: torch.Tensor,
@@ -256,7 +267,7 @@ class SACAgent(OffPolicyAgent):
                      logp: torch.Tensor, record: list[torch.Tensor]
                      ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
-        policy's actions ``a`` (``eps``: their draw; ``logp``, ``record``: :meth:`_policy_pass`'s),
+        policy's actions ``a`` (``eps``: their draw; ``logp``, ``record``: :meth:`SquashedGaussianActor.saved_sample`'s),
         the backward pass written out (as the critics': :meth:`.TwinQ.backward`):
         ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the critics (their weights
         unchanged) to the actions only."""
