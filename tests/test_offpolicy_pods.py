@@ -190,8 +190,9 @@ def test_the_pendulum_job_learns(algo, env_steps, threshold, tmp_path):
     """The shipped jobs/pendulum_{sac,td3}.yaml through the pod loop: an untrained policy scores
     about -1300 (a policy that holds the torque at 0 is as bad); a learner with a sign error in a
     loss, no bootstrap or a wrong target stays below -1000. Measured with this file's settings
-    (seed 0, the run's final verdict on 100 common episodes, 2026-12-02): SAC -149, TD3 -191;
-    over seeds 0-4 SAC reaches -250 by 6-8k env steps, TD3 by 8-14k (bench/RESULTS.md, "2026-12-02")."""
+    (seed 0, the run's final verdict on 100 common episodes): SAC -147 (the job of 2026-12-02's
+    third session; -149 before), TD3 -191; over seeds 0-9 SAC reaches -250 by 4-8k env steps, TD3
+    by 8-16k (bench/RESULTS.md, "2026-12-02" to "2026-12-02 (third session)")."""
     from podracer_hpc.run import train
 
     cfg = load_config(JOBS[algo], [f"total_env_steps={env_steps}", "eval.interval_env_steps=0", "threads=1",
