@@ -139,6 +139,21 @@ def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
 
 
+def test_inductor_takes_the_cpus_vector_isas_from_its_flags_unless_the_user_says(monkeypatch):
+    """The ISA probe (a test build and a fresh Python per instruction set: 8 s of a cold first
+    compile here) is skipped; a user's TORCHINDUCTOR_VEC_ISA_OK, or a value set already, wins."""
+    from torch._inductor import config as inductor_config
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
+    assert not C.trust_cpu_isa({"TORCHINDUCTOR_VEC_ISA_OK": "0"}) and inductor_config.cpp.vec_isa_ok is None
+    assert C.trust_cpu_isa({}) and inductor_config.cpp.vec_isa_ok is True
+    monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", False)
+    assert not C.trust_cpu_isa({}) and inductor_config.cpp.vec_isa_ok is False
+    if not C.compile_problem("cpu"):
+        monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
+        monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+        assert C.usable("on", "cpu") and inductor_config.cpp.vec_isa_ok is True  # what an agent's compile does
+
+
 def test_the_lean_optimizer_steps_equal_torchs_bit_for_bit():
     torch.manual_seed(0)
     nets = [torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)) for _ in range(2)]

@@ -112,6 +112,26 @@ def usable(mode: str, device: torch.device | str) -> bool:
         notice(f"agent.compile={mode}: {why}; training eagerly")
         return False
     node_caches()
+    if torch.device(device).type == "cpu":
+        trust_cpu_isa()
+    return True
+
+
+def trust_cpu_isa(environ: dict[str, str] | None = None) -> bool:
+    """Let inductor take the CPU's vector instruction sets from its flags (``/proc/cpuinfo``)
+    instead of proving each one: by default it builds a test program per instruction set (AMX,
+    AVX-512 VNNI, AVX-512, AVX2) and loads each in a fresh Python, 8 of the 10 s of a first
+    compile on a cold cache here and about 1 s of every later process (bench/RESULTS.md). The
+    compiler is known to be there (:func:`compile_problem`); one that cannot build for a flag the
+    CPU has fails the first compiled call, and the agent runs that function eagerly (with a
+    notice). ``TORCHINDUCTOR_VEC_ISA_OK`` set by the user wins. Returns whether it set it."""
+    env = os.environ if environ is None else environ
+    if env.get("TORCHINDUCTOR_VEC_ISA_OK", "").strip():
+        return False
+    from torch._inductor import config as inductor_config
+    if inductor_config.cpp.vec_isa_ok is not None:  # set already (by the user, or by us)
+        return False
+    inductor_config.cpp.vec_isa_ok = True
     return True
 
 
