@@ -56,8 +56,8 @@ def test_a_compiled_ppo_pod_agrees_with_the_eager_one(one_torch_thread):
     assert fast.env_compiled and not eager.env_compiled
     _agree(eager, fast)
     hot = fast.agent.hot()
-    assert hot["on"] and all(isinstance(hot[k], C.Compiled) and hot[k].compiled is not None
-                             for k in ("act", "value", "loss"))  # compiled, not fallen back
+    assert hot["on"] and isinstance(hot["loss"], C.Compiled) and hot["loss"].compiled is not None  # not fallen back
+    assert not any(isinstance(hot[k], C.Compiled) for k in fast.agent.CPU_EAGER)  # measured slower compiled here
 
 
 @pytest.mark.slow

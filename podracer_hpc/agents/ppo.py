@@ -297,6 +297,7 @@ class PPOAgent(nn.Module):
     """
 
     STATE_PREFIXES = ("net.", "obs_rms.", "reward_rms.", "optim.")
+    CPU_EAGER = ("act", "value")  # hot paths that agent.compile leaves eager on a CPU (see hot)
 
     def __init__(
         self,
@@ -337,13 +338,16 @@ class PPOAgent(nn.Module):
         on first use (importing torch._dynamo costs seconds: an agent that only acts skips it)."""
         if self._hot is None:
             mode, dev = self.cfg.compile, next(self.net.parameters()).device
-            loss = compiled(self._minibatch_loss, mode, dev, "the PPO loss")
-            self._hot = {
-                "on": isinstance(loss, Compiled),
-                "act": compiled(self._act_noise, mode, dev, "the PPO policy step"),
-                "value": compiled(self.net.value, mode, dev, "the PPO value step"),
-                "loss": loss,
-            }
+            # measured on a CPU (bench/RESULTS.md, 2026-12-03): the compiled policy and value steps
+            # ran 1.2-1.9x slower than eager ones at 16 to 4,096 rows (a compiled call's overhead
+            # and inductor's loops against ATen's kernels), so a CPU pod compiles the loss only
+            eager_here = self.CPU_EAGER if dev.type == "cpu" else ()
+            fns = {"act": (self._act_noise, "the PPO policy step"), "value": (self.net.value, "the PPO value step"),
+                   "loss": (self._minibatch_loss, "the PPO loss")}
+            hot: dict[str, Any] = {k: fn if k in eager_here else compiled(fn, mode, dev, name)
+                                   for k, (fn, name) in fns.items()}
+            hot["on"] = isinstance(hot["loss"], Compiled)
+            self._hot = hot
         return self._hot
 
     @property
@@ -494,16 +498,12 @@ class PPOAgent(nn.Module):
             for start in range(0, B, mb):
                 sl = slice(start, start + mb)
                 loss, mb_stats = hot["loss"](s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
-                if hot["on"]:  # the same steps without torch's per-call bookkeeping (same results)
-                    zero_grads(params_list)
-                    loss.backward()
-                    clip_grad_norm(params_list, hp["max_grad_norm"])
-                    adam_step(self.optimizer)
-                else:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(params_list, hp["max_grad_norm"], foreach=True)
-                    self.optimizer.step()
+                # zero_grad, clip_grad_norm_ and Adam.step without torch's per-call bookkeeping
+                # (agents/compiled.py: the same kernels, the same results bit for bit)
+                zero_grads(params_list)
+                loss.backward()
+                clip_grad_norm(params_list, hp["max_grad_norm"])
+                adam_step(self.optimizer)
                 stats += mb_stats
                 kl_sum += mb_stats[4]
                 n += 1
