@@ -28,6 +28,7 @@ from .agents.settings import agent_kind, mutable_hparams
 from .config import Config, agent_config
 from .device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
 from .envs import build_env
+from .envs.base import split_step
 
 STATE_KIND = "pod-state"
 # What makes up the agent (a leaderboard entry) is the agent's to say (PPOAgent.state); the rest
@@ -208,17 +209,22 @@ class Pod:
         ret_sq = torch.zeros((), device=dev, dtype=torch.float64)
         ret_cnt = torch.zeros((), device=dev, dtype=torch.int64)
 
+        send, recv = split_step(env)
         nobs = agent.normalize_obs(self.obs, update=True)
         value = agent.value(nobs)
+        action, logp = agent.act(nobs, self.gen)
+        send(self.to_env_action(action))
         for t in range(T):
-            action, logp = agent.act(nobs, self.gen)
-            obs, reward, terminated, truncated, info = env.step(self.to_env_action(action))
-            done = info["done"]
             obs_buf[t], act_buf[t], logp_buf[t], val_buf[t] = nobs, action, logp, value
+            obs, reward, terminated, truncated, info = recv()
+            nobs = agent.normalize_obs(obs, update=True)
+            if t + 1 < T:  # the next action goes out first: a host env steps it while this step is recorded
+                action, logp = agent.act(nobs, self.gen)
+                send(self.to_env_action(action))
+            done = info["done"]
             rew_buf[t] = agent.scale_reward(reward, done, self.reward_ret)
             term_buf[t], done_buf[t] = terminated, done
             # Value of the state reached: the next obs, or the final obs of a cut episode.
-            nobs = agent.normalize_obs(obs, update=True)
             value = agent.value(nobs)
             if dev.type != "cpu" or bool(truncated.any()):  # the check is free on CPU only
                 v_final = agent.value(agent.normalize_obs(info["final_obs"], update=False))

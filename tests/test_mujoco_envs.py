@@ -144,3 +144,50 @@ def test_pod_trains_an_iteration_on_hopper():
     r = pod.evaluate(0)
     assert r.shape == (2,) and torch.isfinite(r).all()
     assert torch.equal(pod.evaluate(0), r)  # fixed start states, deterministic policy
+
+
+@needs_envpool
+def test_envpool_steps_between_send_and_wait_as_in_one_step():
+    """step_async + step_wait (EnvPool's threads step while the caller works) give what step gives,
+    auto-resets included (12-step episodes)."""
+    acts = random_actions(30, 4, 3, seed=5)
+    envs = [make_env("hopper", 4, "cpu", seed=2, max_episode_steps=12, backend="envpool") for _ in range(2)]
+    for e in envs:
+        e.reset(2)
+    ended = 0
+    for a in acts:
+        one = envs[0].step(a)
+        envs[1].step_async(a)
+        a.fill_(9.0)  # the action was taken when sent
+        two = envs[1].step_wait()
+        for x, y in zip(one[:4], two[:4]):
+            assert torch.equal(x, y)
+        assert all(torch.equal(one[4][k], two[4][k]) for k in one[4])
+        ended += int(two[4]["done"].sum())
+    assert ended >= 4  # episodes ended and restarted on the way
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pod_learns_the_same_whether_the_env_steps_while_it_records(backend, monkeypatch):
+    """The rollout sends the next action before it records the last step (split_step): a pod on an
+    env without step_async/step_wait (the same physics, stepped in place) ends with the same weights."""
+    from podracer_hpc.config import load_config
+    from podracer_hpc.pod import Pod
+
+    over = ["env.name=hopper", "env.num_envs=4", "agent.rollout_steps=16", "agent.num_minibatches=2",
+            "env.max_episode_steps=20", f"env.mujoco.backend={backend}", "threads=1"]
+    import types
+
+    from podracer_hpc import pod as pod_module
+    from podracer_hpc.envs.base import split_step
+
+    pods = [Pod(load_config(None, over), device="cpu") for _ in range(2)]
+    for _ in range(3):
+        pods[0].train_iteration()
+    # the other pod's env offers only step: each action is stepped when the rollout asks for the result
+    monkeypatch.setattr(pod_module, "split_step", lambda env: split_step(types.SimpleNamespace(step=env.step)))
+    for _ in range(3):
+        pods[1].train_iteration()
+    a, b = (p.agent.net.state_dict() for p in pods)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(pods[0].obs, pods[1].obs)

@@ -13,11 +13,15 @@ transition. ``terminated`` (a true end: the value of ``final_obs`` is 0) and ``t
 (a time limit: bootstrap from ``final_obs``) are never both true: a transition that both
 reaches a terminal state and the time limit counts as terminated. ``info["episode_return"]``
 and ``info["episode_length"]`` hold the finished episodes' totals where ``info["done"]``.
+
+A host env whose simulator runs in its own threads (EnvPool) may also offer ``step_async(action)``
+and ``step_wait() -> (the same five values)``: the pod sends the next action and records the last
+step while the physics runs (:func:`split_step`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -44,6 +48,25 @@ class VecEnv(Protocol):
     def state_dict(self) -> dict[str, torch.Tensor]: ...
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None: ...
+
+
+StepResult = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]
+
+
+def split_step(env: Any) -> tuple[Callable[[torch.Tensor], None], Callable[[], StepResult]]:
+    """``(send, recv)`` for ``env``: its ``step_async``/``step_wait`` where it has them (the
+    simulator steps between the two calls, while the caller works), else a ``send`` that keeps
+    the action and a ``recv`` that steps with it (the same results either way)."""
+    if callable(getattr(env, "step_async", None)) and callable(getattr(env, "step_wait", None)):
+        return env.step_async, env.step_wait
+    pending: list[torch.Tensor] = []
+
+    def send(action: torch.Tensor) -> None:
+        pending.append(action)
+
+    def recv() -> StepResult:
+        return env.step(pending.pop())
+    return send, recv
 
 
 class TorchVecEnv:

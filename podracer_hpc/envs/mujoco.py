@@ -176,12 +176,22 @@ class EnvPoolMujoco:
         return self._t(self._ordered(obs, info["env_id"]))
 
     def step(self, action: torch.Tensor):
+        self.step_async(action)
+        return self.step_wait()
+
+    def step_async(self, action: torch.Tensor) -> None:
+        """Hand the actions to EnvPool's threads and return: they step while the caller works."""
         a = action.detach().to("cpu", torch.float64).numpy().reshape(self.num_envs, self.act_dim)
-        obs, reward, term, trunc, info = self.env.step(a)
+        self.env.send(a)
         self._fresh = False
+
+    def step_wait(self):
+        """The step sent by :meth:`step_async`, when EnvPool's threads have done it."""
+        obs, reward, term, trunc, info = self.env.recv(reset=False, return_info=True)
         ids = info["env_id"]
         obs, reward = self._ordered(obs, ids), self._ordered(np.asarray(reward, np.float64), ids)
-        term, trunc = self._ordered(term, ids), self._ordered(trunc, ids)
+        # copies: EnvPool's buffers are its own (a bool array would reach torch without one)
+        term, trunc = self._ordered(term, ids).copy(), self._ordered(trunc, ids)
         trunc = trunc & ~term
         done = term | trunc
         self._ep_return += reward
