@@ -8,7 +8,7 @@ contract that does not depend on the algorithm (hyperparameters, normalizer, laz
 Nothing here loops over environments or reads a value back to the host: metrics come back as
 tensors. The update is cheap on a CPU, where small networks cost per op, not per flop: the twin
 critics are one batched ensemble (:class:`TwinQ`), the critic's and actor's backward passes are
-written out (:meth:`TwinQ.backward`, :func:`mlp_backward`: autograd's kernels without a graph),
+written out (:meth:`TwinQ.backward`, :func:`.mlp_math.mlp_backward`: autograd's kernels without a graph),
 Adam is one fused kernel per optimizer (:class:`.compiled.FusedAdam`) and the targets follow in
 one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
 sampled batch with its current statistics at update time, so changing statistics never leave
@@ -26,6 +26,7 @@ import torch.nn as nn
 
 from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
 from .compiled import Compiled, FusedAdam, compiled
+from .mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
 from .ppo import RunningMeanStd
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
@@ -42,17 +43,6 @@ def mlp(sizes: list[int], activation: str) -> nn.Sequential:
         if i < len(sizes) - 2:
             layers.append(ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
-
-
-ACTIVATION_FNS = {"relu": torch.relu, "tanh": torch.tanh, "elu": nn.functional.elu, "silu": nn.functional.silu}
-_aten = torch.ops.aten
-# the activations' backward from (gradient at the output, pre-activation z, output h): autograd's own kernels
-ACTIVATION_GRADS = {
-    "relu": lambda g, z, h: _aten.threshold_backward(g, h, 0.0),
-    "tanh": lambda g, z, h: _aten.tanh_backward(g, h),
-    "elu": lambda g, z, h: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, h),
-    "silu": lambda g, z, h: _aten.silu_backward(g, z),
-}
 
 
 class TwinQ(nn.Module):
@@ -171,56 +161,6 @@ class TwinQ(nn.Module):
             if i < last:
                 h = self.activation(h)
         return h.squeeze(-1)
-
-
-def linears(body: nn.Sequential) -> list[nn.Linear]:
-    """The ``nn.Linear`` layers of an :func:`mlp`, in order."""
-    return [m for m in body if isinstance(m, nn.Linear)]
-
-
-def mlp_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor) -> torch.Tensor:
-    """``nn.Sequential(*layers with activations)(x)`` for a 2-D ``x``, one ``addmm`` a layer
-    (what ``nn.Linear`` computes, without the modules' per-call overhead)."""
-    act = ACTIVATION_FNS[activation]
-    last = len(layers) - 1
-    for i, lin in enumerate(layers):
-        x = torch.addmm(lin.bias, x, lin.weight.t())
-        if i < last:
-            x = act(x)
-    return x
-
-
-def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
-                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """An :func:`mlp`'s forward keeping (output, each layer's input, each pre-activation) for
-    :func:`mlp_backward` (call both under ``torch.no_grad()``, as the agents' update does)."""
-    act = ACTIVATION_FNS[activation]
-    inputs, pre, h = [], [], x
-    last = len(layers) - 1
-    for i, lin in enumerate(layers):
-        inputs.append(h)
-        z = torch.addmm(lin.bias, h, lin.weight.t())
-        pre.append(z)
-        h = act(z) if i < last else z
-    return h, inputs, pre
-
-
-def mlp_backward(layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor],
-                 g: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The gradients (weight, bias, layer by layer: the order of ``parameters()``) of an
-    :func:`mlp` from ``g``, the gradient at its output, and :func:`mlp_saved_forward`'s record;
-    written out as :meth:`TwinQ.backward`."""
-    act_grad = ACTIVATION_GRADS[activation]
-    grads: list[torch.Tensor] = [g] * (2 * len(layers))
-    last = len(layers) - 1
-    for i in range(last, -1, -1):
-        if i < last:
-            g = act_grad(g, pre[i], inputs[i + 1])
-        grads[2 * i] = torch.mm(g.t(), inputs[i])
-        grads[2 * i + 1] = g.sum(0)
-        if i:
-            g = torch.mm(g, layers[i].weight)
-    return tuple(grads)
 
 
 def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],

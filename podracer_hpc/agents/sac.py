@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import SAC_MUTABLE, SACConfig
-from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
-                        mlp_saved_forward)
+from .mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
+from .offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
 from .replay import ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0

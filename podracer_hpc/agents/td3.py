@@ -16,8 +16,8 @@ import torch
 import torch.nn as nn
 
 from .settings import TD3_MUTABLE, TD3Config
-from .offpolicy import (OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, linears, mlp, mlp_backward, mlp_forward,
-                        mlp_saved_forward)
+from .mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
+from .offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
 from .replay import ReplayBuffer
 
 
