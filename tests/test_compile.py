@@ -49,14 +49,19 @@ def _agree(eager: Pod, fast: Pod, iterations: int = 2) -> None:
 
 
 @pytest.mark.slow
-def test_a_compiled_ppo_pod_agrees_with_the_eager_one(one_torch_thread):
+@pytest.mark.parametrize("env", ["pendulum", "cartpole"])
+def test_a_compiled_ppo_pod_agrees_with_the_eager_one(env, one_torch_thread):
+    """Pendulum: the written-out gradients compiled (one graph, no backward); CartPole
+    (categorical actions): the loss with AOTAutograd's compiled backward."""
     if C.compile_problem("cpu"):
         pytest.skip(C.compile_problem("cpu"))
-    eager, fast = _pods(PPO, "on")
+    eager, fast = _pods([*PPO, f"env.name={env}"], "on")
     assert fast.env_compiled and not eager.env_compiled
     _agree(eager, fast)
     hot = fast.agent.hot()
-    assert hot["on"] and isinstance(hot["loss"], C.Compiled) and hot["loss"].compiled is not None  # not fallen back
+    step = "grads" if env == "pendulum" else "loss"
+    assert fast.agent.written_out() == (step == "grads")
+    assert hot["on"] and isinstance(hot[step], C.Compiled) and hot[step].compiled is not None  # not fallen back
     assert not any(isinstance(hot[k], C.Compiled) for k in fast.agent.CPU_EAGER)  # measured slower compiled here
 
 

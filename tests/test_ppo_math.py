@@ -528,3 +528,72 @@ def test_explained_variance_metric():
     assert float(m["explained_variance"]) == pytest.approx(1.0)
     m = agent.update(obs, actions, logp, adv, returns, torch.zeros(16), torch.Generator().manual_seed(0), 0.0)
     assert float(m["explained_variance"]) == pytest.approx(0.0, abs=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# The written-out gradients (agents/ppo_grads.py) against autograd
+# --------------------------------------------------------------------------------------
+def _minibatch(agent: PPOAgent, B: int, seed: int, ties: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    obs, actions = torch.randn(B, 5, generator=g), 0.5 * torch.randn(B, 2, generator=g)
+    with torch.no_grad():
+        logp, _ = agent.net.log_prob_entropy(agent.net.dist_params(obs), actions)
+    old_logp = logp + 0.3 * torch.randn(B, generator=g)  # ratios on both sides of the clip range
+    if ties:
+        old_logp[:4] = logp[:4]  # ratio 1: the two surrogate terms tie
+    adv, old_v, ret = (torch.randn(B, generator=g) for _ in range(3))
+    if ties:
+        adv[4:6] = 0.0  # a zero advantage: the terms tie too
+    return obs, actions, old_logp, adv, old_v, ret
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "elu", "silu"])
+@pytest.mark.parametrize("clip_vloss", [False, True])
+@pytest.mark.parametrize("norm_adv", [True, False])
+def test_written_out_gradients_equal_autograds(activation, clip_vloss, norm_adv):
+    torch.manual_seed(0)
+    cfg = PPOConfig(hidden_sizes=[8, 8], activation=activation, clip_vloss=clip_vloss, norm_adv=norm_adv,
+                    init_log_std=-0.5)
+    agent = PPOAgent(5, 2, False, 0, 4, cfg)
+    assert agent.written_out()
+    rows = (*_minibatch(agent, 32, seed=1, ties=True), 0.2, 0.5, 0.01)
+    loss, stats = agent._minibatch_loss(*rows)
+    params = list(agent.net.parameters())
+    ref = torch.autograd.grad(loss, params)
+    grads, stats2 = agent._minibatch_grads(*rows)
+    assert [tuple(g.shape) for g in grads] == [tuple(p.shape) for p in params]  # net.parameters()' order
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(stats2, stats, rtol=1e-6, atol=1e-7)
+    assert float(stats[5]) > 0 and float(stats[5]) < 1  # some ratios clipped, some not
+
+
+def test_an_update_with_written_out_gradients_follows_autograds():
+    """Five epochs of minibatch steps: the written-out update and an autograd one (the same agent
+    through the autograd path) end within float rounding of each other."""
+    torch.manual_seed(0)
+    cfg = PPOConfig(hidden_sizes=[16, 16], num_minibatches=4, update_epochs=5)
+    agents = [PPOAgent(5, 2, False, 0, 4, cfg) for _ in range(2)]
+    agents[1].load_state_dict(agents[0].state_dict())
+    agents[1].written_out = lambda: False  # the autograd path: the loss, backward, clipping, Adam
+    batch = _minibatch(agents[0], 64, seed=3)
+    start = [p.detach().clone() for p in agents[0].net.parameters()]
+    gens = [torch.Generator().manual_seed(7) for _ in agents]
+    out = [a.update(*batch, g, 0.0) for a, g in zip(agents, gens)]
+    assert "grads" in agents[0].hot() and "loss" in agents[1].hot()
+    assert max(float((p - q).abs().max()) for p, q in zip(agents[0].net.parameters(), start)) > 1e-3  # it learnt
+    for p, q in zip(agents[0].net.parameters(), agents[1].net.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    for k in out[1]:
+        torch.testing.assert_close(out[0][k], out[1][k], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_categorical_and_per_asset_networks_go_through_autograd(discrete):
+    torch.manual_seed(0)
+    if discrete:
+        agent = PPOAgent(4, 1, True, 3, 4, PPOConfig(hidden_sizes=[8, 8]))
+    else:
+        agent = PPOAgent(7, 2, False, 0, 4, PPOConfig(hidden_sizes=[8, 8], network="per_asset"),
+                         asset_layout=([6], [[0, 1, 2], [3, 4, 5]]))
+    assert not agent.written_out() and "loss" in agent.hot() and "grads" not in agent.hot()

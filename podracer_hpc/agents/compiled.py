@@ -231,7 +231,12 @@ def zero_grads(params: list[torch.Tensor]) -> None:
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` on one device, its
     same ops (the same result bit for bit) without its grouping; returns the total norm."""
-    grads = [p.grad for p in params if p.grad is not None]
+    return clip_grads([p.grad for p in params if p.grad is not None], max_norm)
+
+
+def clip_grads(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Scale ``grads`` (one device) in place to a total 2-norm of at most ``max_norm``, as
+    :func:`clip_grad_norm` does to the parameters' ``.grad``; returns the total norm."""
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total

@@ -16,7 +16,8 @@ import torch
 import torch.nn as nn
 
 from ..config import MUTABLE_HPARAMS, PPOConfig
-from .compiled import Compiled, adam_step, clip_grad_norm, compiled, zero_grads
+from .compiled import Compiled, FusedAdam, adam_step, clip_grad_norm, clip_grads, compiled, zero_grads
+from .ppo_grads import gaussian_mlp_grads
 
 LOG_2PI = math.log(2 * math.pi)
 
@@ -329,6 +330,7 @@ class PPOAgent(nn.Module):
         self.obs_rms = RunningMeanStd((obs_dim,), device=device, tied=tied)
         self.reward_rms = RunningMeanStd((), device=device)
         self._optimizer: torch.optim.Optimizer | None = None  # built on first use (see optimizer)
+        self._stepper: FusedAdam | None = None  # its lean step on gradients handed in, built with it
         self.hparams: dict[str, float] = {k: float(getattr(cfg, k)) for k in MUTABLE_HPARAMS}
         self._hot: dict[str, Any] | None = None  # the hot paths, compiled or not (agent.compile), on first use
 
@@ -342,11 +344,14 @@ class PPOAgent(nn.Module):
             # ran 1.2-1.9x slower than eager ones at 16 to 4,096 rows (a compiled call's overhead
             # and inductor's loops against ATen's kernels), so a CPU pod compiles the loss only
             eager_here = self.CPU_EAGER if dev.type == "cpu" else ()
+            # Gaussian MLPs: the gradients written out (ppo_grads); else the loss through autograd
+            step = "grads" if self.written_out() else "loss"
             fns = {"act": (self._act_noise, "the PPO policy step"), "value": (self.net.value, "the PPO value step"),
-                   "loss": (self._minibatch_loss, "the PPO loss")}
+                   step: ((self._minibatch_grads, "the PPO gradients") if step == "grads" else
+                          (self._minibatch_loss, "the PPO loss"))}
             hot: dict[str, Any] = {k: fn if k in eager_here else compiled(fn, mode, dev, name)
                                    for k, (fn, name) in fns.items()}
-            hot["on"] = isinstance(hot["loss"], Compiled)
+            hot["on"] = isinstance(hot[step], Compiled)
             self._hot = hot
         return self._hot
 
@@ -358,7 +363,14 @@ class PPOAgent(nn.Module):
         parameters instead of a dozen small ops per tensor."""
         if self._optimizer is None:
             self._optimizer = torch.optim.Adam(self.net.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)
+            self._stepper = FusedAdam(self._optimizer)
         return self._optimizer
+
+    def written_out(self) -> bool:
+        """Whether the update computes its gradients without autograd (:mod:`.ppo_grads`): Gaussian
+        actions and the plain actor and critic MLPs (the per-asset networks and categorical
+        actions go through autograd)."""
+        return not self.discrete and type(self.net) is ActorCritic
 
     # --- hyperparameters -----------------------------------------------------------------
     def set_hparams(self, values: dict[str, float]) -> None:
@@ -383,7 +395,8 @@ class PPOAgent(nn.Module):
         opt = self.optimizer.state_dict()
         for pid, st in opt["state"].items():
             for k, v in st.items():
-                t[f"optim.{pid}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+                # a step is a view of the optimizer's one step tensor (FusedAdam): saved apart
+                t[f"optim.{pid}.{k}"] = (v.clone() if k == "step" else v) if torch.is_tensor(v) else torch.tensor(v)
         return t, {"hparams": dict(self.hparams), "optim_param_groups": opt["param_groups"]}
 
     @classmethod
@@ -414,6 +427,8 @@ class PPOAgent(nn.Module):
                 optim_state.setdefault(int(pid), {})[name] = v.cpu() if name == "step" else v
             groups = meta.get("optim_param_groups") or self.optimizer.state_dict()["param_groups"]
             self.optimizer.load_state_dict({"state": optim_state, "param_groups": groups})
+            assert self._stepper is not None
+            self._stepper.reset()
         if hparams:
             src = dict(meta.get("hparams") or {})
             if "learning_rate" not in src and "learning_rate" in meta:  # files written before hparams existed
@@ -485,6 +500,7 @@ class PPOAgent(nn.Module):
         n = 0
         params_list = list(self.net.parameters())
         hot = self.hot()
+        stepper = self._stepper
         # compiled: the coefficients as tensors (PBT changes them; a float would recompile)
         coefs = [hp[k] for k in ("clip_coef", "vf_coef", "ent_coef")]
         if hot["on"]:
@@ -497,13 +513,19 @@ class PPOAgent(nn.Module):
             kl_sum = torch.zeros((), device=obs.device)
             for start in range(0, B, mb):
                 sl = slice(start, start + mb)
-                loss, mb_stats = hot["loss"](s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
-                # zero_grad, clip_grad_norm_ and Adam.step without torch's per-call bookkeeping
-                # (agents/compiled.py: the same kernels, the same results bit for bit)
-                zero_grads(params_list)
-                loss.backward()
-                clip_grad_norm(params_list, hp["max_grad_norm"])
-                adam_step(self.optimizer)
+                rows = (s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
+                if "grads" in hot:
+                    grads, mb_stats = hot["grads"](*rows)
+                    clip_grads(grads, hp["max_grad_norm"])
+                    stepper.step(grads)
+                else:
+                    # zero_grad, clip_grad_norm_ and Adam.step without torch's per-call bookkeeping
+                    # (agents/compiled.py: the same kernels, the same results bit for bit)
+                    loss, mb_stats = hot["loss"](*rows)
+                    zero_grads(params_list)
+                    loss.backward()
+                    clip_grad_norm(params_list, hp["max_grad_norm"])
+                    adam_step(self.optimizer)
                 stats += mb_stats
                 kl_sum += mb_stats[4]
                 n += 1
@@ -517,6 +539,16 @@ class PPOAgent(nn.Module):
         metrics["explained_variance"] = explained_var
         metrics["learning_rate"] = torch.tensor(lr)
         return metrics
+
+    def _minibatch_grads(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
+                         advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                         clip_coef: torch.Tensor | float, vf_coef: torch.Tensor | float,
+                         ent_coef: torch.Tensor | float) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """One minibatch's gradients (the order of ``net.parameters()``) and the statistics of
+        :meth:`_minibatch_loss`, written out (:func:`.ppo_grads.gaussian_mlp_grads`; pure: compiled)."""
+        cfg = self.cfg
+        return gaussian_mlp_grads(self.net, cfg.activation, cfg.norm_adv, cfg.clip_vloss, obs, actions, old_logp,
+                                  advantages, old_values, returns, clip_coef, vf_coef, ent_coef)
 
     def _minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
                         advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
