@@ -16,7 +16,7 @@ __all__ = ["ACTIVATION_NAMES", "COMPILE_MODES", "MUTABLE_HPARAMS", "OffPolicyCon
 
 ACTIVATION_NAMES = ("relu", "tanh", "elu", "silu")
 COMPILE_MODES = ("off", "on", "cudagraphs")  # agent.compile (agents/compiled.py)
-_COMPILE_DOC = ("torch.compile the rollout's policy step, the torch env step and the update's losses: off | on | "
+_COMPILE_DOC = ("torch.compile the update, the torch env step and (on a GPU) the rollout's policy step: off | on | "
                 "cudagraphs (CUDA graphs too, on a GPU; as on elsewhere); eager with a notice where it cannot compile")
 # PPO's hyperparameters that a pod may change while it trains (PBT explores these)
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
