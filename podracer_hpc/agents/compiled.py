@@ -4,12 +4,15 @@ An agent hands its pure tensor functions (the rollout's policy step, the update'
 statistics) to :func:`compiled`; what comes back is called exactly as the eager function was.
 Random draws stay outside (the caller draws its noise from its own generator and passes it in),
 so a compiled agent consumes its random streams as the eager one does and the two agree up to
-floating point reassociation (tests/test_compile.py states the tolerance). The backward pass runs
-through AOTAutograd's compiled backward; the optimizer steps call fused Adam's kernel directly
+floating point reassociation (tests/test_compile.py states the tolerance). Where an update uses
+autograd, its backward runs through AOTAutograd's compiled backward; the optimizer steps call fused Adam's kernel directly
 (:func:`adam_step`, with :func:`zero_grads` and :func:`clip_grad_norm`: torch's own ops without
 their per-call bookkeeping, the same results bit for bit; the off-policy agents hand their
-gradients, computed without a graph, to :class:`FusedAdam`). On a CPU the off-policy agents leave
-their actor loss and policy step eager (measured slower compiled: ``OffPolicyAgent.CPU_EAGER``).
+gradients, computed without a graph, to :class:`FusedAdam`, as PPO's Gaussian update does). On a
+CPU the agents leave what ran slower compiled eager: PPO's policy and value steps
+(``PPOAgent.CPU_EAGER``), the off-policy agents' actor loss and policy step
+(``OffPolicyAgent.CPU_EAGER``); and inductor reads the CPU's vector ISAs from its flags
+(:func:`trust_cpu_isa`).
 
 Modes: ``off`` (eager, the default), ``on`` (torch.compile, inductor), ``cudagraphs`` (on a CUDA
 device also CUDA graphs, torch.compile's ``reduce-overhead``; on a CPU the same as ``on``, with a
