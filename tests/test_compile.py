@@ -159,6 +159,15 @@ def test_inductor_takes_the_cpus_vector_isas_from_its_flags_unless_the_user_says
         assert C.usable("on", "cpu") and inductor_config.cpp.vec_isa_ok is True  # what an agent's compile does
 
 
+def test_cuda_graph_outputs_are_copied_out_however_they_are_nested():
+    """A CUDA graph's replay reuses its output buffers: tensors in tuples and lists (PPO's gradients
+    come back as ``(list, stats)``) are copied; on a CPU the copy is what is checked."""
+    grads, stats = [torch.ones(2), torch.zeros(3)], torch.arange(3.0)
+    out = C._copy_out((grads, stats))
+    assert isinstance(out, tuple) and isinstance(out[0], list)
+    assert all(torch.equal(a, b) and a.data_ptr() != b.data_ptr() for a, b in zip([*out[0], out[1]], [*grads, stats]))
+
+
 def test_the_lean_optimizer_steps_equal_torchs_bit_for_bit():
     torch.manual_seed(0)
     nets = [torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)) for _ in range(2)]

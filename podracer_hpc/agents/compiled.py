@@ -178,9 +178,10 @@ class Compiled:
 
 
 def _copy_out(out: Any) -> Any:
-    """Tensors of ``out`` (a tensor or a tuple of them) copied out of CUDA graph buffers."""
-    if isinstance(out, tuple):
-        return tuple(_copy_out(x) for x in out)
+    """Tensors of ``out`` (a tensor, or tuples and lists of them: PPO's gradients come back as a
+    list) copied out of CUDA graph buffers."""
+    if isinstance(out, (tuple, list)):
+        return type(out)(_copy_out(x) for x in out)
     return out.clone() if isinstance(out, torch.Tensor) else out
 
 
