@@ -5,8 +5,8 @@ statistics) to :func:`compiled`; what comes back is called exactly as the eager 
 Random draws stay outside (the caller draws its noise from its own generator and passes it in),
 so a compiled agent consumes its random streams as the eager one does and the two agree up to
 floating point reassociation (tests/test_compile.py states the tolerance). Where an update uses
-autograd, its backward runs through AOTAutograd's compiled backward; the optimizer steps call fused Adam's kernel directly
-(:func:`adam_step`, with :func:`zero_grads` and :func:`clip_grad_norm`: torch's own ops without
+autograd, its backward runs through AOTAutograd's compiled backward; the optimizer steps call
+fused Adam's kernel directly (:func:`adam_step`, with :func:`zero_grads` and :func:`clip_grad_norm`: torch's own ops without
 their per-call bookkeeping, the same results bit for bit; the off-policy agents hand their
 gradients, computed without a graph, to :class:`FusedAdam`, as PPO's Gaussian update does). On a
 CPU the agents leave what ran slower compiled eager: PPO's policy and value steps
