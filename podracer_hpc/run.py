@@ -370,12 +370,13 @@ class RankRun:
 
     def round(self) -> None:
         """Tournament round: evaluate, then decide with the others (collective) or alone (async)."""
+        trained_until = time.perf_counter()  # the pod's speed is its training's, not this round's evaluation
         if self.pending_fitness is not None:  # evaluated before a stop: the same value, not a second row
             fitness, self.pending_fitness = self.pending_fitness, None
         else:  # every pod of round i on the same start states (common random numbers; fitness.py)
             fitness = self.evaluate(eval_seed(self.cfg.seed, "round", self.round_index) if self.pool.collective
                                     else eval_seed(self.cfg.seed, "async"))
-        wish = self.schedule_wish()
+        wish = self.schedule_wish(trained_until)
         if self.pool.collective:
             met_at = time.perf_counter()
             everyone = self.meet("round", self.pool.report(fitness), schedule=wish)
@@ -396,18 +397,23 @@ class RankRun:
                      "training goes on")
         self.round_index += 1
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
-        self.round_clock = (time.perf_counter(), self.pod.env_steps)
         if wish[1]:
             self.checkpoint()
             if self.pool.collective:  # the whole pool checkpointed at this round: a resume starts here or later
                 self.pool.loaded_since_checkpoint.clear()
+        # the next wish measures the pod's speed from here (a round's checkpoint is not training)
+        self.round_clock = (time.perf_counter(), self.pod.env_steps)
 
-    def schedule_wish(self) -> tuple[int, bool]:
-        """At a round: whole intervals this pod wants before the next round (its speed since the
-        last round against ``tournament.min_interval_s``), and whether this round should checkpoint
-        (``log.round_checkpoints``: every round, or once ``log.checkpoint_interval_s`` has passed)."""
+    def schedule_wish(self, trained_until: float | None = None) -> tuple[int, bool]:
+        """At a round: whole intervals this pod wants before the next round (its speed from the end
+        of the last round to ``trained_until``, the start of this one, against
+        ``tournament.min_interval_s``: the rounds' own evaluations and checkpoints are not training,
+        and counted in they made a short interval look slow and the next round come too soon), and
+        whether this round should checkpoint (``log.round_checkpoints``: every round, or once
+        ``log.checkpoint_interval_s`` has passed)."""
         t0, steps0 = self.round_clock
-        rate = (self.pod.env_steps - steps0) / max(time.perf_counter() - t0, 1e-9)
+        t1 = time.perf_counter() if trained_until is None else trained_until
+        rate = (self.pod.env_steps - steps0) / max(t1 - t0, 1e-9)
         intervals = intervals_to_next_round(self.cfg.tournament, rate, self.min_interval_s)
         return intervals, self.round_checkpoints == "every" or self.checkpoint_interval_passed()
 
