@@ -5,11 +5,10 @@ statistics) to :func:`compiled`; what comes back is called exactly as the eager 
 Random draws stay outside (the caller draws its noise from its own generator and passes it in),
 so a compiled agent consumes its random streams as the eager one does and the two agree up to
 floating point reassociation (tests/test_compile.py states the tolerance). Where an update uses
-autograd, its backward runs through AOTAutograd's compiled backward; the optimizer steps call
-fused Adam's kernel directly (:func:`adam_step`, with :func:`zero_grads` and :func:`clip_grad_norm`: torch's own ops without
-their per-call bookkeeping, the same results bit for bit; the off-policy agents hand their
-gradients, computed without a graph, to :class:`FusedAdam`, as PPO's Gaussian update does). On a
-CPU the agents leave what ran slower compiled eager: PPO's policy and value steps
+autograd, its backward runs through AOTAutograd's compiled backward. Every agent, eager or
+compiled, hands its gradients (written out, or ``torch.autograd.grad``'s) to :func:`clip_grads`
+and :class:`FusedAdam`: torch's own kernels without their per-call bookkeeping, the same results
+bit for bit. On a CPU the agents leave what ran slower compiled eager: PPO's policy and value steps
 (``PPOAgent.CPU_EAGER``), the off-policy agents' actor loss and policy step
 (``OffPolicyAgent.CPU_EAGER``); and inductor reads the CPU's vector ISAs from its flags
 (:func:`trust_cpu_isa`).
@@ -224,50 +223,15 @@ def compile_env(env: Any, mode: str, device: torch.device | str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------
-# The update's per-step bookkeeping, lean (agent.compile only; eager agents keep torch's calls)
+# The update's per-step bookkeeping, lean (every agent, eager or compiled)
 # ------------------------------------------------------------------------------------------
-def zero_grads(params: list[torch.Tensor]) -> None:
-    """``optimizer.zero_grad(set_to_none=True)`` for ``params``, without the optimizer's loops."""
-    for p in params:
-        p.grad = None
-
-
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` on one device, its
-    same ops (the same result bit for bit) without its grouping; returns the total norm."""
-    return clip_grads([p.grad for p in params if p.grad is not None], max_norm)
-
-
 def clip_grads(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """Scale ``grads`` (one device) in place to a total 2-norm of at most ``max_norm``, as
-    :func:`clip_grad_norm` does to the parameters' ``.grad``; returns the total norm."""
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)`` on gradients handed in
+    (one device): its same ops (the same result bit for bit) without its grouping, scaling
+    ``grads`` in place; returns the total norm."""
     total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
-
-
-def adam_step(opt: torch.optim.Optimizer) -> None:
-    """``opt.step()`` of a fused Adam (one device and dtype, no amsgrad): the same kernel
-    (``_fused_adam_``, the same result bit for bit) without ``Optimizer.step``'s per-call
-    bookkeeping (hooks, grouping by device, state checks: about 0.2 ms a call on a CPU). Anything
-    else, and the first step (which creates the state), goes through ``opt.step()``."""
-    for group in opt.param_groups:
-        params = [p for p in group["params"] if p.grad is not None]
-        states = [opt.state.get(p) for p in params]
-        if (not group.get("fused") or group.get("amsgrad") or group.get("maximize") or group.get("capturable")
-                or not all(states) or isinstance(group["lr"], torch.Tensor)):
-            opt.step()
-            return
-    for group in opt.param_groups:
-        params = [p for p in group["params"] if p.grad is not None]
-        states = [opt.state[p] for p in params]
-        steps = [s["step"] for s in states]
-        torch._foreach_add_(steps, 1)
-        beta1, beta2 = group["betas"]
-        torch._fused_adam_(params, [p.grad for p in params], [s["exp_avg"] for s in states],
-                           [s["exp_avg_sq"] for s in states], [], steps, amsgrad=False, lr=group["lr"],
-                           beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
-                           maximize=False, grad_scale=None, found_inf=None)
 
 
 class FusedAdam:

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..config import MUTABLE_HPARAMS, PPOConfig
-from .compiled import Compiled, FusedAdam, adam_step, clip_grad_norm, clip_grads, compiled, zero_grads
+from .compiled import Compiled, FusedAdam, clip_grads, compiled
 from .ppo_grads import gaussian_mlp_grads
 
 LOG_2PI = math.log(2 * math.pi)
@@ -516,16 +516,13 @@ class PPOAgent(nn.Module):
                 rows = (s_obs[sl], s_act[sl], s_logp[sl], s_adv[sl], s_val[sl], s_ret[sl], *coefs)
                 if "grads" in hot:
                     grads, mb_stats = hot["grads"](*rows)
-                    clip_grads(grads, hp["max_grad_norm"])
-                    stepper.step(grads)
-                else:
-                    # zero_grad, clip_grad_norm_ and Adam.step without torch's per-call bookkeeping
-                    # (agents/compiled.py: the same kernels, the same results bit for bit)
+                else:  # categorical and per-asset networks: the loss through autograd
                     loss, mb_stats = hot["loss"](*rows)
-                    zero_grads(params_list)
-                    loss.backward()
-                    clip_grad_norm(params_list, hp["max_grad_norm"])
-                    adam_step(self.optimizer)
+                    grads = list(torch.autograd.grad(loss, params_list))
+                # clip_grad_norm_ and Adam.step without torch's per-call bookkeeping
+                # (agents/compiled.py: the same kernels, the same results bit for bit)
+                clip_grads(grads, hp["max_grad_norm"])
+                stepper.step(grads)
                 stats += mb_stats
                 kl_sum += mb_stats[4]
                 n += 1
