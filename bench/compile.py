@@ -27,7 +27,6 @@ Prints a table and, last, one line of JSON.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import statistics
@@ -35,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -46,9 +44,8 @@ from podracer_hpc.agents.ppo import PPOAgent  # noqa: E402
 from podracer_hpc.agents.replay import ReplayBuffer  # noqa: E402
 from podracer_hpc.agents.sac import SACAgent  # noqa: E402
 from podracer_hpc.agents.td3 import TD3Agent  # noqa: E402
-from podracer_hpc.config import PPOConfig, SACConfig, TD3Config, load_config  # noqa: E402
-from podracer_hpc.pod import Pod  # noqa: E402
-from _timing import alternate_blocks  # noqa: E402  (bench/_timing.py)
+from podracer_hpc.config import PPOConfig, SACConfig, TD3Config  # noqa: E402
+from _timing import alternate_blocks, module_at  # noqa: E402  (bench/_timing.py)
 
 REPO = Path(__file__).resolve().parent.parent
 OBS, ACT = 17, 6  # halfcheetah's
@@ -57,16 +54,7 @@ OBS, ACT = 17, 6  # halfcheetah's
 def old_ppo(ref: str) -> type:
     """``PPOAgent`` of revision ``ref`` (``agents/ppo.py`` from git, as the module
     ``podracer_hpc.agents._old_ppo``; the rest of the package is the checkout's)."""
-    src = subprocess.run(["git", "show", f"{ref}:podracer_hpc/agents/ppo.py"], cwd=REPO, check=True,
-                         capture_output=True, text=True).stdout
-    full = "podracer_hpc.agents._old_ppo"
-    mod = types.ModuleType(full)
-    mod.__package__ = "podracer_hpc.agents"
-    mod.__file__ = f"<{ref}:podracer_hpc/agents/ppo.py>"
-    sys.modules[full] = mod
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
-    importlib.invalidate_caches()
-    return mod.PPOAgent
+    return module_at(ref, "ppo").PPOAgent
 
 
 def ppo_step(hidden: int, mode: str, cls: type = PPOAgent):

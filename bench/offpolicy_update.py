@@ -17,12 +17,9 @@ Prints a table and, last, one line of JSON.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
-import subprocess
 import sys
-import types
 from pathlib import Path
 
 import torch
@@ -34,7 +31,7 @@ from podracer_hpc.agents.replay import ReplayBuffer  # noqa: E402
 from podracer_hpc.agents.sac import SACAgent  # noqa: E402
 from podracer_hpc.agents.td3 import TD3Agent  # noqa: E402
 from podracer_hpc.config import SACConfig, TD3Config  # noqa: E402
-from _timing import alternate_blocks, medians  # noqa: E402  (bench/_timing.py)
+from _timing import alternate_blocks, medians, module_at  # noqa: E402  (bench/_timing.py)
 
 CASES = [  # (algo, hidden, obs_dim, act_dim, batch, updates a call, job it stands for)
     ("sac", 64, 3, 1, 128, 16, "pendulum_sac"),
@@ -45,21 +42,12 @@ CASES = [  # (algo, hidden, obs_dim, act_dim, batch, updates a call, job it stan
 
 
 def old_agents(ref: str) -> dict[str, type]:
-    """``{"sac": SACAgent, "td3": TD3Agent}`` of revision ``ref`` (agents/offpolicy, sac, td3 from
+    """``{"sac": SACAgent, "td3": TD3Agent}`` of revision ``ref`` (agents/compiled, offpolicy, sac, td3 from
     git, as modules ``podracer_hpc.agents._old_*``; the rest of the package is the checkout's)."""
-    mods = {}
-    for name in ("offpolicy", "sac", "td3"):
-        src = subprocess.run(["git", "show", f"{ref}:podracer_hpc/agents/{name}.py"], cwd=REPO, check=True,
-                             capture_output=True, text=True).stdout
-        src = src.replace("from .offpolicy import", "from ._old_offpolicy import")
-        full = f"podracer_hpc.agents._old_{name}"
-        mod = types.ModuleType(full)
-        mod.__package__ = "podracer_hpc.agents"
-        mod.__file__ = f"<{ref}:podracer_hpc/agents/{name}.py>"
-        sys.modules[full] = mod
-        exec(compile(src, mod.__file__, "exec"), mod.__dict__)
-        mods[name] = mod
-    importlib.invalidate_caches()
+    # each old module imports its own revision's compiled and offpolicy (their helpers changed since)
+    old = {"from .compiled import": "from ._old_compiled import",
+           "from .offpolicy import": "from ._old_offpolicy import"}
+    mods = {name: module_at(ref, name, old) for name in ("compiled", "offpolicy", "sac", "td3")}
     return {"sac": mods["sac"].SACAgent, "td3": mods["td3"].TD3Agent}
 
 
