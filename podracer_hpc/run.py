@@ -404,7 +404,7 @@ class RankRun:
         # the next wish measures the pod's speed from here (a round's checkpoint is not training)
         self.round_clock = (time.perf_counter(), self.pod.env_steps)
 
-    def schedule_wish(self, trained_until: float | None = None) -> tuple[int, bool]:
+    def schedule_wish(self, trained_until: float) -> tuple[int, bool]:
         """At a round: whole intervals this pod wants before the next round (its speed from the end
         of the last round to ``trained_until``, the start of this one, against
         ``tournament.min_interval_s``: the rounds' own evaluations and checkpoints are not training,
@@ -412,8 +412,7 @@ class RankRun:
         whether this round should checkpoint (``log.round_checkpoints``: every round, or once
         ``log.checkpoint_interval_s`` has passed)."""
         t0, steps0 = self.round_clock
-        t1 = time.perf_counter() if trained_until is None else trained_until
-        rate = (self.pod.env_steps - steps0) / max(t1 - t0, 1e-9)
+        rate = (self.pod.env_steps - steps0) / max(trained_until - t0, 1e-9)
         intervals = intervals_to_next_round(self.cfg.tournament, rate, self.min_interval_s)
         return intervals, self.round_checkpoints == "every" or self.checkpoint_interval_passed()
 

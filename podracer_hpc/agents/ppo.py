@@ -17,9 +17,7 @@ import torch.nn as nn
 
 from ..config import MUTABLE_HPARAMS, PPOConfig
 from .compiled import Compiled, FusedAdam, clip_grads, compiled
-from .ppo_grads import gaussian_mlp_grads
-
-LOG_2PI = math.log(2 * math.pi)
+from .ppo_grads import LOG_2PI, gaussian_mlp_grads
 
 
 # ----------------------------------------------------------------------------------------
