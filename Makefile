@@ -24,7 +24,7 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 
 ## quickstart: set up, then run the main job on this machine (no Slurm needed): a 4-pod
-## tournament under the mpiexec of the PyPI mpich wheel, behind podracer_hpc/mpirun.py's signal
+## tournament under the mpiexec of the PyPI mpich wheel, behind podracer_hpc/cluster/mpirun.py's signal
 ## relay: Ctrl-C, USR1, USR2 or TERM stop every pod with a checkpoint (exit 75; run again to resume)
 quickstart: setup
 	$(BIN)/podracer mpirun -n $(PODS) $(BIN)/podracer train $(JOB)

@@ -1,6 +1,6 @@
 """Build step of the wheel: pyproject.toml says everything else. What podracer-hpc ships beside its
 code (jobs/, slurm_templates/, baselines/) goes into the wheel as podracer_hpc/_shipped/, where
-podracer_hpc/shipped.py finds it once installed (a checkout uses its own folders)."""
+podracer_hpc/files/shipped.py finds it once installed (a checkout uses its own folders)."""
 
 import shutil
 from pathlib import Path
@@ -8,7 +8,7 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-FOLDERS = ("jobs", "slurm_templates", "baselines")  # as podracer_hpc/shipped.py's FOLDERS
+FOLDERS = ("jobs", "slurm_templates", "baselines")  # as podracer_hpc/files/shipped.py's FOLDERS
 
 
 class BuildWithShipped(build_py):

@@ -37,10 +37,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc import safeio  # noqa: E402
-from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.files import safeio  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
-from podracer_hpc.rundir import RunDir  # noqa: E402
+from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
 from helpers import rank_pids  # noqa: E402  (the tests' own: a run's rank processes, from /proc)

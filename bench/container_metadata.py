@@ -3,7 +3,7 @@
     python bench/container_metadata.py [--image build/container/podracer] [--repeat 3]
 
 Opt-in (needs `make container` and strace; not in bench/run_all.sh or CI). Each side runs
-``python -c "import podracer_hpc.run"`` (what every rank imports before its first step: torch,
+``python -c "import podracer_hpc.rank.program"`` (what every rank imports before its first step: torch,
 numpy, h5py, mpi4py, the package) under ``strace -f`` with the file-name syscalls (%file:
 openat, stat family, access, readlink, ...) plus getdents64, and counts them:
 
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CODE = "import podracer_hpc.run"
+CODE = "import podracer_hpc.rank.program"
 CALL = re.compile(r'^\d+\s+(\w+)\((?:[^"]*?)"([^"]*)"')
 
 

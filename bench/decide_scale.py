@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from podracer_hpc import hparams, tournament  # noqa: E402
+from podracer_hpc.pool import hparams, rules as tournament  # noqa: E402
 from podracer_hpc.config import TournamentConfig  # noqa: E402
-from podracer_hpc.tournament import PodReport, decide  # noqa: E402
+from podracer_hpc.pool.rules import PodReport, decide  # noqa: E402
 
 
 def reports(n: int, episodes: int = 20, seed: int = 0) -> list[PodReport]:

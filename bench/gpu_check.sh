@@ -11,7 +11,7 @@
 # study: the scaling study on one GPU, jobs/studies/pendulum_scaling_gpu.yaml: 1, 2, 4, 8 pods sharing
 #   the GPU, 3 seeds, and RLlib with a GPU learner where .venv-rllib exists (about 5 minutes; not in all).
 #   The pods share the GPU on purpose (device=cuda:shared in the study file).
-# device: a pod's GPU set-up (podracer_hpc/device.py, issue 14): the device from the local rank and
+# device: a pod's GPU set-up (podracer_hpc/cluster/device.py, issue 14): the device from the local rank and
 #   its checks, the start line, per-node caches, and with 2+ GPUs one GPU per pod under mpiexec
 #   (about 1 minute; also first in all).
 # jax: env.name: jax (issue 29 item 6) on cuda:0, needs a CUDA jax next to torch (pip install 'jax[cuda12]'):

@@ -174,9 +174,9 @@ def worker(args: argparse.Namespace) -> int:
     """One simulated pool: every pod holds ``--rounds`` rounds (its calls between marks in the trace)."""
     sys.path.insert(0, str(Path(os.environ.get("PODRACER_TREE", REPO))))
     from podracer_hpc.config import Config, from_dict
-    from podracer_hpc.fitness import Fitness, eval_seed
-    from podracer_hpc.pool import Pool
-    from podracer_hpc.rundir import RunDir
+    from podracer_hpc.pool.fitness import Fitness, eval_seed
+    from podracer_hpc.pool.rounds import Pool
+    from podracer_hpc.files.rundir import RunDir
 
     cfg = from_dict(Config, {"name": "sim", "seed": 0, "eval": {"episodes": 8},
                              "tournament": {"mode": args.rule, "sync": args.mode, "top_k": 8,
@@ -217,7 +217,7 @@ def worker(args: argparse.Namespace) -> int:
     # Every rank of a collective round computes the same decisions from the same table (O(N) each:
     # 80 ms at 4,096 pods, in parallel on real nodes); the threads here would compute them N times
     # one after the other, so the first rank's are shared. No file is touched by it.
-    import podracer_hpc.pool as pool_mod
+    import podracer_hpc.pool.rounds as pool_mod
     decided: dict[int, Any] = {}
     real_decide = pool_mod.decide
 

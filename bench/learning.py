@@ -38,9 +38,9 @@ sys.path.insert(0, str(REPO))  # analysis/ is the checkout's, not an installed p
 
 from analysis.aggregate import t95  # noqa: E402
 from podracer_hpc.config import load_config  # noqa: E402
-from podracer_hpc.h5log import read_log  # noqa: E402
-from podracer_hpc.run import train  # noqa: E402
-from podracer_hpc.rundir import RunDir  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
+from podracer_hpc.rank.program import train  # noqa: E402
+from podracer_hpc.files.rundir import RunDir  # noqa: E402
 # task: (job, target evaluation return, env-step budget, kind, default seeds[, eval interval])
 SUITE = {
     "pendulum": ("jobs/pendulum.yaml", -200.0, 3_000_000, "reach", (0, 1, 2), 25_000),

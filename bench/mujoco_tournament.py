@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
-from podracer_hpc.status import find_rank_logs  # noqa: E402
+from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
 
 
 def final_returns(run_dir: Path) -> list[float]:

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from podracer_hpc.config import load_config
-from podracer_hpc.h5log import read_log
-from podracer_hpc.run import train
-from podracer_hpc.rundir import RunDir
+from podracer_hpc.files.h5log import read_log
+from podracer_hpc.rank.program import train
+from podracer_hpc.files.rundir import RunDir
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -37,10 +37,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
-from podracer_hpc.records import read_records  # noqa: E402
-from podracer_hpc.rundir import RunDir  # noqa: E402
+from podracer_hpc.files.records import read_records  # noqa: E402
+from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
 UPDATES, PER_ROUND = 48, 8  # each pod: 48 updates of 16 envs x 16 steps, a round every 8 updates
 

@@ -6,7 +6,7 @@ alone and next to two busy processes (``while True: pass``), with
 
 - ``before``: the thread count the old default chose here (the CPUs of the affinity mask divided
   by the ranks on the node: all of them), and
-- ``after``: the default of podracer_hpc/device.py (``threads: 0``): on a node whose CPUs are not
+- ``after``: the default of podracer_hpc/cluster/device.py (``threads: 0``): on a node whose CPUs are not
   bound to the pod it takes no more threads than are idle at start-up.
 
 Each measurement is a fresh process (torch's thread pool is per process). Prints a table and one
@@ -33,7 +33,7 @@ CASES = {"pendulum": "jobs/pendulum.yaml", "halfcheetah": "jobs/halfcheetah.yaml
 PROBE = r"""
 import json, sys, time, torch
 from podracer_hpc.config import load_config
-from podracer_hpc.device import set_cpu_threads, threads_reason
+from podracer_hpc.cluster.device import set_cpu_threads, threads_reason
 from podracer_hpc.pod import Pod
 job, threads, seconds, sets = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
 cfg = load_config(job, [f"threads={threads}", "device=cpu", *sets])

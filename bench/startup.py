@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from podracer_hpc.h5log import read_log  # noqa: E402
-from podracer_hpc.status import find_rank_logs  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
+from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
 
 ADAM = ("import time, torch; p = [torch.zeros(3, requires_grad=True)]; t = time.perf_counter(); "
         "torch.optim.Adam(p, lr=1e-3, eps=1e-5, fused=True); print('ADAM_S', time.perf_counter() - t)")

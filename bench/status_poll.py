@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from podracer_hpc.h5log import H5Writer, read_log
-from podracer_hpc.status import Monitor
+from podracer_hpc.files.h5log import H5Writer, read_log
+from podracer_hpc.tools.status import Monitor
 
 CFG = {"name": "bench", "total_env_steps": 10**9, "env": {"name": "pendulum"}, "tournament": {"mode": "elegantrl"}}
 

@@ -23,10 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc.h5log import read_log  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from _pool import print_table, train_pool  # noqa: E402  (bench/_pool.py)
-from podracer_hpc.records import read_records  # noqa: E402
-from podracer_hpc.rundir import RunDir  # noqa: E402
+from podracer_hpc.files.records import read_records  # noqa: E402
+from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
 PODS = 4
 COMMON = ["threads=1", "log.progress_interval_s=0", "tournament.interval_env_steps=50000"]

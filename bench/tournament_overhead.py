@@ -8,7 +8,7 @@ Measures
       its /tournament log: collectives + publish + load + prune, including the wait for the slowest
       rank) in ``mpiexec -n 4 podracer train jobs/quickstart.yaml``; target < 2 %;
   (b) one ``allgather`` of a PodReport and one ``bcast`` of a 1,000-entry candidates list through
-      podracer_hpc.comm, vs the number of ranks (tests/mpi_scripts/comm_bench.py under mpiexec);
+      podracer_hpc.cluster.mpi, vs the number of ranks (tests/mpi_scripts/comm_bench.py under mpiexec);
   (c) Leaderboard.list(), candidates() and prune(8) on a board of 1,000 small entries;
   (d) the Python side of a 1,000-pod round on one rank: unpickling 1,000 PodReports and decide();
 then extrapolates to 1,000 pods (labelled as such). Prints a table, then one JSON line.
@@ -54,8 +54,8 @@ def mpi_env() -> dict[str, str]:
 
 
 def tournament_share(ranks: int, work: Path, sets: list[str]) -> dict:
-    from podracer_hpc.h5log import read_log
-    from podracer_hpc.rundir import RunDir
+    from podracer_hpc.files.h5log import read_log
+    from podracer_hpc.files.rundir import RunDir
 
     run = work / "quickstart"
     podracer = BIN / "podracer"
@@ -116,7 +116,7 @@ def comm_costs(ranks: list[int], seconds: float, work: Path) -> list[dict]:
 def leaderboard_costs(work: Path, n: int = 1000, repeats: int = 5) -> dict:
     import torch
 
-    from podracer_hpc.leaderboard import Leaderboard
+    from podracer_hpc.pool.leaderboard import Leaderboard
 
     torch.set_num_threads(1)
     src = work / "board1000"
@@ -160,7 +160,7 @@ def leaderboard_costs(work: Path, n: int = 1000, repeats: int = 5) -> dict:
 
 def python_side(pods: int = 1000, entries: int = 8) -> dict:
     from podracer_hpc.config import MUTABLE_HPARAMS
-    from podracer_hpc.tournament import PodReport, TournamentConfig, decide
+    from podracer_hpc.pool.rules import PodReport, TournamentConfig, decide
 
     reports = [PodReport(r, -150.0 - (r * 7919 % 1000) / 3.0, 100_000,
                          {k: 1e-3 * (i + 1) for i, k in enumerate(MUTABLE_HPARAMS)}) for r in range(pods)]
@@ -258,7 +258,7 @@ def main() -> int:
                    f"(target < 2%: {'met' if ok else 'NOT met'})",
                   f"  of which the rounds' own cost (per round, the last-arriving rank's time) {fmt_t(share['own_cost_s']).strip()} "
                   f"= {100 * share['own_share']:.2f}%; the rest is waiting for the slowest rank"]
-    lines += ["", "(b) one collective through podracer_hpc.comm (mean over iterations, slowest rank)",
+    lines += ["", "(b) one collective through podracer_hpc.cluster.mpi (mean over iterations, slowest rank)",
               f"  PodReport pickled {comm[0]['podreport_bytes']} B; candidates list of 1,000 pickled "
               f"{comm[0]['candidates_bytes']:,} B",
               f"  {'ranks':>5} {'allgather(PodReport)':>21} {'bcast(1000 cands)':>18} {'iters':>11}  placement"]

@@ -119,8 +119,8 @@ def train(out: Path, train_csv: Path, ranks: int, overrides: list[str], timeout:
 
 
 def best_entry(run_dir: Path) -> tuple[Path, dict]:
-    from podracer_hpc.leaderboard import Leaderboard
-    from podracer_hpc.rundir import RunDir
+    from podracer_hpc.pool.leaderboard import Leaderboard
+    from podracer_hpc.files.rundir import RunDir
 
     entries = Leaderboard(RunDir(run_dir).leaderboard()).list()
     if not entries:
@@ -132,7 +132,7 @@ def best_entry(run_dir: Path) -> tuple[Path, dict]:
 
 def run_backtest(policy: Path, csv: Path) -> dict:
     """``podracer backtest POLICY --data CSV --plot ''`` in this process; its JSON line."""
-    from podracer_hpc.backtest import main
+    from podracer_hpc.tools.backtest import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -166,7 +166,7 @@ def fit_rule(train_csv: Path, stocks: int, days: int) -> np.ndarray:
 
 def rule_backtest(coef: np.ndarray, csv: Path, cfg: dict) -> dict:
     """The reference rule, sign(predicted return) per stock, backtested with the job's trading settings."""
-    from podracer_hpc.backtest import backtest
+    from podracer_hpc.tools.backtest import backtest
     from podracer_hpc.trading.data import load_market
 
     md = load_market(csv)

@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from podracer_hpc.h5log import read_log  # noqa: E402
-from podracer_hpc.rundir import RunDir  # noqa: E402
-from podracer_hpc.status import find_rank_logs  # noqa: E402
+from podracer_hpc.files.h5log import read_log  # noqa: E402
+from podracer_hpc.files.rundir import RunDir  # noqa: E402
+from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
 
 
 def run(cmd: list[str], timeout: float, log: Path) -> tuple[int, float]:

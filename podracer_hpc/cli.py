@@ -8,26 +8,26 @@ import json
 import os
 import sys
 
-from .config import ConfigError, describe, load_config
+from podracer_hpc.config import ConfigError, describe, load_config
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .signals import ignore_from_now_on, process_flag
+    from podracer_hpc.cluster.signals import ignore_from_now_on, process_flag
 
     stop = process_flag()  # before torch and MPI load: a warning signal during start-up is kept
     cfg = load_config(args.config, args.set)
-    from .rundir import PoolPart
+    from podracer_hpc.files.rundir import PoolPart
 
     try:
         part = PoolPart.parse(args.pool_part)
     except ValueError as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
         return 2
-    from .h5log import LogError
-    from .resume import ResumeError
-    from .run import TrainingError, train
-    from .rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE
-    from .safeio import StateFileError
+    from podracer_hpc.files.h5log import LogError
+    from podracer_hpc.rank.resume import ResumeError
+    from podracer_hpc.rank.program import TrainingError, train
+    from podracer_hpc.files.rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE
+    from podracer_hpc.files.safeio import StateFileError
 
     try:
         result = train(cfg, run_dir=args.run_dir, stop_after_updates=args.stop_after_updates, quiet=args.quiet,
@@ -39,7 +39,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"podracer train: error: {_os_error_text(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception:  # a bug: the other ranks would wait for this one in their next collective forever
-        from .comm import get_comm
+        from podracer_hpc.cluster.mpi import get_comm
 
         comm = get_comm()
         if comm.size > 1:
@@ -52,7 +52,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             comm.abort(1)
         raise
     ignore_from_now_on()  # the work is saved: a late warning signal must not turn this into a crash code
-    from .comm import get_comm
+    from podracer_hpc.cluster.mpi import get_comm
 
     if get_comm().rank == 0:
         print(json.dumps(result.summary), flush=True)
@@ -82,8 +82,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from . import launch
-    from .config import to_dict
+    from podracer_hpc import launch
+    from podracer_hpc.config import to_dict
 
     try:
         req = launch.from_args(args, slurm_here=shutil.which("sbatch") is not None)
@@ -115,7 +115,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 def _print_dry_run(req, cfg, job_file: str) -> None:
     """The sbatch script (Slurm) or the mpiexec lines (local) a submission would run."""
-    from . import launch
+    from podracer_hpc import launch
 
     if req.jobs > 1:
         print(f"# a pool of {req.ranks} pods as {req.jobs} jobs of {req.job_ranks} (--pods-per-job): each job its own "
@@ -137,7 +137,7 @@ def _print_dry_run(req, cfg, job_file: str) -> None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from .status import status
+    from podracer_hpc.tools.status import status
 
     if args.watch < 0 or args.top < 0:
         print(f"podracer status: {'--watch' if args.watch < 0 else '--top'} must be >= 0", file=sys.stderr)
@@ -146,8 +146,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
-    from .launch.control import jobs_table
-    from .launch.errors import LaunchError
+    from podracer_hpc.launch.control import jobs_table
+    from podracer_hpc.launch.errors import LaunchError
 
     try:
         print("\n".join(jobs_table(args.target)))
@@ -158,8 +158,8 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from .launch.control import cancel
-    from .launch.errors import LaunchError
+    from podracer_hpc.launch.control import cancel
+    from podracer_hpc.launch.errors import LaunchError
 
     try:
         for line in cancel(args.target, args.requeue):
@@ -171,8 +171,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
-    from .envs import TASKS
+    from podracer_hpc.tools import bench
+    from podracer_hpc.envs import TASKS
 
     if args.what == "env":
         bad = ("--threads must be >= 1" if args.threads is not None and args.threads < 1 else
@@ -194,7 +194,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from .data import data_command
+    from podracer_hpc.tools.data import data_command
 
     return data_command(args.what, args.source, args.set, args.cache_dir, getattr(args, "force", False))
 
@@ -203,11 +203,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.config:
         import yaml
 
-        from .config import to_dict
+        from podracer_hpc.config import to_dict
 
         print(yaml.safe_dump(to_dict(load_config(args.config, args.set)), sort_keys=False), end="")
         return 0
-    from .config import ALGOS
+    from podracer_hpc.config import ALGOS
 
     algos = [args.algo] if args.algo else list(ALGOS)
     rows = describe(algo=algos[0])
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_cmd_train)
 
     s = sub.add_parser("submit", help="launch a job: on Slurm (submitit) or on this machine (mpiexec)")
-    from .launch.request import add_arguments  # every option declared once, with its doc (no submitit)
+    from podracer_hpc.launch.request import add_arguments  # every option declared once, with its doc (no submitit)
 
     add_arguments(s)
     s.set_defaults(func=_cmd_submit)
@@ -287,16 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
             dp.add_argument("--force", action="store_true", help="prepare again even if the cache is fresh")
         dp.set_defaults(func=_cmd_data)
 
-    sub.add_parser("mpirun", add_help=False,  # parsed by podracer_hpc.mpirun.main
+    sub.add_parser("mpirun", add_help=False,  # parsed by podracer_hpc.cluster.mpirun.main
                    help="mpiexec behind a signal relay: USR1/USR2/TERM/Ctrl-C to the job stop every pod with a "
                         "checkpoint (exit 75), e.g. podracer mpirun -n 4 podracer train jobs/quickstart.yaml")
-    sub.add_parser("evaluate", add_help=False,  # parsed by podracer_hpc.evaluate.main
+    sub.add_parser("evaluate", add_help=False,  # parsed by podracer_hpc.tools.evaluate.main
                    help="agents (a checkpoint, a leaderboard entry, a run's pods and top entries) on the same start "
                         "states: mean, standard error, 95%% interval (podracer evaluate --help)")
-    sub.add_parser("export", add_help=False,  # parsed by podracer_hpc.export.main
+    sub.add_parser("export", add_help=False,  # parsed by podracer_hpc.tools.export.main
                    help="a run's logs as TensorBoard event files, or a checkpoint's policy as TorchScript or ONNX "
                         "(podracer export --help)")
-    sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.backtest.main
+    sub.add_parser("backtest", add_help=False,  # parsed by podracer_hpc.tools.backtest.main
                    help="stock trading: run a checkpoint's policy on held-out data (podracer backtest --help)")
 
     b = sub.add_parser("bench", help="benchmarks: a table, then one JSON line")
@@ -325,32 +325,32 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     c.set_defaults(func=_cmd_config)
 
-    from .study import add_study_parser
+    from podracer_hpc.tools.study import add_study_parser
 
-    add_study_parser(sub)  # podracer study: a scaling study (podracer_hpc/study.py)
+    add_study_parser(sub)  # podracer study: a scaling study (podracer_hpc/tools/study)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["train"]:  # catch warning signals before anything slow (argparse, torch, MPI)
-        from .signals import process_flag
+        from podracer_hpc.cluster.signals import process_flag
 
         process_flag()
-    if argv[:1] == ["mpirun"]:  # mpiexec's own arguments follow: no argparse (podracer_hpc/mpirun.py)
-        from .mpirun import main as mpirun_main
+    if argv[:1] == ["mpirun"]:  # mpiexec's own arguments follow: no argparse (podracer_hpc/cluster/mpirun.py)
+        from podracer_hpc.cluster.mpirun import main as mpirun_main
 
         return mpirun_main(argv[1:])
-    if argv[:1] == ["evaluate"]:  # its own argument parser (podracer_hpc/evaluate.py)
-        from .evaluate import main as evaluate_main
+    if argv[:1] == ["evaluate"]:  # its own argument parser (podracer_hpc/tools/evaluate.py)
+        from podracer_hpc.tools.evaluate import main as evaluate_main
 
         return evaluate_main(argv[1:])
-    if argv[:1] == ["export"]:  # its own argument parser (podracer_hpc/export.py)
-        from .export import main as export_main
+    if argv[:1] == ["export"]:  # its own argument parser (podracer_hpc/tools/export.py)
+        from podracer_hpc.tools.export import main as export_main
 
         return export_main(argv[1:])
-    if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/backtest.py)
-        from .backtest import main as backtest_main
+    if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/tools/backtest.py)
+        from podracer_hpc.tools.backtest import main as backtest_main
 
         return backtest_main(argv[1:])
     args = build_parser().parse_args(argv)

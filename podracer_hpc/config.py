@@ -25,8 +25,8 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
-from .agents.settings import COMPILE_MODES, MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
-from .docfield import ConfigError, F
+from podracer_hpc.agents.settings import COMPILE_MODES, MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
+from podracer_hpc.docfield import ConfigError, F
 
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
@@ -67,7 +67,7 @@ def env_config_class() -> type[EnvConfig]:
     """:class:`EnvConfig` with one field per option section of the task registry, ``env.<section>``
     (its options dataclass, defaults and docs), in registration order; ``env.name``'s doc lists
     the registered tasks. The same sections give the same class."""
-    from .envs import registry  # here, not at the top: the task modules import torch
+    from podracer_hpc.envs import registry  # here, not at the top: the task modules import torch
 
     sections = registry.sections()
     tasks = registry.names()
@@ -118,7 +118,7 @@ class LogConfig:
 
 
 # ------------------------------------------------------------------------------------------
-# The tournament section (its rules are podracer_hpc/tournament.py, which reads this)
+# The tournament section (its rules are podracer_hpc/pool/rules.py, which reads this)
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "none")
 NETWORKS = ("mlp", "per_asset")  # agent.network
@@ -415,7 +415,7 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
 def validate(cfg: Config) -> Config:
     """Check value ranges, the task options included (each section's ``check``, see
     :mod:`podracer_hpc.envs.registry`); raises ConfigError naming the key and the allowed range."""
-    from .envs import registry  # here, not at the top: the task modules import torch
+    from podracer_hpc.envs import registry  # here, not at the top: the task modules import torch
 
     a, e = cfg.agent, cfg.env
 
@@ -567,7 +567,7 @@ def for_rank(cfg: Config, rank: int) -> Config:
 def job_file(path: str | os.PathLike) -> Path:
     """The job file a path names: as given, else (``jobs/<name>.yaml``) the copy podracer-hpc ships
     (shipped.py: an installed wheel has no checkout to look in)."""
-    from .shipped import find
+    from podracer_hpc.files.shipped import find
 
     p = Path(path)
     return p if p.exists() else (find(p) or p)

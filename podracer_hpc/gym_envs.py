@@ -59,7 +59,7 @@ class PodracerVectorEnv(VectorEnv):
             raise ValueError("task 'gymnasium' is a gymnasium env already: make it with gymnasium directly")
         if render_mode is not None:
             raise ValueError(f"podracer's batched envs do not render (render_mode {render_mode!r})")
-        from .envs import make_env
+        from podracer_hpc.envs import make_env
 
         self.env = make_env(task, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, **options)
         self.task, self.num_envs, self.render_mode = task, int(num_envs), None

@@ -17,18 +17,18 @@ from typing import Any
 
 import torch
 
-from . import safeio
-from .agents.compiled import compile_env
-from .agents.offpolicy import OffPolicyAgent
-from .agents.ppo import PPOAgent, compute_gae
-from .agents.replay import ReplayBuffer
-from .agents.sac import SACAgent
-from .agents.td3 import TD3Agent
-from .agents.settings import agent_kind, mutable_hparams
-from .config import Config, agent_config
-from .device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
-from .envs import build_env
-from .envs.base import split_step
+from podracer_hpc.files import safeio
+from podracer_hpc.agents.compiled import compile_env
+from podracer_hpc.agents.offpolicy import OffPolicyAgent
+from podracer_hpc.agents.ppo import PPOAgent, compute_gae
+from podracer_hpc.agents.replay import ReplayBuffer
+from podracer_hpc.agents.sac import SACAgent
+from podracer_hpc.agents.td3 import TD3Agent
+from podracer_hpc.agents.settings import agent_kind, mutable_hparams
+from podracer_hpc.config import Config, agent_config
+from podracer_hpc.cluster.device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
+from podracer_hpc.envs import build_env
+from podracer_hpc.envs.base import split_step
 
 STATE_KIND = "pod-state"
 # What makes up the agent (a leaderboard entry) is the agent's to say (PPOAgent.state); the rest

@@ -76,7 +76,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 # GPFS and Lustre with `flock` (or `localflock`) support locks.
 export HDF5_USE_FILE_LOCKING="${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}"
 # Compile caches (Warp kernels of MuJoCo Warp, torch.compile/Triton, CUDA's PTX JIT): each pod
-# uses $PODRACER_CACHE_DIR/<host>/... (podracer_hpc/device.py), a node-local directory by default
+# uses $PODRACER_CACHE_DIR/<host>/... (podracer_hpc/cluster/device.py), a node-local directory by default
 # rather than ~/.cache on the shared filesystem, where every rank of every node would write at once.
 export PODRACER_CACHE_DIR="${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}"
 # PMIx (srun --mpi=pmix): quiets the Open MPI wheel's munge warning; harmless elsewhere.

@@ -150,7 +150,7 @@ def slurm_rank_pids(**ids: str) -> list[int]:
 def tree_distances(origin: int, n: int) -> list[int]:
     """Hops from ``origin`` to every rank over the stop notices' tree (comm.stop_tree_neighbours,
     breadth-first; -1: not reached)."""
-    from podracer_hpc.comm import stop_tree_neighbours
+    from podracer_hpc.cluster.mpi import stop_tree_neighbours
 
     dist = [-1] * n
     dist[origin], frontier = 0, [origin]

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from podracer_hpc.h5log import read_log
+from podracer_hpc.files.h5log import read_log
 
 FAST = ["--set", "total_env_steps=4096", "--set", "env.num_envs=64", "--set", "agent.rollout_steps=16",
         "--set", "eval.interval_env_steps=2048", "--set", "eval.episodes=3"]

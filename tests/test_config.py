@@ -7,21 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from podracer_hpc.config import (
-    Config,
-    ConfigError,
-    EnvConfig,
-    EvalConfig,
-    LogConfig,
-    PPOConfig,
-    describe,
-    env_config_class,
-    from_dict,
-    load_config,
-    parse_overrides,
-    to_dict,
-    validate,
-)
+from podracer_hpc.config import Config, ConfigError, EnvConfig, EvalConfig, LogConfig, PPOConfig, describe, env_config_class, from_dict, load_config, parse_overrides, to_dict, validate
 from podracer_hpc.envs import TASKS
 from podracer_hpc.envs.mujoco import MujocoOptions
 from podracer_hpc.trading.env import TradingOptions

@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from podracer_hpc import safeio
+from podracer_hpc.files import safeio
 from podracer_hpc.config import load_config
-from podracer_hpc.h5log import read_log
+from podracer_hpc.files.h5log import read_log
 from podracer_hpc.pod import Pod
 
 SMALL = [
@@ -52,7 +52,7 @@ def test_resume_is_exact(tmp_path, cli, task):
 
 def test_resume_drops_log_rows_after_checkpoint(tmp_path):
     """Rows logged after the checkpoint (work lost in a crash) are dropped, then redone once."""
-    from podracer_hpc.run import train
+    from podracer_hpc.rank.program import train
 
     cfg = load_config(None, small("pendulum", updates=4))
     run = tmp_path / "run"
@@ -156,8 +156,8 @@ def test_eval_is_deterministic_and_does_not_disturb_training():
 
 def test_refuses_to_run_launcher_ranks_that_are_not_one_world(tmp_path):
     """srun started 2 tasks but MPI sees a world of 1 each (wrong --mpi plugin): never run 2 rank-0s."""
-    from podracer_hpc.comm import Comm
-    from podracer_hpc.run import TrainingError, train
+    from podracer_hpc.cluster.mpi import Comm
+    from podracer_hpc.rank.program import TrainingError, train
 
     lonely = Comm(note="world of one: MPI sees 1 rank", launcher_size=2)
     with pytest.raises(TrainingError, match="do not form one MPI world.*--mpi"):

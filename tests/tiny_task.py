@@ -4,7 +4,7 @@ A point on a line, ``x`` in [-1, 1], moves by ``speed x action`` each step towar
 the reward is ``-|x - target|``, the observation ``[x, target]``, 20 steps an episode. Its
 settings are the config section ``env.reach`` (``target``, ``speed``).
 
-tests/test_tasks.py adds it with the one line a built-in task takes (its module path in
+tests/envs/test_registry.py adds it with the one line a built-in task takes (its module path in
 ``podracer_hpc.envs.registry.TASK_MODULES``) and trains it through the real Pod and ``train``.
 """
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from podracer_hpc.h5log import H5Writer
+from podracer_hpc.files.h5log import H5Writer
 
 TASKS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1",
          # podracer's own env through gymnasium's interface (baselines/rllib/trading_env.py)
@@ -51,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
     # the episode length (a pod's env.max_episode_steps)
     "trading": {},
     "max_episode_steps": 252,
-    # A resource point of a scaling study (podracer_hpc/study.py), in pods-equivalent: see
+    # A resource point of a scaling study (podracer_hpc/tools/study), in pods-equivalent: see
     # apply_resources. pods null: the rllib block is used as written (one learner).
     "resources": {"pods": None, "gpus_per_pod": 0, "cpus": None, "nodes": 1, "env_runners_per_pod": 2,
                   "envs_per_pod": None, "lr_scaling": "sqrt"},
@@ -341,7 +341,7 @@ class Evaluator:
 
 def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Path) -> Path:
     """Write the learner's deterministic policy as a self-contained TorchScript file that
-    ``podracer backtest`` reads (podracer_hpc/backtest.py, ``load_policy``): observations
+    ``podracer backtest`` reads (podracer_hpc/tools/backtest.py, ``load_policy``): observations
     in, the action distribution's mean out, the env runners' observation filter (MeanStdFilter)
     baked in; beside it, as the extra file ``podracer.json``, the run's config in podracer's shape
     (task, env.trading settings) and the tickers, in order."""
@@ -388,7 +388,7 @@ def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Pat
 
 
 def git_revision() -> str:
-    """As podracer_hpc.run.git_revision (that module needs mpi4py, which .venv-rllib lacks)."""
+    """As podracer_hpc.rank.program.git_revision (that module needs mpi4py, which .venv-rllib lacks)."""
     import subprocess
 
     here = Path(__file__).resolve().parent

@@ -4,7 +4,7 @@ An agent hands its pure tensor functions (the rollout's policy step, the update'
 statistics) to :func:`compiled`; what comes back is called exactly as the eager function was.
 Random draws stay outside (the caller draws its noise from its own generator and passes it in),
 so a compiled agent consumes its random streams as the eager one does and the two agree up to
-floating point reassociation (tests/test_compile.py states the tolerance). Where an update uses
+floating point reassociation (tests/agents/test_compiled.py states the tolerance). Where an update uses
 autograd, its backward runs through AOTAutograd's compiled backward. Every agent, eager or
 compiled, hands its gradients (written out, or ``torch.autograd.grad``'s) to :func:`clip_grads`
 and :class:`FusedAdam`: torch's own kernels without their per-call bookkeeping, the same results
@@ -18,7 +18,7 @@ device also CUDA graphs, torch.compile's ``reduce-overhead``; on a CPU the same 
 notice). Where compiling cannot work (:func:`compile_problem`: no C++ compiler or Python headers
 for inductor's CPU kernels, no Triton on a GPU, a Python that TorchDynamo does not support) or the
 first compiled call fails, the agent says why once on stderr and runs eagerly. Inductor's kernel
-cache follows :func:`podracer_hpc.device.node_caches` (``$PODRACER_CACHE_DIR/<host>/inductor``,
+cache follows :func:`podracer_hpc.cluster.device.node_caches` (``$PODRACER_CACHE_DIR/<host>/inductor``,
 node-local under the launchers, so a requeued job on the same node compiles from its cache).
 """
 
@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..device import node_caches
-from .settings import COMPILE_MODES
+from podracer_hpc.cluster.device import node_caches
+from podracer_hpc.agents.settings import COMPILE_MODES
 
 _told: set[str] = set()  # notices printed already (one per process and text)
 

@@ -4,8 +4,8 @@ On a CPU a small network's update is mostly per-op overhead (autograd nodes, mod
 the agents' updates run the chain rule themselves: :func:`mlp_saved_forward` keeps each layer's
 input and pre-activation, :func:`mlp_backward` turns the gradient at the output into the
 parameters' gradients (SAC's and TD3's actors, PPO's actor and critic; TwinQ's ensemble has its
-own). Tests compare them with autograd for every activation (tests/test_offpolicy_ensemble.py,
-tests/test_ppo_math.py).
+own). Tests compare them with autograd for every activation (tests/agents/test_offpolicy_ensemble.py,
+tests/agents/test_ppo.py).
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
-from .compiled import Compiled, FusedAdam, compiled
-from .mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
-from .ppo import RunningMeanStd
+from podracer_hpc.agents.settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
+from podracer_hpc.agents.compiled import Compiled, FusedAdam, compiled
+from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
+from podracer_hpc.agents.ppo import RunningMeanStd
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
 

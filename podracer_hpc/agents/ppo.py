@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..config import MUTABLE_HPARAMS, PPOConfig
-from .compiled import Compiled, FusedAdam, clip_grads, compiled
-from .ppo_grads import LOG_2PI, gaussian_mlp_grads
+from podracer_hpc.config import MUTABLE_HPARAMS, PPOConfig
+from podracer_hpc.agents.compiled import Compiled, FusedAdam, clip_grads, compiled
+from podracer_hpc.agents.ppo_grads import LOG_2PI, gaussian_mlp_grads
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ network. On a CPU the update of a small PPO agent is mostly per-op overhead (aut
 module calls, the graph's bookkeeping); written out it runs 1.7x faster at 64x64 and 1.25x at
 256x256 (bench/compile.py). Ties follow autograd's rules (``torch.maximum`` splits the gradient
 of equal arguments in half, ``clamp`` passes it on the bounds), so the gradients agree with
-autograd's to float rounding (tests/test_ppo_math.py). Pure: ``agent.compile`` compiles it as
+autograd's to float rounding (tests/agents/test_ppo.py). Pure: ``agent.compile`` compiles it as
 one graph without a backward.
 
 Derivatives, per row (B rows, actions of D dims, ``z = (a - mu) exp(-log_std)``):
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .mlp_math import linears, mlp_backward, mlp_saved_forward
+from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_saved_forward
 
 LOG_2PI = math.log(2 * math.pi)
 

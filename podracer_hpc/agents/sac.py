@@ -15,10 +15,10 @@ import math
 import torch
 import torch.nn as nn
 
-from .settings import SAC_MUTABLE, SACConfig
-from .mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
-from .offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
-from .replay import ReplayBuffer
+from podracer_hpc.agents.settings import SAC_MUTABLE, SACConfig
+from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
+from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
+from podracer_hpc.agents.replay import ReplayBuffer
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..docfield import ConfigError, F
+from podracer_hpc.docfield import ConfigError, F
 
 __all__ = ["ACTIVATION_NAMES", "COMPILE_MODES", "MUTABLE_HPARAMS", "OffPolicyConfig", "PPOConfig", "SACConfig", "SAC_MUTABLE", "TD3Config",
            "TD3_MUTABLE", "agent_kind", "mutable_hparams"]

@@ -15,10 +15,10 @@ import copy
 import torch
 import torch.nn as nn
 
-from .settings import TD3_MUTABLE, TD3Config
-from .mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
-from .offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
-from .replay import ReplayBuffer
+from podracer_hpc.agents.settings import TD3_MUTABLE, TD3Config
+from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
+from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
+from podracer_hpc.agents.replay import ReplayBuffer
 
 
 # ----------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from . import registry
-from .registry import build_env
+from podracer_hpc.envs import registry
+from podracer_hpc.envs.registry import build_env
 
 # {name: env builder}: a live view of the registry (tasks declare themselves, see registry.py)
 TASKS = registry.TaskTable()

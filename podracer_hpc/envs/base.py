@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
-from .rng import BatchRNG, draw
+from podracer_hpc.envs.rng import BatchRNG, draw
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ is one gather; the exact bookkeeping (thresholds, clocks, flags, restarts) runs 
 same memory (half torch's per-call cost at these sizes); and only the envs that finished draw
 their restart (``rng.draw_rows``: the same numbers the branch-free path draws, their streams'
 next four). ``env.state`` is the ``[N, 4]`` view of that buffer. CUDA and ``compile`` take the branch-free ``TorchVecEnv`` path through
-:meth:`CartPole.dynamics` (the same formulas: tests/test_envs.py checks the two bit for bit).
+:meth:`CartPole.dynamics` (the same formulas: tests/envs/test_classic.py checks the two bit for bit).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 import numpy as np
 import torch
 
-from .base import TorchVecEnv
-from .rng import draw_rows
+from podracer_hpc.envs.base import TorchVecEnv
+from podracer_hpc.envs.rng import draw_rows
 
 
 class CartPole(TorchVecEnv):

@@ -4,7 +4,7 @@ live, imported when a pod builds one. This module imports no torch (the registry
 
 from __future__ import annotations
 
-from .registry import Lazy, Task, register
+from podracer_hpc.envs.registry import Lazy, Task, register
 
 register(Task("pendulum", build=Lazy("podracer_hpc.envs.pendulum", "Pendulum"),
               doc="Pendulum-v1: swing up and balance a pendulum (continuous torque)"))

@@ -24,8 +24,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..docfield import ConfigError, F
-from .registry import OptionError, Task, register
+from podracer_hpc.docfield import ConfigError, F
+from podracer_hpc.envs.registry import OptionError, Task, register
 
 VECTORIZATION = ("sync", "async", "vector_entry_point")  # gym_adapter.VECTORIZATION, without importing torch
 
@@ -65,7 +65,7 @@ def probe(options: GymnasiumOptions, max_episode_steps: int = 0) -> dict[str, An
                      default=repr)
     if key in _PROBED:
         return _PROBED[key]
-    from .gym_adapter import GymVecEnv  # torch and gymnasium: only when a gymnasium env is asked for
+    from podracer_hpc.envs.gym_adapter import GymVecEnv  # torch and gymnasium: only when a gymnasium env is asked for
 
     mode = "vector_entry_point" if options.vectorization == "vector_entry_point" else "sync"  # no worker to start
     try:
@@ -108,7 +108,7 @@ def make_gymnasium_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_ep
     its ``backend`` ``gymnasium-<vectorization>``."""
     import torch
 
-    from .gym_adapter import GymVecEnv
+    from podracer_hpc.envs.gym_adapter import GymVecEnv
 
     if not id:
         raise ValueError("the gymnasium task needs an env id (env.gymnasium.id, e.g. Acrobot-v1)")

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from .jax_task import DEFAULT_MAX_EPISODE_STEPS, INSTALL_HINT, env_sizes, prepare_jax_environ, resolve_factory
+from podracer_hpc.envs.jax_task import DEFAULT_MAX_EPISODE_STEPS, INSTALL_HINT, env_sizes, prepare_jax_environ, resolve_factory
 
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..docfield import ConfigError, F
-from .registry import Lazy, OptionError, Task, register
+from podracer_hpc.docfield import ConfigError, F
+from podracer_hpc.envs.registry import Lazy, OptionError, Task, register
 
 DEFAULT_MAX_EPISODE_STEPS = 1000  # MuJoCo Playground's and Brax's episode_length default
 INSTALL_HINT = "pip install 'podracer-hpc[jax]' (CPU jax; for a GPU: pip install 'jax[cuda12]')"

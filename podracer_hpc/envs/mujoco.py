@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..docfield import F
-from .gym_adapter import GymVecEnv
-from .mujoco_tasks import BACKENDS, GYM_IDS, MujocoOptions  # noqa: F401  (the declarations, no torch)
+from podracer_hpc.docfield import F
+from podracer_hpc.envs.gym_adapter import GymVecEnv
+from podracer_hpc.envs.mujoco_tasks import BACKENDS, GYM_IDS, MujocoOptions  # noqa: F401  (the declarations, no torch)
 
 _NO_CHECKPOINT = (
     "MuJoCo envs on the {} backend cannot be checkpointed exactly (the simulator state and RNG "
@@ -241,7 +241,7 @@ def make_mujoco_env(task: str, num_envs: int, device: str | torch.device = "cpu"
         return EnvPoolMujoco(task, num_envs, device, seed, max_episode_steps, dtype, num_threads=num_threads)
     if b == "gymnasium":
         return GymnasiumMujoco(task, num_envs, device, seed, max_episode_steps, dtype)
-    from .mujoco_warp import WarpMujoco  # imports warp only when asked for (a clear error if missing)
+    from podracer_hpc.envs.mujoco_warp import WarpMujoco  # imports warp only when asked for (a clear error if missing)
 
     return WarpMujoco(task, num_envs, device, seed, max_episode_steps, dtype, **warp_options)
 

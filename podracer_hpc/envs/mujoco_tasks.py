@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..docfield import F
-from .registry import Lazy, OptionError, Task, register
+from podracer_hpc.docfield import F
+from podracer_hpc.envs.registry import Lazy, OptionError, Task, register
 
 __all__ = ["BACKENDS", "GYM_IDS", "MujocoOptions"]
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .rng import BatchRNG
+from podracer_hpc.envs.rng import BatchRNG
 
 INSTALL_HINT = ("pip install 'podracer-hpc[warp]' (warp-lang==1.19.0 mujoco-warp==4.0.0; gymnasium for the "
                 "v5 models), or use backend 'envpool' or 'gymnasium'")

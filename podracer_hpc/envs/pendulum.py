@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .base import TorchVecEnv
+from podracer_hpc.envs.base import TorchVecEnv
 
 
 class Pendulum(TorchVecEnv):

@@ -22,17 +22,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, ConfigError
-from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states
-from ..rundir import RunDir
-from . import local, pooljobs
-from .checks import validate
-from .errors import JobError, LaunchError, SlurmUnreachable
-from .local import find_mpiexec, start_command
-from .request import (ACTIONS, Request, add_arguments, from_args, own_sbatch, parse_array, parse_sbatch, run_dir_for,
-                      slurm_minutes, task_overrides)
-from .snapshot import Snapshot, make_snapshot, plan_snapshot
-from .watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, still_active, summary_signature, wait
+from podracer_hpc.config import Config, ConfigError
+from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_job_states
+from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.launch import local, pooljobs
+from podracer_hpc.launch.checks import validate
+from podracer_hpc.launch.errors import JobError, LaunchError, SlurmUnreachable
+from podracer_hpc.launch.local import find_mpiexec, start_command
+from podracer_hpc.launch.request import ACTIONS, Request, add_arguments, from_args, own_sbatch, parse_array, parse_sbatch, run_dir_for, slurm_minutes, task_overrides
+from podracer_hpc.launch.snapshot import Snapshot, make_snapshot, plan_snapshot
+from podracer_hpc.launch.watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, still_active, summary_signature, wait
 
 # From .slurm, which imports submitit: loaded on first use, so that `podracer --help`, `podracer
 # config` and a local submit do not pay for it.

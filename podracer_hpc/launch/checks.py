@@ -8,9 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..config import Config, job_file, load_config
-from .errors import LaunchError
-from .request import Request, check_fields, parse_sbatch, parse_srun, run_dir_for
+from podracer_hpc.config import Config, job_file, load_config
+from podracer_hpc.launch.errors import LaunchError
+from podracer_hpc.launch.request import Request, check_fields, parse_sbatch, parse_srun, run_dir_for
 
 __all__ = ["check_run_dir", "validate"]
 
@@ -44,7 +44,7 @@ def validate(req: Request, dry_run: bool = False) -> Config:
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
-        from .slurm import check_request  # submitit: only when Slurm is asked for
+        from podracer_hpc.launch.slurm import check_request  # submitit: only when Slurm is asked for
 
         check_request(req, cfg, dry_run)
     elif req.nodes > 1:

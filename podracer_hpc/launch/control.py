@@ -22,10 +22,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .. import jobstate
-from ..rundir import RunDir
-from .errors import LaunchError
-from .watch import still_active
+from podracer_hpc.cluster import jobstate
+from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.launch.errors import LaunchError
+from podracer_hpc.launch.watch import still_active
 
 __all__ = ["cancel", "jobs_of", "jobs_table"]
 

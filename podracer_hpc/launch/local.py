@@ -10,18 +10,18 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import Config
-from ..rundir import RunDir
-from .errors import LaunchError
-from .request import Request, run_dir_for, task_overrides
-from .watch import Launched, summary_signature
+from podracer_hpc.config import Config
+from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.launch.errors import LaunchError
+from podracer_hpc.launch.request import Request, run_dir_for, task_overrides
+from podracer_hpc.launch.watch import Launched, summary_signature
 
 __all__ = ["find_mpiexec", "start_command", "stop", "submit"]
 
 
 def find_mpiexec() -> str:
     """The mpiexec next to this interpreter (the venv's mpich wheel), else the one on PATH."""
-    from ..mpirun import MpiexecNotFound, find_mpiexec as find
+    from podracer_hpc.cluster.mpirun import MpiexecNotFound, find_mpiexec as find
 
     try:
         return find()
@@ -49,8 +49,8 @@ def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[s
 def submit(req: Request, cfg: Config, parts: list[int] | None = None) -> Launched:
     """Start the job's ranks on this machine with mpiexec (array tasks up to %P at a time).
 
-    Each run is ``python -m podracer_hpc.mpirun -n <ranks> ...``: the signal relay in front of
-    mpiexec (podracer_hpc/mpirun.py), so that USR1/USR2/TERM sent to the pid printed here stop
+    Each run is ``python -m podracer_hpc.cluster.mpirun -n <ranks> ...``: the signal relay in front of
+    mpiexec (podracer_hpc/cluster/mpirun.py), so that USR1/USR2/TERM sent to the pid printed here stop
     every rank with a checkpoint (exit 75), as on Slurm. ``parts``: those parts of a pool of
     several jobs (--pods-per-job), each its own mpiexec world of the part's pods, all at once.
     """
@@ -59,7 +59,7 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None) -> Launche
     if parts is not None:
         base = RunDir(run_dir_for(req, cfg))
         for g in parts:
-            cmd = [sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", mpiexec, "-n", str(req.job_ranks),
+            cmd = [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", mpiexec, "-n", str(req.job_ranks),
                    sys.executable, "-m", "podracer_hpc.cli", "train", str(Path(req.job_file).resolve()), "--run-dir",
                    str(base.root), "--pool-part", f"{g}/{req.jobs}", *sum((["--set", s] for s in req.overrides), [])]
             start_command(cmd, base.root, launched, log=base.part_launch_log(g))
@@ -67,7 +67,7 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None) -> Launche
         return launched
     for t in req.array or [None]:
         sets, d = task_overrides(req, cfg, t)
-        cmd = [sys.executable, "-m", "podracer_hpc.mpirun", "--mpiexec", mpiexec, "-n", str(req.ranks),
+        cmd = [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", mpiexec, "-n", str(req.ranks),
                sys.executable, "-m", "podracer_hpc.cli", "train", str(Path(req.job_file).resolve()), "--run-dir",
                str(d), *sum((["--set", s] for s in sets), [])]
         if req.array_parallelism:

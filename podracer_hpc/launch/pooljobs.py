@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import jobstate
-from ..atomicfile import atomic_write_bytes
-from ..poolsummary import read_records
-from ..rundir import RunDir
-from .errors import LaunchError
-from .watch import still_active
+from podracer_hpc.cluster import jobstate
+from podracer_hpc.files.atomic import atomic_write_bytes
+from podracer_hpc.files.summary import read_records
+from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.launch.errors import LaunchError
+from podracer_hpc.launch.watch import still_active
 
 __all__ = ["Plan", "plan", "record"]
 

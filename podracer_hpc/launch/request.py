@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import Config, job_file
-from ..rundir import RunDir
-from .errors import LaunchError
+from podracer_hpc.config import Config, job_file
+from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.launch.errors import LaunchError
 
 __all__ = ["ACTIONS", "Request", "add_arguments", "check_fields", "from_args", "own_sbatch", "parse_array",
            "parse_sbatch", "parse_srun", "run_dir_for", "slurm_minutes", "task_overrides"]
@@ -213,7 +213,7 @@ def from_args(args: argparse.Namespace, slurm_here: bool) -> Request:
         kw["executor"] = "slurm" if slurm_here else "local"
     kw["array"], kw["array_parallelism"] = parse_array(kw["array"]) if kw["array"] else ([], 0)
     if kw["site"]:
-        from .site import apply_site
+        from podracer_hpc.launch.site import apply_site
 
         kw = apply_site(kw, kw["site"], {f.name: [] if f.default is dataclasses.MISSING else f.default
                                          for f in dataclasses.fields(Request)})

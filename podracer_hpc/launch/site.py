@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .errors import LaunchError
+from podracer_hpc.launch.errors import LaunchError
 
 __all__ = ["SITE_KEYS", "apply_site", "read_site"]
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import submitit
 
-from ..config import Config, load_config
-from ..jobstate import SlurmJobState, slurm_job_state, slurm_job_states  # re-exported: what Slurm says
-from ..mpich import pypi_mpich
-from ..rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
-from .errors import LaunchError, SlurmUnreachable
-from .request import HDF5_LOCKING, Request, parse_sbatch, parse_srun, run_dir_for, slurm_minutes, task_overrides
-from .snapshot import Snapshot, make_snapshot, plan_snapshot
+from podracer_hpc.config import Config, load_config
+from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_job_states  # re-exported: what Slurm says
+from podracer_hpc.cluster.mpich import pypi_mpich
+from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
+from podracer_hpc.launch.errors import LaunchError, SlurmUnreachable
+from podracer_hpc.launch.request import HDF5_LOCKING, Request, parse_sbatch, parse_srun, run_dir_for, slurm_minutes, task_overrides
+from podracer_hpc.launch.snapshot import Snapshot, make_snapshot, plan_snapshot
 
 try:  # submitit's own script writer is private: guarded, and pyproject bounds submitit below 2
     from submitit.slurm.slurm import _make_sbatch_string
@@ -201,8 +201,8 @@ class RankProgram:
 
     def __call__(self) -> dict[str, Any]:
         print(launch_line(), file=sys.stderr, flush=True)
-        from ..rundir import PoolPart
-        from ..run import train
+        from podracer_hpc.files.rundir import PoolPart
+        from podracer_hpc.rank.program import train
 
         result = train(load_config(self.job_file, self.overrides), self.run_dir,
                        part=PoolPart.parse(getattr(self, "part", "0/1")))

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..rundir import RunDir, git_revision
+from podracer_hpc.files.rundir import RunDir, git_revision
 
 __all__ = ["Snapshot", "make_snapshot", "plan_snapshot"]
 

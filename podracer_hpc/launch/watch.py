@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import jobstate
-from ..rundir import EXIT_REQUEUE, RunDir
-from .errors import JobError
+from podracer_hpc.cluster import jobstate
+from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir
+from podracer_hpc.launch.errors import JobError
 
 __all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "part_done", "progress_line", "read_summary",
            "state_counts", "still_active", "summary_signature", "wait"]
@@ -108,7 +108,7 @@ def progress_line(run_dir: Path) -> str:
     """Pods (running, done, ...), env steps, median and best evaluation, rounds and steps/s of a
     run, from its HDF5 logs: only the rows appended since the last line for the same run
     directory are read (a :class:`status.Monitor` is kept per run directory)."""
-    from ..status import Monitor, StatusError, pod_state
+    from podracer_hpc.tools.status import Monitor, StatusError, pod_state
 
     key = str(run_dir)
     m = _MONITORS.get(key)
@@ -258,7 +258,7 @@ def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: floa
 
 def part_done(run_dir: Path, pods: range) -> bool:
     """Whether every pod of ``pods`` left a ``done`` record (poolsummary.py): a job of a pool."""
-    from ..poolsummary import read_records
+    from podracer_hpc.files.summary import read_records
 
     recs = read_records(RunDir(run_dir), pods)
     return all(recs.get(i, {}).get("state") == "done" for i in pods)

@@ -2,7 +2,7 @@
 
 A run directory (``podracer train --run-dir``) holds ``config.yaml``, ``logs/<name>_rank<r>.h5``
 (``docs/hdf5-schema.md``) and, once the run has ended, ``summary.json``. Logs are read with
-:func:`podracer_hpc.h5log.read_log`, which also reads a file that is still being written.
+:func:`podracer_hpc.files.h5log.read_log`, which also reads a file that is still being written.
 
 Tables are :class:`Table` objects: named numpy columns of one length (no pandas needed;
 ``Table.to_pandas()`` if you have it):
@@ -35,10 +35,10 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from ..records import read_records
-from .curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve, run_curves, t95  # noqa: F401  (this module's API)
-from .runs import Run, RunDirError, expand_run_dirs, is_run_dir, job_id, load_run, load_runs  # noqa: F401
-from .tables import TEXT_COLUMNS, Table, _typed, read_csv  # noqa: F401
+from podracer_hpc.files.records import read_records
+from podracer_hpc.report.curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve, run_curves, t95  # noqa: F401  (this module's API)
+from podracer_hpc.report.runs import Run, RunDirError, expand_run_dirs, is_run_dir, job_id, load_run, load_runs  # noqa: F401
+from podracer_hpc.report.tables import TEXT_COLUMNS, Table, _typed, read_csv  # noqa: F401
 
 __all__ = [
     "Run",

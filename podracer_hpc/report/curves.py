@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .tables import Table
+from podracer_hpc.report.tables import Table
 
 __all__ = ["MIN_RUNS_FOR_BAND", "REDUCERS", "mean_curve", "run_curves", "t95"]
 

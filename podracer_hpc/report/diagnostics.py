@@ -29,8 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from .aggregate import Run, RunDirError, load_run
-from .plots import STEPS, _color, _empty
+from podracer_hpc.report.aggregate import Run, RunDirError, load_run
+from podracer_hpc.report.plots import STEPS, _color, _empty
 
 __all__ = ["DIAGNOSTICS", "main", "training_diagnostics"]
 

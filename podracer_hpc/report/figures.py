@@ -30,8 +30,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from .aggregate import (METRICS, REDUCERS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table,
-                        scaling_markdown, scaling_table, tournament_table)
+from podracer_hpc.report.aggregate import METRICS, REDUCERS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table, scaling_markdown, scaling_table, tournament_table
 
 __all__ = ["make_figures", "main"]
 
@@ -53,7 +52,7 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
     scaling table's ``time_ratio`` divides by (default: the first). ``per_run=False`` leaves out
     the per-run figures (lineage, hyperparameters): a study's report has many runs. ``reduce``:
     how the learning curves make one curve of a run's pods (``"mean"`` or ``"best"``)."""
-    from . import plots  # matplotlib only when drawing
+    from podracer_hpc.report import plots  # matplotlib only when drawing
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

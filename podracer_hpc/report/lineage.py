@@ -12,8 +12,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from .aggregate import Table
-from .style import ACTION_MARKERS, COLORS, _color, _empty
+from podracer_hpc.report.aggregate import Table
+from podracer_hpc.report.style import ACTION_MARKERS, COLORS, _color, _empty
 
 __all__ = ["LINEAGE_FULL_PODS", "LINEAGE_ROWS", "LINEAGE_TOP", "ancestry", "lineage"]
 

@@ -25,9 +25,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from .aggregate import MIN_RUNS_FOR_BAND, REDUCERS, Table, Targets, mean_curve, target_for
-from .lineage import LINEAGE_FULL_PODS, LINEAGE_ROWS, LINEAGE_TOP, _lineage_parent, ancestry, lineage  # noqa: F401
-from .style import ACTION_MARKERS, COLORS, _color, _empty  # noqa: F401
+from podracer_hpc.report.aggregate import MIN_RUNS_FOR_BAND, REDUCERS, Table, Targets, mean_curve, target_for
+from podracer_hpc.report.lineage import LINEAGE_FULL_PODS, LINEAGE_ROWS, LINEAGE_TOP, _lineage_parent, ancestry, lineage  # noqa: F401
+from podracer_hpc.report.style import ACTION_MARKERS, COLORS, _color, _empty  # noqa: F401
 
 __all__ = ["learning_curves", "scaling", "lineage", "ancestry", "hparam_trajectories", "fmt_steps", "text_overlaps"]
 
@@ -184,7 +184,7 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
     :func:`analysis.aggregate.scaling_table`. Each median line carries its series name as its
     label (``ax.lines``), the ideal lines ``"<name> ideal"``.
     """
-    from .aggregate import scaling_table
+    from podracer_hpc.report.aggregate import scaling_table
 
     sc = scaling_table(runs, reference) if len(runs) else scaling_table(runs)
     has_target = len(sc) > 0 and bool(np.isfinite(np.asarray(sc["target"], dtype=float)).any())

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import rundir
-from ..h5log import read_log
+from podracer_hpc.files import rundir
+from podracer_hpc.files.h5log import read_log
 
 __all__ = ["Run", "RunDirError", "expand_run_dirs", "is_run_dir", "job_id", "load_run", "load_runs"]
 

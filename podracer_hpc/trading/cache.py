@@ -52,8 +52,8 @@ import numpy as np
 import torch
 
 import podracer_hpc.trading.indicators as ind  # (not "from . import": that names the package, a circle)
-from .data import FIELDS, DataError, MarketData, align, read_rows
-from .fields import MarketSource, market_source
+from podracer_hpc.trading.data import FIELDS, DataError, MarketData, align, read_rows
+from podracer_hpc.trading.fields import MarketSource, market_source
 
 CACHE_ENV = "PODRACER_MARKET_CACHE"
 FORMAT = 1  # the file layout; bump when the datasets or attributes change
@@ -149,7 +149,7 @@ def _stale_reason(attrs: dict[str, Any], src: MarketSource, opts: dict[str, Any]
 
 def _read(path: Path, src: MarketSource, opts: dict[str, Any], t0: float) -> tuple[PreparedMarket | None, str]:
     """The cache at ``path`` if it is there and fresh, else (None, why not)."""
-    from ..h5arrays import ArrayFileError, read_arrays
+    from podracer_hpc.files.h5arrays import ArrayFileError, read_arrays
 
     if not path.is_file():
         return None, "missing"
@@ -208,7 +208,7 @@ def prepare(src: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), t
 
 
 def _write(path: Path, md: MarketData, obs: torch.Tensor, turb: torch.Tensor, attrs: dict[str, Any]) -> None:
-    from ..h5arrays import write_arrays
+    from podracer_hpc.files.h5arrays import write_arrays
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:

@@ -20,7 +20,7 @@ a duplicate (time, ticker) bar.
 
 **Reading** is vectorized: CSV by pyarrow's multi-threaded reader (times and tickers
 dictionary-encoded, so each distinct time string is parsed once), Parquet by pyarrow, HDF5 through
-:mod:`podracer_hpc.h5arrays` (one 1-D dataset per column, at the root or under the group ``key``).
+:mod:`podracer_hpc.files.h5arrays` (one 1-D dataset per column, at the root or under the group ``key``).
 When pyarrow refuses a CSV file, the line-by-line reader of the standard library reads it again
 and names the first bad line (or reads it, if only pyarrow minded: ``1_000`` is a number to Python).
 A path ``pkg:PACKAGE/path/in/package`` names a data file shipped inside an installed package (see
@@ -53,9 +53,8 @@ import numpy as np
 import torch
 
 
-from .fields import (FIELDS, PKG_PREFIX, TICKER_ALIASES, TIME_ALIASES, DataError, is_daily, parse_time,  # noqa: F401
-                     resolve_data_path, to_datetime64)
-from .readers import _Rows, read_rows  # noqa: F401
+from podracer_hpc.trading.fields import FIELDS, PKG_PREFIX, TICKER_ALIASES, TIME_ALIASES, DataError, is_daily, parse_time, resolve_data_path, to_datetime64
+from podracer_hpc.trading.readers import _Rows, read_rows  # noqa: F401
 
 
 # --------------------------------------------------------------------------------------

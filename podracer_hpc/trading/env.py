@@ -53,16 +53,16 @@ import torch
 
 import podracer_hpc.trading.indicators as ind  # not "from . import": that reads as needing the package
 
-from ..docfield import F
-from ..envs.base import TorchVecEnv
-from ..envs.registry import options_from
-from ..envs.rng import BatchRNG, draw
-from .data import MarketData
-from .fields import MarketSource, market_source
-from .synthetic import STRUCTURES, synthetic_market
+from podracer_hpc.docfield import F
+from podracer_hpc.envs.base import TorchVecEnv
+from podracer_hpc.envs.registry import options_from
+from podracer_hpc.envs.rng import BatchRNG, draw
+from podracer_hpc.trading.data import MarketData
+from podracer_hpc.trading.fields import MarketSource, market_source
+from podracer_hpc.trading.synthetic import STRUCTURES, synthetic_market
 
 
-from .task import ACTIONS, TradingOptions  # noqa: E402,F401  (the declaration, no torch)
+from podracer_hpc.trading.task import ACTIONS, TradingOptions  # noqa: E402,F401  (the declaration, no torch)
 
 
 # --------------------------------------------------------------------------------------
@@ -148,7 +148,7 @@ def get_market(data: str | os.PathLike | MarketSource | MarketData | None = None
         md = data.select(stocks) if stocks else data
         return prepare_market(md, dev, dtype, turbulence_window)
     if data:
-        from .cache import open_market
+        from podracer_hpc.trading.cache import open_market
 
         src = market_source(data)
         st = src.path.stat()

@@ -1,7 +1,7 @@
 """Technical indicators and the turbulence index, vectorized over ``(time, stocks)`` in torch.
 
 Every function takes ``[T, S]`` tensors (float64 recommended) and is causal: the value at time
-``t`` uses bars ``0..t`` only (``tests/test_trading_indicators.py`` checks each one against a
+``t`` uses bars ``0..t`` only (``tests/trading/test_indicators.py`` checks each one against a
 plain loop, and that changing bars after ``t`` leaves it unchanged). Windows are partial at the
 start of the data (a 30-bar mean at ``t = 4`` is the mean of the 5 bars so far). There is no
 Python loop over stocks, and none over bars either: recursive smoothers are a block scan over

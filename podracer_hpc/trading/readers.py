@@ -14,8 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 
-from .fields import (FIELDS, TICKER_ALIASES, TIME_ALIASES, DataError, MarketSource, _parse_time_cached,  # noqa: F401
-                     market_source, parse_time)
+from podracer_hpc.trading.fields import FIELDS, TICKER_ALIASES, TIME_ALIASES, DataError, MarketSource, _parse_time_cached, market_source, parse_time
 
 # --------------------------------------------------------------------------------------
 # Reading: columns -> validated rows
@@ -512,7 +511,7 @@ def _read_parquet(path: Path) -> _Rows:
 
 
 def _read_hdf5(path: Path, key: str = "") -> _Rows:
-    from ..h5arrays import ArrayFileError, read_arrays
+    from podracer_hpc.files.h5arrays import ArrayFileError, read_arrays
 
     try:
         cols, _ = read_arrays(path, group=key)

@@ -28,9 +28,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .data import MarketData
+from podracer_hpc.trading.data import MarketData
 
-from .task import STRUCTURES  # noqa: E402  (declared with the task, no torch)
+from podracer_hpc.trading.task import STRUCTURES  # noqa: E402  (declared with the task, no torch)
 
 # calm, volatile, crisis
 _DRIFT = np.array([0.15, -0.05, -0.60]) / 252

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..docfield import F
-from ..envs.registry import Lazy, OptionError, Task, register
+from podracer_hpc.docfield import F
+from podracer_hpc.envs.registry import Lazy, OptionError, Task, register
 
 __all__ = ["ACTIONS", "STRUCTURES", "TradingOptions"]
 

@@ -1,4 +1,4 @@
-"""Run under `mpiexec -n N`: time the tournament's collectives through podracer_hpc.comm.
+"""Run under `mpiexec -n N`: time the tournament's collectives through podracer_hpc.cluster.mpi.
 
 Usage: ``mpiexec -n N python tests/mpi_scripts/comm_bench.py OUT.json [SECONDS]``.
 
@@ -20,9 +20,9 @@ import statistics
 import sys
 import time
 
-from podracer_hpc.comm import get_comm
+from podracer_hpc.cluster.mpi import get_comm
 from podracer_hpc.config import MUTABLE_HPARAMS
-from podracer_hpc.tournament import PodReport
+from podracer_hpc.pool.rules import PodReport
 
 
 def report(rank: int) -> PodReport:

@@ -1,7 +1,7 @@
-"""Run under `mpiexec -n N`: exercise podracer_hpc.comm and print one JSON line per rank.
+"""Run under `mpiexec -n N`: exercise podracer_hpc.cluster.mpi and print one JSON line per rank.
 
 Usage: ``mpiexec -n N python comm_check.py OUTDIR``. Each rank writes ``OUTDIR/rank<r>.json``
-(files, not stdout: the launcher may interleave the ranks' output lines); tests/test_comm_mpi.py
+(files, not stdout: the launcher may interleave the ranks' output lines); tests/cluster/test_mpi.py
 checks them, and imports :func:`tournament_digests` to compute the expected decisions without MPI.
 """
 
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from podracer_hpc.tournament import PodReport, TournamentConfig, decide
+from podracer_hpc.pool.rules import PodReport, TournamentConfig, decide
 
 ENTRIES = [("job0-0-0-aaaaaaaaaaaa", 1.25), ("job0-1-0-bbbbbbbbbbbb", 0.5)]
 
@@ -34,7 +34,7 @@ def tournament_digests(reports: list[PodReport], entries: list) -> dict[str, str
 
 
 def main() -> None:
-    from podracer_hpc.comm import get_comm
+    from podracer_hpc.cluster.mpi import get_comm
 
     comm = get_comm()
     r, n = comm.rank, comm.size

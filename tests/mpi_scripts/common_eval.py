@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from podracer_hpc.comm import get_comm
+from podracer_hpc.cluster.mpi import get_comm
 from podracer_hpc.config import load_config
-from podracer_hpc.fitness import Fitness, eval_seed
+from podracer_hpc.pool.fitness import Fitness, eval_seed
 from podracer_hpc.pod import Pod
-from podracer_hpc.pool import Pool
-from podracer_hpc.rundir import RunDir
+from podracer_hpc.pool.rounds import Pool
+from podracer_hpc.files.rundir import RunDir
 
 out, task = Path(sys.argv[1]), sys.argv[2]
 comm = get_comm("mpi")

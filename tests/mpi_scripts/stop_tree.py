@@ -1,4 +1,4 @@
-"""Run under `mpiexec -n N`: stop notices flooding the ranks' tree (podracer_hpc.comm), as the
+"""Run under `mpiexec -n N`: stop notices flooding the ranks' tree (podracer_hpc.cluster.mpi), as the
 rank program uses them, in three scenarios; rank 0 writes what every rank saw to OUTDIR/stop_tree.json.
 
 Usage: ``mpiexec -n N python stop_tree.py OUTDIR``. Each scenario has a communicator of its own
@@ -12,7 +12,7 @@ Usage: ``mpiexec -n N python stop_tree.py OUTDIR``. Each scenario has a communic
   meeting (as ranks done training wait at the end), only the leaves poll: only ranks passing the
   notice on while they wait at a meeting can reach them.
 
-tests/test_comm_mpi.py checks the file.
+tests/cluster/test_mpi.py checks the file.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from podracer_hpc.comm import get_comm, stop_tree_neighbours
+from podracer_hpc.cluster.mpi import get_comm, stop_tree_neighbours
 
 POLL_S = 0.001  # a (very short) update between two polls
 GIVE_UP_S = 60.0  # a rank that never hears goes to the meeting anyway: the test fails, nothing hangs

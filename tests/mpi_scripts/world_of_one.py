@@ -3,7 +3,7 @@
 import json
 import sys
 
-import podracer_hpc.comm as comm_mod
+import podracer_hpc.cluster.mpi as comm_mod
 
 imported_at_import = "mpi4py.MPI" in sys.modules
 comm = comm_mod.get_comm()

@@ -89,7 +89,7 @@ def test_failing_job_is_failed(slurm_cluster, tmp_path) -> None:
 
 MPI_PROBE = (  # through podracer's comm (it picks MPICH's netmod under Slurm's pmi2 plugin)
     "import json, os\n"
-    "from podracer_hpc.comm import get_comm\n"
+    "from podracer_hpc.cluster.mpi import get_comm\n"
     "c = get_comm('mpi')\n"
     "total = c.allreduce_sum(c.rank)\n"
     "nodes = c.allgather(os.environ.get('SLURMD_NODENAME'))\n"
@@ -130,7 +130,7 @@ print(f"LINE {n} " + got.splitlines()[-1][:40], flush=True)
 
 
 def test_slurm_pmi2_server_drops_pmi1_lines_over_1024_bytes(slurm_cluster, tmp_path) -> None:
-    """Why podracer_hpc.comm.slurm_pmi2_netmod exists (the premise, checked on this Slurm).
+    """Why podracer_hpc.cluster.mpi.slurm_pmi2_netmod exists (the premise, checked on this Slurm).
 
     Slurm's mpi/pmi2 server reads a PMI-1 request with one 1024-byte read: a longer `put` line
     is cut, its tail parsed as a new request ("invalid client request") and the value lost.

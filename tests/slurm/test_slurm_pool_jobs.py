@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from helpers import slurm_rank_pids, wait_for
-from podracer_hpc.h5log import read_log
+from podracer_hpc.files.h5log import read_log
 from podracer_hpc.launch.watch import still_active
-from podracer_hpc.leaderboard import Leaderboard
+from podracer_hpc.pool.leaderboard import Leaderboard
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

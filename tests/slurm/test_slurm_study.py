@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from podracer_hpc.h5log import read_log
+from podracer_hpc.files.h5log import read_log
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

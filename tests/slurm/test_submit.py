@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from podracer_hpc.h5log import read_log
-from podracer_hpc.leaderboard import Leaderboard
+from podracer_hpc.files.h5log import read_log
+from podracer_hpc.pool.leaderboard import Leaderboard
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]

@@ -430,7 +430,7 @@ def jobs(cluster) -> dict[str, str]:
 
 
 def _wait_rounds(log_path: Path, n: int, job: str, cluster, timeout: float = 120) -> None:
-    from podracer_hpc.h5log import LogError, read_log
+    from podracer_hpc.files.h5log import LogError, read_log
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -483,7 +483,7 @@ def test_sbatch_test_only_accepts_every_template(cluster, tmp_path) -> None:
 
 
 def _check_logs(run_dir: Path, pods: int) -> list[dict]:
-    from podracer_hpc.h5log import read_log
+    from podracer_hpc.files.h5log import read_log
 
     logs = []
     for r in range(pods):
@@ -524,7 +524,7 @@ def test_tournament_runs_on_two_nodes_and_completes(cluster, jobs) -> None:
 @pytest.mark.slurm
 def test_signalled_tournament_requeues_resumes_and_finishes_once(cluster, jobs) -> None:
     """USR1 to the batch shell in the middle (sent by the `jobs` fixture after 2 of 6 rounds)."""
-    from podracer_hpc.leaderboard import Leaderboard
+    from podracer_hpc.pool.leaderboard import Leaderboard
 
     job = jobs["preempt"]
     assert jobs["signalled"] == "ok", jobs["signalled"]
@@ -610,7 +610,7 @@ def test_a_warning_signal_to_the_whole_job_requeues_and_resumes(cluster) -> None
     assert "batch shell got SIGUSR2" in out and "requeueing job" in out, out
     history = cluster.run("sacct", "-n", "-P", "-X", "-D", "-j", job, "-o", "State,ExitCode").stdout.split()
     assert history == ["REQUEUED|0:0", "COMPLETED|0:0"], history
-    from podracer_hpc.h5log import read_log
+    from podracer_hpc.files.h5log import read_log
 
     for r in range(2):
         log = read_log(run_dir / "logs" / f"quickstart_rank{r}.h5")

@@ -1,0 +1,104 @@
+"""The hyperparameters PBT explores: the default PPO space, a run's effective space, and the
+explore step (perturb or resample within bounds). Pure; tournament.py's PBT rule uses them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from podracer_hpc.config import MUTABLE_BY_ALGO, HParamRange, TournamentConfig, normalize_space
+
+__all__ = ["DEFAULT_PBT_SPACE", "DEFAULT_SPACES", "describe_space", "effective_space", "explore"]
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+# What PBT explores when tournament.hparam_space is empty: the PPO settings that matter most and
+# are safe to change while a pod trains (names as in config.MUTABLE_HPARAMS). Ray Tune and Isaac
+# Gym's PBT ship default mutation sets too; these bounds are the usual tuned ranges of PPO.
+DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
+    "learning_rate": HParamRange(1e-5, 1e-2, True),
+    "ent_coef": HParamRange(0.0, 0.02),
+    "clip_coef": HParamRange(0.05, 0.4),
+    "gae_lambda": HParamRange(0.8, 0.99),
+}
+
+
+# SAC and TD3: the step sizes (CleanRL's defaults 3e-4/1e-3 sit inside) and TD3's exploration
+# noise; tau and SAC's temperature are left alone by default (the temperature is learned).
+DEFAULT_SPACES: dict[str, dict[str, HParamRange]] = {
+    "ppo": DEFAULT_PBT_SPACE,
+    "sac": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(1e-4, 1e-2, True)},
+    "td3": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(3e-5, 3e-3, True),
+            "exploration_noise": HParamRange(0.05, 0.5)},
+}
+
+
+def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HParamRange]:
+    """The hyperparameter space pods of learner ``algo`` explore: the configured one's names that
+    this learner has (a mixed pool's space may name several learners'), or its PBT default."""
+    if cfg.hparam_space or cfg.mode != "pbt":
+        return {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]}
+    return dict(DEFAULT_SPACES[algo])
+
+
+def describe_space(space: Mapping[str, HParamRange]) -> str:
+    """One line: ``learning_rate [1e-05, 0.01] log, ent_coef [0, 0.02], ...``."""
+    return ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
+
+
+
+def explore(
+    hparams: Mapping[str, float],
+    space: Mapping[str, Any],
+    rng: np.random.Generator,
+    resample_prob: float = 0.25,
+    perturb_factors: Sequence[float] = (0.8, 1.2),
+) -> dict[str, float]:
+    """PBT explore step: each hyperparameter in ``space`` is resampled from its prior (uniform,
+    or log-uniform for log-scale ranges) with probability ``resample_prob``, else multiplied by a
+    factor drawn uniformly from ``perturb_factors``; then clipped to its bounds. A value outside
+    its range (a run started elsewhere, e.g. a learning rate of 3e-6 against [1e-5, 1e-2]) is
+    always resampled: nudging it by x1.2 would only pin it to the bound. Names outside the space
+    are copied unchanged; names in the space missing from ``hparams`` are sampled."""
+    space = normalize_space(space)
+    out = {k: float(v) for k, v in hparams.items()}
+    for name in sorted(space):  # fixed order: identical draws on every rank
+        r = space[name]
+        u = rng.random()
+        factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
+        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
+        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
+            if r.log_scale:
+                v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
+            else:
+                v = float(rng.uniform(r.low, r.high))
+        else:
+            v = out[name] * factor
+        out[name] = float(min(max(v, r.low), r.high))
+    return out
+
+
+def draw_eligible(rng: Any, items: Sequence[int], ok: Callable[[int], bool], tries: int = 16) -> int | None:
+    """One of ``items`` that passes ``ok``, uniformly at random (None if none does): first by
+    rejection (a uniform draw from all, kept if it passes: expected O(1) checks when most pass,
+    as PBT's top-quantile sources mostly beat a bottom-quantile target), after ``tries`` draws
+    from the whole list. Either way uniform over the passing items, so the pool's PBT round is
+    linear in the pool instead of (N/4)^2 paired comparisons."""
+    tried: set[int] = set()
+    for _ in range(min(len(items), tries)):
+        x = items[int(rng.integers(len(items)))]
+        if x not in tried:
+            tried.add(x)
+            if ok(x):
+                return x
+    passing = [x for x in items if x not in tried and ok(x)]
+    return passing[int(rng.integers(len(passing)))] if passing else None
+

@@ -1,0 +1,186 @@
+"""``podracer evaluate PATH``: agents side by side on the same start states, with their error.
+
+PATH is a pod checkpoint (``checkpoints/rank<r>.safetensors``, or its ``.prev``), a leaderboard
+entry (``entries/<id>.safetensors`` or its ``.json``), or a run directory (then every rank's
+checkpoint and the run leaderboard's top entries). Every agent plays ``--episodes`` deterministic
+episodes from the start states of ``--seed`` (fitness.py: episode i starts where the task puts
+seed and index i, whoever plays), so the differences between rows are the agents', not the
+start states' luck. A row: episodes, mean, std, standard error, 95% t-interval; the last line is
+JSON: ``{"results": [{"agent", "path", "task", "return_mean", "return_std", "return_se",
+"ci95", "episodes", "seed"}, ...]}``.
+
+The run's own verdict (summary.json's ``best_return``) is this with ``--episodes`` its
+``final_episodes`` and ``--seed`` its ``final_eval_seed``. Stock trading is judged on a backtest
+window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from podracer_hpc.config import Config, ConfigError, from_dict
+
+__all__ = ["Agent", "EvaluateError", "find_agents", "main"]
+
+DEFAULT_SEED = 20261201  # a set no run uses for training or rounds (those derive theirs from fitness.eval_seed)
+
+
+class EvaluateError(RuntimeError):
+    """PATH holds nothing that can be evaluated; the message says what and what to do."""
+
+
+@dataclass
+class Agent:
+    """One agent to evaluate: where it came from and what it is."""
+
+    label: str
+    path: Path
+    tensors: dict
+    meta: dict
+
+
+def _load_file(path: Path) -> Agent:
+    """A checkpoint or a leaderboard entry file (its .safetensors or its .json sidecar)."""
+    from podracer_hpc.files import safeio
+    from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
+
+    if path.suffix == ".json" or path.parent.name == "entries":
+        board, eid = Leaderboard(path.parent.parent), path.name.split(".", 1)[0]
+        try:
+            tensors, meta = board.load(eid)
+        except (EntryGone, EntryCorrupt, InvalidEntryId) as e:
+            raise EvaluateError(str(e)) from None
+        return Agent(f"entry {eid}", path, tensors, meta)
+    try:
+        tensors, meta, _ = safeio.load(path, "pod-state")
+    except safeio.StateFileError as e:
+        raise EvaluateError(f"{e} (podracer evaluate reads pod checkpoints, leaderboard entries and run "
+                            "directories)") from None
+    return Agent(f"rank {meta.get('rank', '?')} checkpoint", path, tensors, meta)
+
+
+def find_agents(path: Path, top: int) -> list[Agent]:
+    """The agents PATH names (see the module doc); raises EvaluateError when there are none."""
+    from podracer_hpc.pool.leaderboard import Leaderboard
+    from podracer_hpc.files.rundir import RunDir
+
+    if not path.exists():
+        raise EvaluateError(f"{path}: no such file or directory")
+    if path.is_file():
+        return [_load_file(path)]
+    run = RunDir(path)
+    agents = [_load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
+    board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
+    for e in board.list()[:max(top, 0)]:
+        agents.append(_load_file(board.tensors_path(e.id)))
+    if not agents:
+        raise EvaluateError(f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
+                            "directory, a checkpoint or a leaderboard entry")
+    return agents
+
+
+def _shared_leaderboard(config_yaml: Path) -> str:
+    """The run's ``tournament.leaderboard_dir`` (its config.yaml), "" for the run's own."""
+    import yaml
+
+    try:
+        d = yaml.safe_load(config_yaml.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return ""
+    return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
+
+
+def _config_of(agent: Agent, episodes: int) -> Config:
+    d = agent.meta.get("config")
+    if not isinstance(d, dict):
+        raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
+    try:
+        cfg = from_dict(Config, d)
+    except ConfigError as e:
+        raise EvaluateError(f"{agent.path}: its config does not fit this podracer-hpc ({e})") from None
+    if cfg.env.name == "stock_trading":
+        raise EvaluateError(f"{agent.path}: a stock-trading agent is judged on a backtest window, not on episodes from "
+                            f"start states: podracer backtest {agent.path}")
+    # one training env is enough (it is never stepped); the evaluation gets its own, of `episodes`
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1),
+                               eval=dataclasses.replace(cfg.eval, episodes=episodes), device="cpu")
+
+
+def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, Any]:
+    """One agent's row: its episodes on the start states of ``seed``."""
+    from podracer_hpc.pool.fitness import Fitness
+    from podracer_hpc.pod import Pod
+    from podracer_hpc.files.safeio import StateFileError
+
+    cfg = _config_of(agent, episodes)
+    try:
+        pod = Pod(cfg, rank=0, device=device)
+        policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
+    except (StateFileError, MemoryError) as e:
+        raise EvaluateError(str(e)) from None
+    fit = Fitness(tuple(pod.evaluate(seed, agent=policy).cpu().tolist()), seed)
+    r = list(fit.returns)
+    std = math.sqrt(sum((x - fit.mean) ** 2 for x in r) / len(r)) if r else math.nan
+    lo, hi = fit.ci95()
+    return {"agent": agent.label, "path": str(agent.path), "task": cfg.env.name, "return_mean": fit.mean,
+            "return_std": std, "return_se": fit.se, "ci95": [lo, hi], "episodes": fit.episodes, "seed": seed}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'agent':<36} {'task':<12} {'episodes':>8} {'mean':>10} {'std':>9} {'s.e.':>8}  95% interval"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lo, hi = r["ci95"]
+        lines.append(f"{r['agent'][:36]:<36} {r['task'][:12]:<12} {r['episodes']:>8} {r['return_mean']:>10.1f} "
+                     f"{r['return_std']:>9.1f} {r['return_se']:>8.2f}  [{lo:.1f}, {hi:.1f}]")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="podracer evaluate", description=__doc__.split("\n\n")[0])
+    p.add_argument("path", help="a checkpoint, a leaderboard entry, or a run directory")
+    p.add_argument("--episodes", type=int, default=100, help="episodes per agent (default 100)")
+    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                   help=f"the start states: every agent plays the same ones (default {DEFAULT_SEED}; a run's verdict: "
+                        "its summary's final_eval_seed)")
+    p.add_argument("--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    args = p.parse_args(argv)
+    if not 1 <= args.episodes <= 2**20:
+        print(f"podracer evaluate: error: --episodes must be in [1, 1048576], got {args.episodes}", file=sys.stderr)
+        return 2
+    if not 0 <= args.seed < 2**31:
+        print(f"podracer evaluate: error: --seed must be in [0, 2**31), got {args.seed}", file=sys.stderr)
+        return 2
+    try:
+        agents = find_agents(Path(args.path), args.top)
+        print(f"{len(agents)} agent(s) from {args.path}: {args.episodes} episodes each on the start states of seed "
+              f"{args.seed}", file=sys.stderr, flush=True)
+        rows = []
+        for a in agents:
+            rows.append(evaluate(a, args.episodes, args.seed, args.device))
+            print(f"  {a.label}: {rows[-1]['return_mean']:.1f}", file=sys.stderr, flush=True)
+    except EvaluateError as e:
+        print(f"podracer evaluate: error: {e}", file=sys.stderr)
+        return 2
+    print(table(rows))
+    print(json.dumps({"results": [_json_safe(r) for r in rows]}), flush=True)
+    return 0
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN (an interval of one episode) as null: the last line stays strict JSON."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x

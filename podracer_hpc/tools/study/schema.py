@@ -1,0 +1,310 @@
+"""A study file: its keys as config dataclasses (one-line docs, did-you-mean errors: config.py's
+machinery), resolved into a :class:`Study` of systems and points."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from podracer_hpc.config import ConfigError, describe, from_dict, parse_overrides, to_dict
+from podracer_hpc.files import shipped
+from podracer_hpc.docfield import F
+from podracer_hpc.report.aggregate import METRICS  # what a target can be a value of
+
+__all__ = ["KINDS", "METRICS", "Point", "Study", "StudyConfig", "StudyError", "System", "SystemConfig", "keys_text",
+           "load_study"]
+
+ROOT = shipped.root()  # jobs/, baselines/, slurm_templates/: a checkout's, or the wheel's copy
+KINDS = ("podracer", "rllib")
+
+
+class StudyError(ValueError):
+    """A study file or request that cannot be right; nothing was run or queued."""
+
+
+def _ints(v: Any, key: str, minimum: int) -> list[int]:
+    """A non-empty list of distinct integers >= minimum (a single integer is a list of one)."""
+    v = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+    if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise ValueError(f"{key} must be a non-empty list of integers, got {v!r}")
+    if any(x < minimum for x in v):
+        raise ValueError(f"{key} must be >= {minimum}, got {v!r}")
+    if len(set(v)) != len(v):
+        raise ValueError(f"{key} has duplicates: {v!r}")
+    return sorted(v) if key == "points" else list(v)
+
+
+@dataclass
+class ResourcesConfig:
+    gpus_per_pod: float = F(0.0, "GPUs per pod (and per RLlib learner); 0 on CPU; below 1: pods share GPUs, a point "
+                                 "uses ceil(pods x gpus_per_pod) of them (local executor only)")
+    cpus_per_pod: int = F(1, "CPU cores per pod in the allocation (RLlib's env runners run on them)")
+    pods_per_node: int = F(8, "pods per node: a point of P pods asks for ceil(P / pods_per_node) nodes")
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_pod < 0 or (self.gpus_per_pod > 1 and self.gpus_per_pod != int(self.gpus_per_pod)):
+            raise ValueError(f"gpus_per_pod must be >= 0 and whole above 1, got {self.gpus_per_pod:g}")
+        if self.cpus_per_pod < 1 or self.pods_per_node < 1:
+            raise ValueError("cpus_per_pod and pods_per_node must be >= 1")
+
+
+@dataclass
+class SlurmConfig:
+    partition: str = F("", "Slurm partition (default: the cluster's default)")
+    account: str = F("", "Slurm account")
+    time_min: int = F(30, "time limit of each point's job, minutes")
+    mpi: str = F("pmi2", "srun --mpi plugin for podracer's ranks: pmi2 (mpich) or pmix (Open MPI)")
+    serial: bool = F(False, "run the points one at a time (this command waits for each): timings on a one-host test "
+                            "cluster; false on a real cluster (all jobs queued at once)")
+
+    def __post_init__(self) -> None:
+        if self.mpi not in ("pmi2", "pmix", "none"):
+            raise ValueError(f"mpi must be pmi2, pmix or none, got {self.mpi!r}")
+        if self.time_min < 1:
+            raise ValueError(f"time_min must be a whole number of minutes >= 1, got {self.time_min!r}")
+
+
+@dataclass
+class SystemConfig:
+    kind: str = F("", "podracer or rllib (default: the system's name)")
+    job: str = F("", "the system's job file (jobs/*.yaml or jobs/rllib/*.yaml); required")
+    set: list = F([], "KEY=VALUE overrides of the job file, for every point")
+    seeds: list = F([], "this system's seeds (default: the study's), e.g. fewer for a costly peer")
+    points: list = F([], "this system's points (default: the study's)")
+    gpus_per_pod: float = F(-1.0, "this system's GPUs per pod (default -1: resources.gpus_per_pod), e.g. 1 for "
+                                  "RLlib's GPU learner while the pods share one GPU")
+    python: str = F("", "rllib: the interpreter with ray[rllib] (default <repo>/.venv-rllib/bin/python)")
+    stop_at_target: bool = F(True, "rllib: stop at the first evaluation at or above the target (metric return)")
+    max_wall_s: float = F(0.0, "rllib: stop after this many training seconds (0: no bound; a run that stops there "
+                               "is done: 'not reached' with that bound)")
+    timeout_s: float = F(3600.0, "local executor: give up on one run after this many seconds")
+
+    def __post_init__(self) -> None:
+        if not self.job:
+            raise ValueError("job is required (its job file)")
+        self.set = [self.set] if isinstance(self.set, str) else self.set
+        if not all(isinstance(x, str) and "=" in x for x in self.set):
+            raise ValueError(f"set must be a list of KEY=VALUE strings, got {self.set!r}")
+        if self.seeds:
+            self.seeds = _ints(self.seeds, "seeds", 0)
+        if self.points:
+            self.points = _ints(self.points, "points", 1)
+        if self.gpus_per_pod > 1 and self.gpus_per_pod != int(self.gpus_per_pod):
+            raise ValueError(f"gpus_per_pod above 1 must be a whole number, got {self.gpus_per_pod:g}")
+        if self.max_wall_s < 0 or self.timeout_s <= 0:
+            raise ValueError("max_wall_s must be >= 0 and timeout_s > 0")
+
+
+@dataclass
+class StudyConfig:
+    name: str = F("", "study name (default: the file's stem); Slurm job names and the default out folder use it")
+    task: str = F("", "the task every system trains (pendulum, cartpole, stock_trading, ...); required")
+    metric: str = F("return", "what target is a value of: return (evaluation return), or cumulative_return (stock "
+                              "trading: the evaluation episodes' cumulative return on the training window, a fraction)")
+    target: float = F(math.nan, "the target value of metric; time to target is the first evaluation at or above it; "
+                                "required")
+    points: list = F([1, 2, 4], "resource points: pods (podracer MPI ranks = RLlib learners), one run per seed and "
+                                "system")
+    seeds: list = F([0], "seeds; each point runs once per seed (podracer rank r uses seed + r)")
+    out: str = F("", "study folder (default runs/studies/<name>); relative to the current directory")
+    resources: ResourcesConfig = F(ResourcesConfig, "the allocation a pod gets")
+    slurm: SlurmConfig = F(SlurmConfig, "the Slurm side of a study")
+    systems: dict = F({}, "name -> system (keys of systems.<name> below); the name labels its series (podracer and "
+                          "rllib are also kinds)")
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            raise ValueError("task is required (the task every system trains, e.g. pendulum)")
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if self.metric == "cumulative_return" and self.task != "stock_trading":
+            raise ValueError(f"metric cumulative_return is the stock-trading target; task is {self.task!r}")
+        if not math.isfinite(self.target):
+            raise ValueError(f"target is required (a value of {self.metric}, e.g. -250 for pendulum's return)")
+        self.points, self.seeds = _ints(self.points, "points", 1), _ints(self.seeds, "seeds", 0)
+        if not isinstance(self.systems, dict) or not self.systems:
+            raise ValueError("systems is required: a mapping of names to systems, e.g.\n  systems:\n    podracer: {job: "
+                             "jobs/pendulum_fast.yaml}\n    rllib: {job: jobs/rllib/pendulum.yaml}")
+
+
+@dataclass
+class System:
+    """One system of a study: its label (``name``), kind, job file and overrides."""
+
+    name: str
+    kind: str
+    job: Path
+    sets: list[str]
+    python: str = ""
+    stop_at_target: bool = True
+    max_wall_s: float | None = None
+    timeout_s: float = 3600.0
+    seeds: list[int] | None = None  # None: the study's
+    points: list[int] | None = None  # None: the study's
+    gpus_per_pod: float | None = None  # None: the study's
+
+
+@dataclass
+class Point:
+    """One run of a study: a system at a resource point with one seed."""
+
+    system: System
+    pods: int
+    seed: int
+    run_dir: Path
+    nodes: int
+    tasks_per_node: int
+    gpus: float  # in all
+    cpus: int  # in all
+
+    @property
+    def label(self) -> str:
+        return f"{self.system.name} pods={self.pods} seed={self.seed}"
+
+    @property
+    def gpus_per_node(self) -> int:
+        return int(math.ceil(self.gpus / self.nodes)) if self.gpus else 0
+
+    def resources(self, executor: str) -> dict[str, Any]:
+        """What this run gets (``resources.json``, read by analysis). Locally: one node, this
+        machine (``cpus`` is still what the point asks for: the pods share the machine's cores)."""
+        return {"system": self.system.name, "kind": self.system.kind, "pods": self.pods, "gpus": self.gpus,
+                "cpus": self.cpus, "nodes": self.nodes if executor == "slurm" else 1, "seed": self.seed,
+                "executor": executor}
+
+
+@dataclass
+class Study:
+    """A resolved, checked study file."""
+
+    name: str
+    task: str
+    metric: str
+    target: float
+    points: list[int]
+    seeds: list[int]
+    out: Path
+    gpus_per_pod: float
+    cpus_per_pod: int
+    pods_per_node: int
+    slurm: dict[str, Any]
+    systems: list[System]
+    source: dict[str, Any] = field(default_factory=dict)  # the resolved file, as written to out/study.yaml
+
+    def gpus_of(self, system: System) -> float:
+        """GPUs per pod of a system: its own ``gpus_per_pod``, else the study's."""
+        return self.gpus_per_pod if system.gpus_per_pod is None else system.gpus_per_pod
+
+    def runs(self) -> list[Point]:
+        """Every point x seed x system, systems first (all of podracer, then all of RLlib)."""
+        out = []
+        for system in self.systems:
+            gpp = self.gpus_of(system)
+            for pods in system.points if system.points is not None else self.points:
+                nodes = max(1, math.ceil(pods / self.pods_per_node))
+                gpus = float(math.ceil(pods * gpp - 1e-9)) if 0 < gpp < 1 else pods * gpp
+                for seed in system.seeds if system.seeds is not None else self.seeds:
+                    out.append(Point(system, pods, seed, self.out / "runs" / system.name / f"p{pods}-s{seed}", nodes,
+                                     pods // nodes, gpus, pods * self.cpus_per_pod))
+        return out
+
+
+def keys_text() -> str:
+    """Every key of a study file with its doc and default (``podracer study --keys``)."""
+    lines = [f"  {k}: {doc} (default {d!r})" for k, doc, d in describe(StudyConfig)]
+    lines.append("systems.<name>:")
+    lines += [f"  {k}: {doc} (default {d!r})" for k, doc, d in describe(SystemConfig)]
+    return "\n".join(lines)
+
+
+def _path(p: str | Path, base: Path) -> Path:
+    q = Path(p).expanduser()
+    if q.is_absolute():
+        return q
+    for b in (Path.cwd(), base, ROOT):
+        if (b / q).exists():
+            return (b / q).resolve()
+    return (Path.cwd() / q).resolve()
+
+
+def _read(path: Path, sets: Sequence[str]) -> dict[str, Any]:
+    """The study file as a dict, with ``KEY=VALUE`` overrides applied."""
+    if not path.is_file():
+        raise StudyError(f"study file {path} not found (studies live in jobs/studies/*.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise StudyError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise StudyError(f"{path}: a study file is a mapping of keys (see `podracer study --keys`), got "
+                         f"{type(raw).__name__}")
+    try:
+        for k, v in parse_overrides(list(sets)):
+            d = raw
+            for part in k.split(".")[:-1]:
+                d = d.setdefault(part, {})
+                if not isinstance(d, dict):
+                    raise StudyError(f"--set {k}: {part} is not a section")
+            d[k.split(".")[-1]] = v
+    except ConfigError as e:
+        raise StudyError(str(e)) from None
+    return raw
+
+
+def _system(name: str, spec: Any, base: Path, where: str) -> System:
+    sw = f"{where}: systems.{name}"
+    if not isinstance(spec, dict):
+        raise StudyError(f"{sw} must be a mapping (kind, job, set, ...), got {spec!r}")
+    try:
+        c = from_dict(SystemConfig, spec, prefix=f"systems.{name}.")
+    except ConfigError as e:
+        raise StudyError(f"{where}: {e}") from None
+    kind = c.kind or (name if name in KINDS else "")
+    if kind not in KINDS:
+        raise StudyError(f"{sw}: kind must be one of {', '.join(KINDS)}"
+                         + ("" if c.kind else " (the name is neither, so give kind)") + f", got {kind or None!r}")
+    if not str(name).replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise StudyError(f"{sw}: a system name is a folder name: letters, digits, '-', '_', '.'")
+    return System(str(name), kind, _path(c.job, base), list(c.set), c.python, c.stop_at_target,
+                  c.max_wall_s or None, c.timeout_s, c.seeds or None, c.points or None,
+                  None if c.gpus_per_pod < 0 else c.gpus_per_pod)
+
+
+def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
+    """Read and check a study file (or a study folder's ``study.yaml``), with ``KEY=VALUE``
+    overrides; raises :class:`StudyError` saying what is wrong. Checks only the file: the
+    systems' job files are checked by ``execute.check``."""
+    path = Path(path)
+    path = path if path.exists() else (shipped.find(path) or path)  # jobs/studies/... from a wheel
+    path = path / "study.yaml" if path.is_dir() else path
+    where, raw = str(path), _read(path, sets)
+    if "target" in raw and raw["target"] is None:
+        raw.pop("target")  # "required", not "not a number"
+    systems_raw = raw.pop("systems", None)
+    try:
+        cfg = from_dict(StudyConfig, {**raw, "systems": systems_raw if systems_raw is not None else {}})
+    except ConfigError as e:
+        raise StudyError(f"{where}: {e}") from None
+    systems = [_system(n, s, path.parent, where) for n, s in cfg.systems.items()]
+    r = cfg.resources
+    for p in sorted({p for s in systems for p in (s.points or cfg.points)}):
+        nodes = math.ceil(p / r.pods_per_node)
+        if p % nodes:
+            raise StudyError(f"{where}: {p} pods do not split evenly over {nodes} nodes of at most {r.pods_per_node} "
+                             "pods (resources.pods_per_node); choose points that do")
+    name = cfg.name or path.stem
+    out = Path(cfg.out or Path("runs") / "studies" / name).expanduser()
+    out = (out if out.is_absolute() else Path.cwd() / out).resolve()
+    resolved = {**to_dict(cfg), "name": name, "out": str(out),
+                "systems": {s.name: {"kind": s.kind, "job": str(s.job), "set": s.sets, "python": s.python,
+                                     "stop_at_target": s.stop_at_target, "max_wall_s": s.max_wall_s or 0.0,
+                                     "timeout_s": s.timeout_s, "seeds": s.seeds or [], "points": s.points or [],
+                                     "gpus_per_pod": -1.0 if s.gpus_per_pod is None else s.gpus_per_pod}
+                            for s in systems}}
+    return Study(name, cfg.task, cfg.metric, cfg.target, cfg.points, cfg.seeds, out, r.gpus_per_pod, r.cpus_per_pod,
+                 r.pods_per_node, copy.deepcopy(to_dict(cfg.slurm)), systems, resolved)

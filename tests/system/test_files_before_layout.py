@@ -1,0 +1,55 @@
+"""Files written before the package's modules moved into folders still load after the move: a
+pod checkpoint resumes and continues exactly as an unbroken run of today's code, and a leaderboard
+entry loads (checksum verified) and evaluates.
+
+The fixture (tests/fixtures/run-before-layout/) is a one-pod quickstart run stopped after 6
+updates by the code of the flat layout; nothing in a checkpoint or an entry names a module."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from helpers import REPO, run_cli
+from podracer_hpc.files import safeio
+from podracer_hpc.files.rundir import EXIT_REQUEUE
+from podracer_hpc.pool.leaderboard import Leaderboard
+
+FIXTURE = REPO / "tests" / "fixtures" / "run-before-layout"
+ENTRY = "local-0-0-bdd555964d5f"
+SETTINGS = ["--set", "total_env_steps=16384", "--set", "env.num_envs=64", "--set", "eval.interval_env_steps=4096",
+            "--set", "tournament.interval_env_steps=4096", "--set", "eval.episodes=2"]
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    tensors, _meta, _extra = safeio.load(run / "checkpoints" / "rank0.safetensors", "pod-state")
+    return tensors
+
+
+def test_a_checkpoint_from_before_the_move_resumes_as_an_unbroken_run(tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(FIXTURE, old)
+    r = run_cli("train", str(old / "config.yaml"), "--run-dir", str(old), "--stop-after-updates", "2", "--quiet")
+    assert r.returncode == EXIT_REQUEUE and "resuming from" in r.stderr, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["env_steps"] == 8 * 64 * 16
+    fresh = tmp_path / "fresh"
+    r = run_cli("train", "jobs/quickstart.yaml", "--run-dir", str(fresh), *SETTINGS, "--stop-after-updates", "8",
+                "--quiet")
+    assert r.returncode == EXIT_REQUEUE, r.stderr
+    a, b = _weights(old), _weights(fresh)
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"resumed from the old checkpoint, these differ from an unbroken run: {different}"
+
+
+def test_a_leaderboard_entry_from_before_the_move_loads_and_evaluates(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURE, run)
+    tensors, meta = Leaderboard(run / "leaderboard").load(ENTRY)
+    assert tensors and meta["pod"] == 0 and meta["env_steps"] == 4096, meta
+    r = run_cli("evaluate", str(run / "leaderboard" / "entries" / f"{ENTRY}.safetensors"), "--episodes", "2")
+    assert r.returncode == 0, r.stderr
+    assert ENTRY in r.stdout

@@ -1,0 +1,73 @@
+"""The project's set-up files agree with each other."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CONDA_NAMES = {"torch": "pytorch"}
+
+
+def _name_and_min(req: str) -> tuple[str, str | None]:
+    m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(?:>=\s*([0-9.]+))?", req)
+    assert m, req
+    low = m.group(2)
+    bracket = re.search(r"\[.*version\s*=\s*['\"]>=\s*([0-9.]+)['\"].*\]", req)  # conda's name[version='>=X', ...]
+    if bracket:
+        low = bracket.group(1)
+    return m.group(1).lower().replace("_", "-"), low
+
+
+def test_environment_yml_lists_every_pyproject_dependency():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    conda = {}
+    pip_deps = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d), [])
+    for dep in [d for d in env["dependencies"] if isinstance(d, str) and d != "pip"] + pip_deps:
+        if dep.startswith("-"):
+            continue
+        name, low = _name_and_min(dep.split("=", 1)[0] if "==" not in dep and ">=" not in dep else dep)
+        conda[name] = low
+    reqs = project["dependencies"] + [r for r in project["optional-dependencies"]["test"] if not r.startswith("mpich")]
+    for req in reqs:
+        name, low = _name_and_min(req)
+        cname = CONDA_NAMES.get(name, name)
+        assert cname in conda, f"{name} is in pyproject.toml but not in environment.yml"
+        assert conda[cname] == low, f"{name}: pyproject wants >={low}, environment.yml >={conda[cname]}"
+
+
+def test_environment_yml_gives_a_cuda_torch_on_a_login_node_without_a_gpu():
+    """conda must not fall back to the CPU build where it sees no GPU (issue 14): the build is
+    pinned to CUDA, cuda-version is pinned, and the file says to create it with
+    CONDA_OVERRIDE_CUDA at that version (docs/slurm-templates.md says the same)."""
+    text = (REPO / "environment.yml").read_text()
+    deps = [d for d in yaml.safe_load(text)["dependencies"] if isinstance(d, str)]
+    torch = [d for d in deps if d.startswith("pytorch")]
+    assert len(torch) == 1 and re.search(r"build\s*=\s*['\"]cuda\*['\"]", torch[0]), torch
+    (cuda,) = [d.split("=", 1)[1] for d in deps if d.startswith("cuda-version=")]
+    assert f"CONDA_OVERRIDE_CUDA={cuda} conda env create -f environment.yml" in text
+    assert f"CONDA_OVERRIDE_CUDA={cuda}" in (REPO / "docs" / "slurm-templates.md").read_text()
+    from podracer_hpc.cluster.device import CUDA_INSTALL_HINT
+
+    assert f"CONDA_OVERRIDE_CUDA={cuda}" in CUDA_INSTALL_HINT  # what a pod without CUDA tells the user
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|sh)?\n(.*?)```", readme, re.S)
+    assert blocks, "README has no command block"
+    cmds = [line for line in blocks[0].splitlines() if line.strip() and not line.strip().startswith("#")]
+    assert len(cmds) == 2, cmds
+    test_cmd = cmds[1].split("#")[0].strip()
+    assert test_cmd in (REPO / ".ci" / "run").read_text()
+    for target in ("quickstart", "test"):
+        assert re.search(rf"^{target}:", (REPO / "Makefile").read_text(), re.M)
+
+
+def test_console_script_and_layout():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["podracer"] == "podracer_hpc.cli:main"
+    for d in ("jobs", "podracer_hpc", "slurm_templates", "analysis", "tests", "bench"):
+        assert (REPO / d).is_dir(), d

@@ -1,0 +1,88 @@
+"""`podracer evaluate PATH` (issue 24): a checkpoint, a leaderboard entry, a run directory, and
+files it must refuse (exit 2, a message, no traceback). Agents play the same start states, so a
+run's verdict is reproduced exactly by the seed and episode count its summary names."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO, mpiexec_or_skip, run_cli
+from podracer_hpc.files import safeio
+
+SETS = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
+        "eval.interval_env_steps=4096", "tournament.interval_env_steps=4096", "threads=1", "log.progress_interval_s=0",
+        "eval.final_episodes=12"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A 2-pod quickstart tournament under a real mpiexec: checkpoints, entries, a verdict."""
+    d = tmp_path_factory.mktemp("evaluate") / "run"
+    cmd = [mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
+           "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in SETS), [])]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def results(r: subprocess.CompletedProcess) -> list[dict]:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])["results"]
+
+
+@pytest.mark.mpi
+def test_a_run_directory_reproduces_its_verdict_on_the_same_start_states(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = results(run_cli("evaluate", str(run_dir), "--episodes", str(summary["final_episodes"]),
+                           "--seed", str(summary["final_eval_seed"]), "--top", "2"))
+    ranks = [x for x in rows if x["agent"].endswith("checkpoint")]
+    entries = [x for x in rows if x["agent"].startswith("entry ")]
+    assert [x["agent"] for x in ranks] == ["rank 0 checkpoint", "rank 1 checkpoint"] and len(entries) == 2
+    best = max(ranks, key=lambda x: x["return_mean"])
+    assert best["agent"] == f"rank {summary['best_pod']} checkpoint"
+    assert best["return_mean"] == summary["best_return"] and best["ci95"] == summary["best_return_ci95"]  # bit for bit
+    assert all(x["episodes"] == 12 and x["seed"] == summary["final_eval_seed"] for x in rows)
+    assert all(x["ci95"][0] < x["return_mean"] < x["ci95"][1] for x in rows)
+    assert "95% interval" in run_cli("evaluate", str(run_dir), "--episodes", "3").stdout  # the table
+
+
+@pytest.mark.mpi
+def test_a_checkpoint_and_an_entry_on_chosen_start_states(run_dir):
+    ck = run_dir / "checkpoints" / "rank0.safetensors"
+    a = results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "3"))
+    assert len(a) == 1 and a[0]["episodes"] == 5 and a[0]["seed"] == 3 and a[0]["task"] == "pendulum"
+    assert results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "3")) == a  # deterministic
+    assert results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "4"))[0]["return_mean"] != a[0]["return_mean"]
+    entry = sorted((run_dir / "leaderboard" / "entries").glob("*.safetensors"))[0]
+    for path in (entry, entry.with_suffix(".json")):  # the tensors or the sidecar
+        (e,) = results(run_cli("evaluate", str(path), "--episodes", "5", "--seed", "3"))
+        assert e["agent"] == f"entry {entry.stem}" and e["episodes"] == 5
+
+
+@pytest.mark.parametrize("what", ["foreign", "damaged", "empty dir", "missing", "trading", "bad episodes"])
+def test_what_cannot_be_evaluated_exits_2_with_a_message(tmp_path, run_dir, what):
+    ck = run_dir / "checkpoints" / "rank0.safetensors"
+    args, needle = [], ""
+    if what == "foreign":
+        (tmp_path / "x.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+        args, needle = [str(tmp_path / "x.safetensors")], "not one written by podracer-hpc"
+    elif what == "damaged":
+        blob = bytearray(ck.read_bytes())
+        blob[-5] ^= 0xFF
+        (tmp_path / "d.safetensors").write_bytes(bytes(blob))
+        args, needle = [str(tmp_path / "d.safetensors")], "checksum mismatch"
+    elif what == "empty dir":
+        args, needle = [str(tmp_path)], "holds no checkpoints"
+    elif what == "missing":
+        args, needle = [str(tmp_path / "nope")], "no such file or directory"
+    elif what == "trading":
+        tensors, meta, _ = safeio.load(ck, "pod-state")
+        meta["config"]["env"]["name"] = "stock_trading"
+        safeio.save(tmp_path / "t.safetensors", tensors, meta, "pod-state")
+        args, needle = [str(tmp_path / "t.safetensors")], "podracer backtest"
+    else:
+        args, needle = [str(ck), "--episodes", "0"], "--episodes must be in"
+    r = run_cli("evaluate", *args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
