@@ -12,7 +12,7 @@ TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart test test-lowest bench clean container container-quickstart
+.PHONY: setup quickstart lint format test test-lowest bench clean container container-quickstart
 
 $(BIN)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,16 @@ setup: $(BIN)/.installed
 ## relay: Ctrl-C, USR1, USR2 or TERM stop every pod with a checkpoint (exit 75; run again to resume)
 quickstart: setup
 	$(BIN)/podracer mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
+
+## lint: the layout and lint checks CI runs (ruff format --check, ruff check; settings in pyproject.toml)
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+## format: apply ruff's layout and its safe fixes (import order) to the tree
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 ## test: set up, then run the whole test suite (unit, MPI under a real mpiexec, the local Slurm cluster)
 test: setup

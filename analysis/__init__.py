@@ -12,7 +12,17 @@ scripts, the notebook and users of a checkout.
 - :mod:`analysis.make_figures`: ``python -m analysis.make_figures RUN_DIR ... --out figures/``.
 """
 
-from podracer_hpc.report.aggregate import Run, Table, eval_table, expand_run_dirs, load_runs, read_csv, run_table, time_to_target, tournament_table
+from podracer_hpc.report.aggregate import (
+    Run,
+    Table,
+    eval_table,
+    expand_run_dirs,
+    load_runs,
+    read_csv,
+    run_table,
+    time_to_target,
+    tournament_table,
+)
 
 __all__ = [
     "Run",

@@ -23,8 +23,9 @@ def print_table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
         print(" | ".join(str(x).ljust(w) for x, w in zip(r, widths)))
 
 
-def train_pool(run_dir: Path, pods: int, sets: Sequence[str], job: str = "jobs/quickstart.yaml",
-               what: str = "") -> tuple[dict, list[float], float]:
+def train_pool(
+    run_dir: Path, pods: int, sets: Sequence[str], job: str = "jobs/quickstart.yaml", what: str = ""
+) -> tuple[dict, list[float], float]:
     """Train ``pods`` pods of ``job`` under mpiexec; returns (summary, each pod's mean return on the
     verdict's start states, wall seconds). Exits with the run's stderr when it fails."""
     sys.path.insert(0, str(REPO))
@@ -33,14 +34,49 @@ def train_pool(run_dir: Path, pods: int, sets: Sequence[str], job: str = "jobs/q
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
     t0 = time.perf_counter()
-    r = subprocess.run([find_mpiexec(), "-n", str(pods), sys.executable, "-m", "podracer_hpc.cli", "train", job,
-                        "--run-dir", str(run_dir), "--quiet", *sum((["--set", s] for s in sets), [])],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(
+        [
+            find_mpiexec(),
+            "-n",
+            str(pods),
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "train",
+            job,
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            *sum((["--set", s] for s in sets), []),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{what or run_dir} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    ev = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "evaluate", str(run_dir), "--top", "0", "--episodes",
-                         str(summary["final_episodes"]), "--seed", str(summary["final_eval_seed"])],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "evaluate",
+            str(run_dir),
+            "--top",
+            "0",
+            "--episodes",
+            str(summary["final_episodes"]),
+            "--seed",
+            str(summary["final_eval_seed"]),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     return summary, [x["return_mean"] for x in json.loads(ev.stdout.strip().splitlines()[-1])["results"]], wall

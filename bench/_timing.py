@@ -22,8 +22,7 @@ def module_at(ref: str, name: str, replace: dict[str, str] | None = None) -> typ
     ``podracer_hpc.agents._old_<name>`` beside this checkout's (its relative imports resolve to the
     checkout's package; ``replace`` rewrites its source first, e.g. to import another old module)."""
     path = f"podracer_hpc/agents/{name}.py"
-    src = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=REPO, check=True, capture_output=True,
-                         text=True).stdout
+    src = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=REPO, check=True, capture_output=True, text=True).stdout
     for old, new in (replace or {}).items():
         src = src.replace(old, new)
     full = f"podracer_hpc.agents._old_{name}"
@@ -36,8 +35,9 @@ def module_at(ref: str, name: str, replace: dict[str, str] | None = None) -> typ
     return mod
 
 
-def alternate_blocks(runs: dict[str, tuple[Callable[[], None], int]], blocks: int,
-                     seconds: float) -> dict[str, list[float]]:
+def alternate_blocks(
+    runs: dict[str, tuple[Callable[[], None], int]], blocks: int, seconds: float
+) -> dict[str, list[float]]:
     """Milliseconds per unit of each variant in each of ``blocks`` rounds of about ``seconds`` each.
 
     ``runs`` maps a name to ``(run, per)``: ``run()`` does ``per`` units of work (updates, steps).

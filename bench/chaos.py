@@ -39,17 +39,34 @@ sys.path.insert(0, str(REPO))
 
 from podracer_hpc.files import safeio  # noqa: E402
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.launch import find_mpiexec  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
+from podracer_hpc.launch import find_mpiexec  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
 from helpers import rank_pids  # noqa: E402  (the tests' own: a run's rank processes, from /proc)
 
-SETS = ["total_env_steps=32768", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
-        "eval.interval_env_steps=4096", "tournament.interval_env_steps=2048", "threads=1",
-        "log.progress_interval_s=0", "log.checkpoint_interval_s=0.5"]
-EVENTS = ("kill-rank", "kill-job", "kill-in-checkpoint", "usr2-rank", "usr2-all", "term-mpiexec", "usr2-rank-at-start",
-          "usr2-mpirun-group", "usr2-straggler")
+SETS = [
+    "total_env_steps=32768",
+    "env.num_envs=64",
+    "agent.rollout_steps=16",
+    "eval.episodes=4",
+    "eval.interval_env_steps=4096",
+    "tournament.interval_env_steps=2048",
+    "threads=1",
+    "log.progress_interval_s=0",
+    "log.checkpoint_interval_s=0.5",
+]
+EVENTS = (
+    "kill-rank",
+    "kill-job",
+    "kill-in-checkpoint",
+    "usr2-rank",
+    "usr2-all",
+    "term-mpiexec",
+    "usr2-rank-at-start",
+    "usr2-mpirun-group",
+    "usr2-straggler",
+)
 STRAGGLER = 1  # usr2-straggler: this rank's updates take 4x as long in that start, and it gets the signal
 RANKS = 2
 
@@ -57,8 +74,20 @@ RANKS = 2
 def command(run_dir: Path, relay: bool = False) -> list[str]:
     """The bare mpiexec command, or (``relay``) the README's ``podracer mpirun`` in front of it."""
     launcher = [sys.executable, "-m", "podracer_hpc.cli", "mpirun"] if relay else [find_mpiexec()]
-    return [*launcher, "-n", str(RANKS), sys.executable, "-m", "podracer_hpc.cli", "train",
-            "jobs/quickstart.yaml", "--run-dir", str(run_dir), "--quiet", *sum((["--set", s] for s in SETS), [])]
+    return [
+        *launcher,
+        "-n",
+        str(RANKS),
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        *sum((["--set", s] for s in SETS), []),
+    ]
 
 
 def env(**extra: str) -> dict:
@@ -69,8 +98,15 @@ def env(**extra: str) -> dict:
 
 def start(run_dir: Path, relay: bool = False, straggler: bool = False) -> subprocess.Popen:
     e = env(PODRACER_INJECT_SLOW=f"{STRAGGLER}:4") if straggler else env()
-    return subprocess.Popen(command(run_dir, relay), cwd=REPO, env=e, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        command(run_dir, relay),
+        cwd=REPO,
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def rank_pid(run_dir: Path, rank: int) -> int | None:
@@ -174,14 +210,19 @@ def check(run_dir: Path, ref: Path) -> tuple[int, int, bool]:
         log = read_log(RunDir(run_dir, "quickstart").log(r))
         ref_log = read_log(RunDir(ref, "quickstart").log(r))
         u = list(log["train"]["update"])
-        bad_rows += sum(1 for a, b in zip(u, range(1, len(u) + 1)) if a != b) + abs(len(u) - len(ref_log["train"]["update"]))
+        bad_rows += sum(1 for a, b in zip(u, range(1, len(u) + 1)) if a != b) + abs(
+            len(u) - len(ref_log["train"]["update"])
+        )
         rounds = [x for x in log["tournament"]["round"] if x >= 0]
         want = [x for x in ref_log["tournament"]["round"] if x >= 0]
         lost_rounds += len(set(want) - set(rounds)) + (len(rounds) - len(set(rounds)))
         ta, ma, _ = safeio.load(RunDir(run_dir).checkpoint(r), "pod-state")
         tb, mb, _ = safeio.load(RunDir(ref).checkpoint(r), "pod-state")
-        equal &= ma["updates"] == mb["updates"] and set(ta) == set(tb) and all(
-            ta[k].shape == tb[k].shape and bool((ta[k] == tb[k]).all()) for k in ta)
+        equal &= (
+            ma["updates"] == mb["updates"]
+            and set(ta) == set(tb)
+            and all(ta[k].shape == tb[k].shape and bool((ta[k] == tb[k]).all()) for k in ta)
+        )
     return bad_rows, lost_rounds, equal
 
 
@@ -192,13 +233,19 @@ def main() -> int:
     ap.add_argument("--max-events", type=int, default=3, help="events per trial (1..N, random)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds a start may take before it counts as a hang")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")
-    ap.add_argument("--events", default=",".join(EVENTS),
-                    help=f"comma-separated events to draw from (default: all of {', '.join(EVENTS)})")
+    ap.add_argument(
+        "--events",
+        default=",".join(EVENTS),
+        help=f"comma-separated events to draw from (default: all of {', '.join(EVENTS)})",
+    )
     args = ap.parse_args()
     pool = [e for e in args.events.split(",") if e]
     unknown = sorted(set(pool) - set(EVENTS))
     if unknown or not pool:
-        print(f"chaos: error: unknown events {unknown or '(none given)'}; choose from {', '.join(EVENTS)}", file=sys.stderr)
+        print(
+            f"chaos: error: unknown events {unknown or '(none given)'}; choose from {', '.join(EVENTS)}",
+            file=sys.stderr,
+        )
         return 2
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="podracer-chaos-"))
@@ -209,8 +256,20 @@ def main() -> int:
     if code != 0:
         print(f"the uninterrupted reference run failed (exit {code}):\n{err}", file=sys.stderr)
         return 1
-    rows, totals = [], {"trials": 0, "events": 0, "starts": 0, "stopped_at_a_round": 0, "hangs": 0, "crash_codes": 0,
-                        "bad_rows": 0, "lost_rounds": 0, "bit_equal": 0}
+    rows, totals = (
+        [],
+        {
+            "trials": 0,
+            "events": 0,
+            "starts": 0,
+            "stopped_at_a_round": 0,
+            "hangs": 0,
+            "crash_codes": 0,
+            "bad_rows": 0,
+            "lost_rounds": 0,
+            "bit_equal": 0,
+        },
+    )
     for trial in range(args.trials):
         run_dir = root / f"trial{trial}"
         events = [rng.choice(pool) for _ in range(rng.randint(1, args.max_events))]
@@ -243,8 +302,20 @@ def main() -> int:
                 print(f"trial {trial}: rerun -> exit {code}\n{err[-2000:]}", file=sys.stderr)
         done = codes[-1] == 0
         bad_rows, lost, equal = check(run_dir, ref) if done else (-1, -1, False)
-        rows.append((trial, ", ".join(delivered) or "(ended first)", starts, " ".join(str(c) for c in codes), at_round,
-                     hangs, crashes, bad_rows, lost, "yes" if equal else "NO"))
+        rows.append(
+            (
+                trial,
+                ", ".join(delivered) or "(ended first)",
+                starts,
+                " ".join(str(c) for c in codes),
+                at_round,
+                hangs,
+                crashes,
+                bad_rows,
+                lost,
+                "yes" if equal else "NO",
+            )
+        )
         totals["stopped_at_a_round"] += at_round
         totals["trials"] += 1
         totals["events"] += len(delivered)
@@ -256,8 +327,18 @@ def main() -> int:
         totals["bit_equal"] += bool(equal)
         if not args.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
-    head = ("trial", "events delivered", "starts", "exit codes", "ranks stopped at a round", "hangs", "crash codes",
-            "bad log rows", "lost rounds", "bit-equal")
+    head = (
+        "trial",
+        "events delivered",
+        "starts",
+        "exit codes",
+        "ranks stopped at a round",
+        "hangs",
+        "crash codes",
+        "bad log rows",
+        "lost rounds",
+        "bit-equal",
+    )
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
     print("-|-".join("-" * w for w in widths))

@@ -41,8 +41,12 @@ def count(cmd: list[str], env: dict[str, str], prefixes: tuple[str, ...]) -> dic
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "strace.log"
         t0 = time.perf_counter()
-        subprocess.run(["strace", "-f", "-qq", "-e", "trace=%file,getdents64", "-o", str(log), *cmd], env=env,
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            ["strace", "-f", "-qq", "-e", "trace=%file,getdents64", "-o", str(log), *cmd],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         seconds = time.perf_counter() - t0
         total = under = failed = 0
         for line in log.read_text(errors="replace").splitlines():
@@ -84,10 +88,13 @@ def main() -> int:
         print(f"{name:<28} {r['calls']:>7} {r['on_shared']:>17} {r['failed']:>7} {r['seconds']:>8.2f}")
     out, ins = rows["outside (checkout + venv)"], rows["inside (ch-run image)"]
     for ranks in (512,):
-        print(f"{ranks} ranks: {int(out['on_shared']) * ranks:,} metadata calls on the shared filesystem "
-              f"outside, {int(ins['on_shared']) * ranks:,} inside")
-    print(json.dumps({"bench": "container_metadata", "code": CODE, "repeat": args.repeat,
-                      "outside": out, "inside": ins}))
+        print(
+            f"{ranks} ranks: {int(out['on_shared']) * ranks:,} metadata calls on the shared filesystem "
+            f"outside, {int(ins['on_shared']) * ranks:,} inside"
+        )
+    print(
+        json.dumps({"bench": "container_metadata", "code": CODE, "repeat": args.repeat, "outside": out, "inside": ins})
+    )
     return 0
 
 

@@ -24,8 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from podracer_hpc.pool import hparams, rules as tournament  # noqa: E402
 from podracer_hpc.config import TournamentConfig  # noqa: E402
+from podracer_hpc.pool import hparams  # noqa: E402
+from podracer_hpc.pool import rules as tournament
 from podracer_hpc.pool.rules import PodReport, decide  # noqa: E402
 
 
@@ -35,8 +36,9 @@ def reports(n: int, episodes: int = 20, seed: int = 0) -> list[PodReport]:
     for r in range(n):
         skill = -1000.0 + 800.0 * r / max(n - 1, 1)
         rets = tuple(float(x) for x in skill + 30.0 * rng.standard_normal(episodes))
-        out.append(PodReport(r, float(np.mean(rets)), 100_000, {"learning_rate": 1e-3, "entropy_coef": 0.0},
-                             returns=rets))
+        out.append(
+            PodReport(r, float(np.mean(rets)), 100_000, {"learning_rate": 1e-3, "entropy_coef": 0.0}, returns=rets)
+        )
     return out
 
 

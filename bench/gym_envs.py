@@ -64,16 +64,27 @@ def gym_task_row(mode: str, n: int, steps: int, repeats: int) -> dict:
         return r
 
     def peer() -> float:
-        env = gym.make_vec("Acrobot-v1", num_envs=n, vectorization_mode="sync",
-                           vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        env = gym.make_vec(
+            "Acrobot-v1",
+            num_envs=n,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        )
         env.reset(seed=0)
         r = rate(env.step, acts_np, n, steps)
         env.close()
         return r
 
     a, b = side_by_side(ours, peer, repeats)
-    return {"row": f"gymnasium task ({mode})", "env": "Acrobot-v1", "num_envs": n, "steps_per_s": a,
-            "peer": "bare SyncVectorEnv", "peer_steps_per_s": b, "ratio": a / b}
+    return {
+        "row": f"gymnasium task ({mode})",
+        "env": "Acrobot-v1",
+        "num_envs": n,
+        "steps_per_s": a,
+        "peer": "bare SyncVectorEnv",
+        "peer_steps_per_s": b,
+        "ratio": a / b,
+    }
 
 
 def vector_env_row(n: int, steps: int, repeats: int) -> dict:
@@ -92,8 +103,15 @@ def vector_env_row(n: int, steps: int, repeats: int) -> dict:
         return rate(env.step, acts_t, n, steps)
 
     a, b = side_by_side(ours, peer, repeats)
-    return {"row": "podracer vector env", "env": "podracer/Pendulum-v0", "num_envs": n, "steps_per_s": a,
-            "peer": "the pod's env (make_env)", "peer_steps_per_s": b, "ratio": a / b}
+    return {
+        "row": "podracer vector env",
+        "env": "podracer/Pendulum-v0",
+        "num_envs": n,
+        "steps_per_s": a,
+        "peer": "the pod's env (make_env)",
+        "peer_steps_per_s": b,
+        "ratio": a / b,
+    }
 
 
 def main() -> None:
@@ -112,11 +130,24 @@ def main() -> None:
     rows.append(vector_env_row(args.pod_envs, args.steps, args.repeats))
     print(f"{'row':26} {'env':22} {'envs':>6} {'steps/s':>11} {'peer steps/s':>13} {'ratio':>6}  peer")
     for r in rows:
-        print(f"{r['row']:26} {r['env']:22} {r['num_envs']:>6} {r['steps_per_s']:>11,.0f} "
-              f"{r['peer_steps_per_s']:>13,.0f} {r['ratio']:>6.2f}  {r['peer']}")
+        print(
+            f"{r['row']:26} {r['env']:22} {r['num_envs']:>6} {r['steps_per_s']:>11,.0f} "
+            f"{r['peer_steps_per_s']:>13,.0f} {r['ratio']:>6.2f}  {r['peer']}"
+        )
     load = os.getloadavg()[0]
-    print(json.dumps({"bench": "gym_envs", "threads": args.threads, "cpus": os.cpu_count(), "load_1min": load,
-                      "steps": args.steps, "repeats": args.repeats, "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "gym_envs",
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+                "load_1min": load,
+                "steps": args.steps,
+                "repeats": args.repeats,
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ def rate(step, acts: list, n: int, steps: int, device: str, ready=None) -> float
     return n * steps / (time.perf_counter() - t0)
 
 
-def adapter_rows(env, acts: list, peer, peer_on_jax: bool, peer_name: str, n: int, steps: int, repeats: int,
-                 device: str) -> list[dict]:
+def adapter_rows(
+    env, acts: list, peer, peer_on_jax: bool, peer_name: str, n: int, steps: int, repeats: int, device: str
+) -> list[dict]:
     """The rows ``jax adapter`` (``env.step``, the pod's view) and ``jax step alone`` (its compiled
     step, JAX arrays in and out) of the jax task's ``env``, each against ``peer`` (a step function
     given the same actions: as JAX arrays if ``peer_on_jax``, else as ``acts``' torch tensors),
@@ -72,16 +73,28 @@ def adapter_rows(env, acts: list, peer, peer_on_jax: bool, peer_name: str, n: in
 
     measured = {"peer": [], "adapter": [], "bare": []}
     for _ in range(repeats):
-        measured["peer"].append(rate(peer, jacts, n, steps, device, ready=jax.block_until_ready) if peer_on_jax
-                                else rate(peer, acts, n, steps, device))
+        measured["peer"].append(
+            rate(peer, jacts, n, steps, device, ready=jax.block_until_ready)
+            if peer_on_jax
+            else rate(peer, acts, n, steps, device)
+        )
         measured["adapter"].append(rate(env.step, acts, n, steps, device))
         measured["bare"].append(rate(bare, jacts, n, steps, device, ready=jax.block_until_ready))
     peer_rate = statistics.median(measured["peer"])
     out = []
     for key, row in (("adapter", "jax adapter"), ("bare", "jax step alone")):
         a = statistics.median(measured[key])
-        out.append({"row": row, "num_envs": n, "device": device, "steps_per_s": a, "peer": peer_name,
-                    "peer_steps_per_s": peer_rate, "ratio": a / peer_rate})
+        out.append(
+            {
+                "row": row,
+                "num_envs": n,
+                "device": device,
+                "steps_per_s": a,
+                "peer": peer_name,
+                "peer_steps_per_s": peer_rate,
+                "ratio": a / peer_rate,
+            }
+        )
     return out
 
 
@@ -115,8 +128,9 @@ def playground_rows_at(n: int, steps: int, repeats: int, device: str, name: str,
         own["state"] = own_step(own["state"], a)
         return own["state"].obs
 
-    return adapter_rows(env, acts, playground, True, f"Playground {name} jit(vmap(step)), impl {impl}",
-                        n, steps, repeats, device)
+    return adapter_rows(
+        env, acts, playground, True, f"Playground {name} jit(vmap(step)), impl {impl}", n, steps, repeats, device
+    )
 
 
 def main() -> None:
@@ -126,14 +140,21 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads (1: XLA's CPU client on one thread too)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--playground", default="", metavar="ENV_NAME",
-                   help="a MuJoCo Playground env (e.g. CartpoleBalance) against Playground's own jit(vmap(step))")
+    p.add_argument(
+        "--playground",
+        default="",
+        metavar="ENV_NAME",
+        help="a MuJoCo Playground env (e.g. CartpoleBalance) against Playground's own jit(vmap(step))",
+    )
     p.add_argument("--impl", default="jax", help="with --playground: MJX's implementation (jax or warp)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)  # before jax is imported: the adapter reads it then
     if args.playground:
-        rows = [r for n in args.num_envs
-                for r in playground_rows_at(n, args.steps, args.repeats, args.device, args.playground, args.impl)]
+        rows = [
+            r
+            for n in args.num_envs
+            for r in playground_rows_at(n, args.steps, args.repeats, args.device, args.playground, args.impl)
+        ]
     else:
         rows = [r for n in args.num_envs for r in rows_at(n, args.steps, args.repeats, args.device)]
     import jax
@@ -141,13 +162,27 @@ def main() -> None:
     peer = "Playground steps/s" if args.playground else "torch steps/s"
     print(f"{'row':16} {'device':7} {'envs':>8} {'steps/s':>13} {peer:>18} {'ratio':>6}")
     for r in rows:
-        print(f"{r['row']:16} {r['device']:7} {r['num_envs']:>8} {r['steps_per_s']:>13,.0f} "
-              f"{r['peer_steps_per_s']:>18,.0f} {r['ratio']:>6.2f}")
-    print(json.dumps({"bench": "jax_env", "playground": args.playground or None, "threads": args.threads,
-                      "cpus": os.cpu_count(),
-                      "load_1min": os.getloadavg()[0], "jax": jax.__version__, "torch": torch.__version__,
-                      "xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps, "repeats": args.repeats,
-                      "rows": rows}))
+        print(
+            f"{r['row']:16} {r['device']:7} {r['num_envs']:>8} {r['steps_per_s']:>13,.0f} "
+            f"{r['peer_steps_per_s']:>18,.0f} {r['ratio']:>6.2f}"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "jax_env",
+                "playground": args.playground or None,
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+                "load_1min": os.getloadavg()[0],
+                "jax": jax.__version__,
+                "torch": torch.__version__,
+                "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                "steps": args.steps,
+                "repeats": args.repeats,
+                "rows": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

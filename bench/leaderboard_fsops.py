@@ -50,9 +50,31 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CALLS = ("openat", "stat", "newfstatat", "statx", "lstat", "access", "faccessat", "faccessat2", "getdents64",
-         "link", "linkat", "rename", "renameat", "renameat2", "unlink", "unlinkat", "mkdir", "mkdirat", "chmod",
-         "fchmod", "fchmodat", "fsync", "fdatasync")
+CALLS = (
+    "openat",
+    "stat",
+    "newfstatat",
+    "statx",
+    "lstat",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "getdents64",
+    "link",
+    "linkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "unlink",
+    "unlinkat",
+    "mkdir",
+    "mkdirat",
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fsync",
+    "fdatasync",
+)
 LINE = re.compile(r"^(?P<tid>\d+)\s+(?P<call>[a-z0-9_]+)\((?P<args>.*)")
 MARK = "/podracer-fsops-mark"  # a stat of this path tells the trace which thread is which pod
 
@@ -137,6 +159,7 @@ class SimPod:
 
     def __init__(self, rank: int, seed: int, episodes: int):
         import torch
+
         self.torch, self.rank, self.episodes = torch, rank, episodes
         self.quality = float(torch.Generator().manual_seed(seed * 100_003 + rank).seed() % 1000) / 10.0
         self.lr, self.env_steps, self.kind, self.device = 3e-4, 0, "ppo", "cpu"
@@ -174,13 +197,19 @@ def worker(args: argparse.Namespace) -> int:
     """One simulated pool: every pod holds ``--rounds`` rounds (its calls between marks in the trace)."""
     sys.path.insert(0, str(Path(os.environ.get("PODRACER_TREE", REPO))))
     from podracer_hpc.config import Config, from_dict
+    from podracer_hpc.files.rundir import RunDir
     from podracer_hpc.pool.fitness import Fitness, eval_seed
     from podracer_hpc.pool.rounds import Pool
-    from podracer_hpc.files.rundir import RunDir
 
-    cfg = from_dict(Config, {"name": "sim", "seed": 0, "eval": {"episodes": 8},
-                             "tournament": {"mode": args.rule, "sync": args.mode, "top_k": 8,
-                                            "interval_env_steps": 1000}})
+    cfg = from_dict(
+        Config,
+        {
+            "name": "sim",
+            "seed": 0,
+            "eval": {"episodes": 8},
+            "tournament": {"mode": args.rule, "sync": args.mode, "top_k": 8, "interval_env_steps": 1000},
+        },
+    )
     n = args.pods[0]
     world = World(n)
     rundir = RunDir(Path(args.run_dir), "sim")
@@ -199,6 +228,7 @@ def worker(args: argparse.Namespace) -> int:
         # random order each round (threads would measure the GIL, not the files). Each pod's
         # round is whole before the next begins: the burst of the first round is fully visible.
         import numpy as np
+
         world1 = World(1)
         pods = [SimPod(r, 0, 8) for r in range(n)]
         pools = []
@@ -218,6 +248,7 @@ def worker(args: argparse.Namespace) -> int:
     # 80 ms at 4,096 pods, in parallel on real nodes); the threads here would compute them N times
     # one after the other, so the first rank's are shared. No file is touched by it.
     import podracer_hpc.pool.rounds as pool_mod
+
     decided: dict[int, Any] = {}
     real_decide = pool_mod.decide
 
@@ -296,12 +327,38 @@ def count(trace: Path, marks: tuple[str, ...], by_pod: bool) -> dict[int, Counte
 def simulate(tree: Path, pods: int, mode: str, rule: str, rounds: int, work: Path) -> dict:
     run_dir = work / f"run-{pods}-{mode}-{rule}"
     trace = work / "trace.txt"
-    cmd = ["strace", "--seccomp-bpf", "-f", "-y", "-qq", "-e", f"trace={','.join(CALLS)}", "-o", str(trace),
-           sys.executable, str(Path(__file__).resolve()), "--worker", "--pods", str(pods), "--mode", mode,
-           "--rule", rule, "--rounds", str(rounds), "--run-dir", str(run_dir)]
+    cmd = [
+        "strace",
+        "--seccomp-bpf",
+        "-f",
+        "-y",
+        "-qq",
+        "-e",
+        f"trace={','.join(CALLS)}",
+        "-o",
+        str(trace),
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        "--pods",
+        str(pods),
+        "--mode",
+        mode,
+        "--rule",
+        rule,
+        "--rounds",
+        str(rounds),
+        "--run-dir",
+        str(run_dir),
+    ]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env={**os.environ, "PODRACER_TREE": str(tree), "OMP_NUM_THREADS": "1"},
-                       capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(
+        cmd,
+        env={**os.environ, "PODRACER_TREE": str(tree), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{tree} {pods} {mode} {rule}: exit {r.returncode}\n{r.stderr[-3000:]}")
@@ -311,10 +368,14 @@ def simulate(tree: Path, pods: int, mode: str, rule: str, rounds: int, work: Pat
     meta = [per[p]["metadata"] / rounds for p in range(pods)]
     fsync = [per[p]["fsync"] / rounds for p in range(pods)]
     total: Counter = sum((per[p] for p in range(pods)), Counter())
-    return {"metadata": sum(meta) / pods, "fsync": sum(fsync) / pods, "metadata_max": max(meta),
-            "fsync_max": max(fsync), "wall_s": round(wall, 1),
-            "by_call": {k: round(v / pods / rounds, 2) for k, v in sorted(total.items())
-                        if k not in ("metadata", "fsync")}}
+    return {
+        "metadata": sum(meta) / pods,
+        "fsync": sum(fsync) / pods,
+        "metadata_max": max(meta),
+        "fsync_max": max(fsync),
+        "wall_s": round(wall, 1),
+        "by_call": {k: round(v / pods / rounds, 2) for k, v in sorted(total.items()) if k not in ("metadata", "fsync")},
+    }
 
 
 def end_to_end(tree: Path, pods: int, rounds: int, out: Path) -> dict:
@@ -322,14 +383,42 @@ def end_to_end(tree: Path, pods: int, rounds: int, out: Path) -> dict:
     run_dir = out / "run"
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
     batch = 64 * 16
-    sets = ["env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=2", "threads=1", "log.progress_interval_s=0",
-            f"total_env_steps={rounds * 2 * batch}", f"tournament.interval_env_steps={2 * batch}",
-            f"eval.interval_env_steps={2 * batch}", "tournament.top_k=4"]
+    sets = [
+        "env.num_envs=64",
+        "agent.rollout_steps=16",
+        "eval.episodes=2",
+        "threads=1",
+        "log.progress_interval_s=0",
+        f"total_env_steps={rounds * 2 * batch}",
+        f"tournament.interval_env_steps={2 * batch}",
+        f"eval.interval_env_steps={2 * batch}",
+        "tournament.top_k=4",
+    ]
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace.txt"
-    cmd = ["strace", "--seccomp-bpf", "-f", "-y", "-qq", "-e", f"trace={','.join(CALLS)}", "-o", str(trace),
-           mpiexec, "-n", str(pods), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-           "--run-dir", str(run_dir), "--quiet", *sum((["--set", s] for s in sets), [])]
+    cmd = [
+        "strace",
+        "--seccomp-bpf",
+        "-f",
+        "-y",
+        "-qq",
+        "-e",
+        f"trace={','.join(CALLS)}",
+        "-o",
+        str(trace),
+        mpiexec,
+        "-n",
+        str(pods),
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        *sum((["--set", s] for s in sets), []),
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(tree)}
     env.pop("PODRACER_COMM", None)
     r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=1800)
@@ -337,14 +426,20 @@ def end_to_end(tree: Path, pods: int, rounds: int, out: Path) -> dict:
         raise SystemExit(f"{tree}: exit {r.returncode}\n{r.stderr[-3000:]}")
     c = count(trace, (str(run_dir / "leaderboard"), str(run_dir / "rounds")), False)[0]
     n = pods * rounds
-    return {"metadata": c["metadata"] / n, "fsync": c["fsync"] / n, "metadata_max": math.nan, "fsync_max": math.nan,
-            "by_call": {k: round(v / n, 2) for k, v in sorted(c.items()) if k not in ("metadata", "fsync")}}
+    return {
+        "metadata": c["metadata"] / n,
+        "fsync": c["fsync"] / n,
+        "metadata_max": math.nan,
+        "fsync_max": math.nan,
+        "by_call": {k: round(v / n, 2) for k, v in sorted(c.items()) if k not in ("metadata", "fsync")},
+    }
 
 
 def checkout(rev: str, work: Path) -> Path:
     old = work / f"tree-{rev}"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(old), rev],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(old), rev], check=True, capture_output=True
+    )
     return old
 
 
@@ -355,8 +450,12 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["collective", "async"], choices=["collective", "async"])
     ap.add_argument("--rules", nargs="+", default=["elegantrl", "pbt"], choices=["elegantrl", "pbt"])
     ap.add_argument("--compare", default="", help="an earlier revision measured beside this tree ('' = none)")
-    ap.add_argument("--compare-max-pods", type=int, default=256,
-                    help="the earlier revision only up to this many pods (its async PBT is quadratic)")
+    ap.add_argument(
+        "--compare-max-pods",
+        type=int,
+        default=256,
+        help="the earlier revision only up to this many pods (its async PBT is quadratic)",
+    )
     ap.add_argument("--end-to-end", action="store_true", help="a real MPI quickstart job instead of simulated pods")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="async", help=argparse.SUPPRESS)
@@ -377,8 +476,15 @@ def main() -> int:
         for name, tree in trees.items():
             if args.end_to_end:
                 for pods in args.pods:
-                    rows.append({"version": name, "pods": pods, "mode": "collective", "rule": "elegantrl",
-                                 **end_to_end(tree, pods, args.rounds, work / f"e2e-{len(rows)}")})
+                    rows.append(
+                        {
+                            "version": name,
+                            "pods": pods,
+                            "mode": "collective",
+                            "rule": "elegantrl",
+                            **end_to_end(tree, pods, args.rounds, work / f"e2e-{len(rows)}"),
+                        }
+                    )
                 continue
             for mode in args.modes:
                 for rule in args.rules:
@@ -387,31 +493,44 @@ def main() -> int:
                             continue
                         r = simulate(tree, pods, mode, rule, args.rounds, work)
                         rows.append({"version": name, "pods": pods, "mode": mode, "rule": rule, **r})
-                        print(f"  {name} {mode} {rule} {pods} pods: {r['metadata']:.1f} metadata, "
-                              f"{r['fsync']:.1f} fsync per pod and round ({r['wall_s']} s)", file=sys.stderr, flush=True)
+                        print(
+                            f"  {name} {mode} {rule} {pods} pods: {r['metadata']:.1f} metadata, "
+                            f"{r['fsync']:.1f} fsync per pod and round ({r['wall_s']} s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     finally:
         for tree in trees.values():
             if tree is not REPO:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True
+                )
         shutil.rmtree(work, ignore_errors=True)
     print(f"leaderboard filesystem calls per pod and round ({args.rounds} rounds, strace; max: the busiest pod)")
-    print(f"{'version':<18} | {'mode':<10} | {'rule':<9} | {'pods':>5} | {'metadata':>8} | {'max':>6} | "
-          f"{'fsync':>5} | {'max':>5} | by call")
+    print(
+        f"{'version':<18} | {'mode':<10} | {'rule':<9} | {'pods':>5} | {'metadata':>8} | {'max':>6} | "
+        f"{'fsync':>5} | {'max':>5} | by call"
+    )
     for r in rows:
         calls = ", ".join(f"{k} {v:g}" for k, v in sorted(r["by_call"].items(), key=lambda kv: -kv[1])[:6])
-        print(f"{r['version']:<18} | {r['mode']:<10} | {r['rule']:<9} | {r['pods']:>5} | {r['metadata']:>8.1f} | "
-              f"{r['metadata_max']:>6.1f} | {r['fsync']:>5.1f} | {r['fsync_max']:>5.1f} | {calls}")
+        print(
+            f"{r['version']:<18} | {r['mode']:<10} | {r['rule']:<9} | {r['pods']:>5} | {r['metadata']:>8.1f} | "
+            f"{r['metadata_max']:>6.1f} | {r['fsync']:>5.1f} | {r['fsync_max']:>5.1f} | {calls}"
+        )
     flat = {}
     for mode in args.modes:
         for rule in args.rules:
-            mine = {r["pods"]: r for r in rows if r["version"] == "this tree" and r["mode"] == mode and r["rule"] == rule}
+            mine = {
+                r["pods"]: r for r in rows if r["version"] == "this tree" and r["mode"] == mode and r["rule"] == rule
+            }
             if len(mine) >= 2:
                 lo, hi = mine[min(mine)], mine[max(mine)]
-                flat[f"{mode}/{rule}"] = {"metadata_ratio": round(hi["metadata"] / max(lo["metadata"], 1e-9), 3),
-                                          "fsync_ratio": round(hi["fsync"] / max(lo["fsync"], 1e-9), 3),
-                                          "max_metadata_ratio": round(hi["metadata_max"] / max(lo["metadata_max"], 1e-9), 3)}
-    print(json.dumps({"bench": "leaderboard_fsops", "rounds": args.rounds, "rows": rows,
-                      "largest_vs_smallest": flat}))
+                flat[f"{mode}/{rule}"] = {
+                    "metadata_ratio": round(hi["metadata"] / max(lo["metadata"], 1e-9), 3),
+                    "fsync_ratio": round(hi["fsync"] / max(lo["fsync"], 1e-9), 3),
+                    "max_metadata_ratio": round(hi["metadata_max"] / max(lo["metadata_max"], 1e-9), 3),
+                }
+    print(json.dumps({"bench": "leaderboard_fsops", "rounds": args.rounds, "rows": rows, "largest_vs_smallest": flat}))
     return 0
 
 

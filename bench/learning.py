@@ -39,8 +39,9 @@ sys.path.insert(0, str(REPO))  # analysis/ is the checkout's, not an installed p
 from analysis.aggregate import t95  # noqa: E402
 from podracer_hpc.config import load_config  # noqa: E402
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.rank.program import train  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
+from podracer_hpc.rank.program import train  # noqa: E402
+
 # task: (job, target evaluation return, env-step budget, kind, default seeds[, eval interval])
 SUITE = {
     "pendulum": ("jobs/pendulum.yaml", -200.0, 3_000_000, "reach", (0, 1, 2), 25_000),
@@ -100,30 +101,51 @@ def main() -> int:
             run_dir = Path(args.out) / f"{task}-seed{seed}-{int(time.time())}"
             # 'final' targets are at the budget; 'reach' runs use the job's own (shorter) budget
             extra = [*MUJOCO_SET, f"total_env_steps={budget}"] if kind == "final" else []
-            cfg = load_config(REPO / job, [f"seed={seed}", f"eval.interval_env_steps={every}",
-                                           "log.progress_interval_s=60", *extra, *args.set])
-            print(f"running {task} seed {seed} ({cfg.total_env_steps:,} steps) -> {run_dir}", file=sys.stderr, flush=True)
+            cfg = load_config(
+                REPO / job,
+                [f"seed={seed}", f"eval.interval_env_steps={every}", "log.progress_interval_s=60", *extra, *args.set],
+            )
+            print(
+                f"running {task} seed {seed} ({cfg.total_env_steps:,} steps) -> {run_dir}", file=sys.stderr, flush=True
+            )
             cpu0 = cpu_s()
             res = train(cfg, run_dir, quiet=True)
             cpu = cpu_s() - cpu0
             log = read_log(RunDir(run_dir, cfg.name).log(0))
             steps, wall = first_reaching(log, target)
             at_steps, at_wall = first_reaching(log, COMPARE_AT) if task.startswith("pendulum") else (math.nan, math.nan)
-            rows.append({
-                "task": task, "algo": cfg.agent.algo, "seed": seed, "target": target, "budget": budget, "kind": kind,
-                "steps_to_target": steps, "wall_s_to_target": wall,
-                "steps_to_compare": at_steps, "wall_s_to_compare": at_wall,
-                "final_return": res.summary["final_return"], "best_return": res.summary["best_return"],
-                "steps_per_s": res.summary["steps_per_s"], "wall_s": res.summary["wall_s"], "cpu_min": cpu / 60,
-                "passed": bool(steps == steps and steps <= budget) if kind == "reach"
-                else bool(cpu / 60 <= args.max_cpu_min),
-            })
-    print(f"{'task':<12}{'seed':>5}{'target':>9}{'steps to target':>17}{'s to target':>13}"
-          f"{'final':>9}{'best':>9}{'wall s':>8}{'CPU min':>8}{'steps/s':>9}  ok")
+            rows.append(
+                {
+                    "task": task,
+                    "algo": cfg.agent.algo,
+                    "seed": seed,
+                    "target": target,
+                    "budget": budget,
+                    "kind": kind,
+                    "steps_to_target": steps,
+                    "wall_s_to_target": wall,
+                    "steps_to_compare": at_steps,
+                    "wall_s_to_compare": at_wall,
+                    "final_return": res.summary["final_return"],
+                    "best_return": res.summary["best_return"],
+                    "steps_per_s": res.summary["steps_per_s"],
+                    "wall_s": res.summary["wall_s"],
+                    "cpu_min": cpu / 60,
+                    "passed": bool(steps == steps and steps <= budget)
+                    if kind == "reach"
+                    else bool(cpu / 60 <= args.max_cpu_min),
+                }
+            )
+    print(
+        f"{'task':<12}{'seed':>5}{'target':>9}{'steps to target':>17}{'s to target':>13}"
+        f"{'final':>9}{'best':>9}{'wall s':>8}{'CPU min':>8}{'steps/s':>9}  ok"
+    )
     for r in rows:
-        print(f"{r['task']:<12}{r['seed']:>5}{r['target']:>9.0f}{r['steps_to_target']:>17,.0f}"
-              f"{r['wall_s_to_target']:>13.1f}{r['final_return']:>9.1f}{r['best_return']:>9.1f}"
-              f"{r['wall_s']:>8.0f}{r['cpu_min']:>8.1f}{r['steps_per_s']:>9,.0f}  {'yes' if r['passed'] else 'NO'}")
+        print(
+            f"{r['task']:<12}{r['seed']:>5}{r['target']:>9.0f}{r['steps_to_target']:>17,.0f}"
+            f"{r['wall_s_to_target']:>13.1f}{r['final_return']:>9.1f}{r['best_return']:>9.1f}"
+            f"{r['wall_s']:>8.0f}{r['cpu_min']:>8.1f}{r['steps_per_s']:>9,.0f}  {'yes' if r['passed'] else 'NO'}"
+        )
     verdicts = {}
     for task in dict.fromkeys(r["task"] for r in rows):
         rs = [r for r in rows if r["task"] == task]
@@ -131,15 +153,33 @@ def main() -> int:
             finals = [r["final_return"] for r in rs]
             mean, half = mean_band(finals)
             ok = mean >= rs[0]["target"] and all(r["passed"] for r in rs)
-            verdicts[task] = {"mean_final_return": mean, "band95": half, "seeds": len(rs), "target": rs[0]["target"],
-                              "max_cpu_min": max(r["cpu_min"] for r in rs), "passed": ok}
-            print(f"{task}: mean final return over {len(rs)} seeds {mean:,.1f} +- {half:,.0f} (95% t-band; target "
-                  f"{rs[0]['target']:,.0f}, each run <= {args.max_cpu_min:.0f} CPU-min): {'met' if ok else 'NOT met'}")
+            verdicts[task] = {
+                "mean_final_return": mean,
+                "band95": half,
+                "seeds": len(rs),
+                "target": rs[0]["target"],
+                "max_cpu_min": max(r["cpu_min"] for r in rs),
+                "passed": ok,
+            }
+            print(
+                f"{task}: mean final return over {len(rs)} seeds {mean:,.1f} +- {half:,.0f} (95% t-band; target "
+                f"{rs[0]['target']:,.0f}, each run <= {args.max_cpu_min:.0f} CPU-min): {'met' if ok else 'NOT met'}"
+            )
         else:
             verdicts[task] = {"passed": all(r["passed"] for r in rs)}
     compare = compare_learners(rows)
-    print(json.dumps({"bench": "learning", "all_passed": all(v["passed"] for v in verdicts.values()),
-                      "tasks": verdicts, "compare_at": COMPARE_AT, "compare": compare, "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "learning",
+                "all_passed": all(v["passed"] for v in verdicts.values()),
+                "tasks": verdicts,
+                "compare_at": COMPARE_AT,
+                "compare": compare,
+                "rows": rows,
+            }
+        )
+    )
     return 0
 
 
@@ -152,10 +192,14 @@ def compare_learners(rows: list[dict]) -> dict[str, dict]:
         steps = [r["steps_to_compare"] for r in rs]
         walls = [r["wall_s_to_compare"] for r in rs]
         reached = all(x == x for x in steps)
-        out[task] = {"algo": rs[0]["algo"], "seeds": len(rs), "reached": reached,
-                     "steps": mean_band(steps) if reached else (math.nan, math.nan),
-                     "wall_s": mean_band(walls) if reached else (math.nan, math.nan),
-                     "cpu_min": statistics.fmean(r["cpu_min"] for r in rs)}
+        out[task] = {
+            "algo": rs[0]["algo"],
+            "seeds": len(rs),
+            "reached": reached,
+            "steps": mean_band(steps) if reached else (math.nan, math.nan),
+            "wall_s": mean_band(walls) if reached else (math.nan, math.nan),
+            "cpu_min": statistics.fmean(r["cpu_min"] for r in rs),
+        }
     if not out:
         return out
     print(f"\nto {COMPARE_AT:.0f} on Pendulum (mean +- 95% t-band over seeds; x: ratio to PPO's job)")
@@ -167,8 +211,10 @@ def compare_learners(rows: list[dict]) -> dict[str, dict]:
             c["steps_ratio"] = c["steps"][0] / peer["steps"][0]
             c["wall_ratio"] = c["wall_s"][0] / peer["wall_s"][0]
             ratio = f"  x{c['steps_ratio']:.3f} steps, x{c['wall_ratio']:.2f} wall"
-        print(f"{task:<14}{c['algo']:<6}{c['seeds']:>6}{c['steps'][0]:>12,.0f} +- {c['steps'][1]:>6,.0f}"
-              f"{c['wall_s'][0]:>10.1f} +- {c['wall_s'][1]:>4.1f}{c['cpu_min']:>12.2f}{ratio}")
+        print(
+            f"{task:<14}{c['algo']:<6}{c['seeds']:>6}{c['steps'][0]:>12,.0f} +- {c['steps'][1]:>6,.0f}"
+            f"{c['wall_s'][0]:>10.1f} +- {c['wall_s'][1]:>4.1f}{c['cpu_min']:>12.2f}{ratio}"
+        )
     return out
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from podracer_hpc.envs import make_env
-from podracer_hpc.envs.mujoco import GYM_IDS
+from podracer_hpc.envs.mujoco_tasks import GYM_IDS
 
 
 def _sync(device: str) -> None:
@@ -62,8 +62,9 @@ def time_adapter(task: str, backend: str, n: int, steps: int, threads: int, devi
 def time_raw_gym(task: str, n: int, steps: int) -> float:
     import gymnasium as gym
 
-    env = gym.vector.SyncVectorEnv([lambda: gym.make(GYM_IDS[task]) for _ in range(n)],
-                                   autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    env = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(GYM_IDS[task]) for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     hi = env.single_action_space.high
@@ -77,13 +78,19 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200, help="timed steps of the whole batch")
     p.add_argument("--tasks", default=",".join(GYM_IDS))
     p.add_argument("--threads", type=int, default=0, help="envpool worker threads (0 = envpool's default)")
-    p.add_argument("--backends", default="",
-                   help="comma-separated: envpool,gymnasium,warp,gym-sync-raw (default: the CPU ones installed)")
+    p.add_argument(
+        "--backends",
+        default="",
+        help="comma-separated: envpool,gymnasium,warp,gym-sync-raw (default: the CPU ones installed)",
+    )
     p.add_argument("--device", default="cpu", help="device of the adapters' tensors (warp simulates there)")
     a = p.parse_args()
     torch.set_num_threads(1)
-    backends = a.backends.split(",") if a.backends else \
-        (["envpool"] if importlib.util.find_spec("envpool") else []) + ["gymnasium", "gym-sync-raw"]
+    backends = (
+        a.backends.split(",")
+        if a.backends
+        else (["envpool"] if importlib.util.find_spec("envpool") else []) + ["gymnasium", "gym-sync-raw"]
+    )
     tasks = a.tasks.split(",")
     rows = []
     for task in tasks:
@@ -93,14 +100,23 @@ def main() -> None:
                     sps, build_s = time_raw_gym(task, n, a.steps), None
                 else:
                     sps, build_s = time_adapter(task, b, n, a.steps, a.threads, a.device)
-                rows.append({"task": task, "backend": b, "num_envs": n, "device": a.device if b != "gym-sync-raw"
-                             else "cpu", "steps_per_s": round(sps, 1),
-                             "build_s": None if build_s is None else round(build_s, 2)})
+                rows.append(
+                    {
+                        "task": task,
+                        "backend": b,
+                        "num_envs": n,
+                        "device": a.device if b != "gym-sync-raw" else "cpu",
+                        "steps_per_s": round(sps, 1),
+                        "build_s": None if build_s is None else round(build_s, 2),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)  # as they come (a long run shows progress)
     by = {(r["task"], r["num_envs"], r["backend"]): r["steps_per_s"] for r in rows}
     ratio = "envpool" in backends and "gym-sync-raw" in backends
-    print(f"MuJoCo v5 env steps/s, {a.steps} batch steps, device {a.device}, {os.cpu_count()} CPUs visible, "
-          f"envpool threads={a.threads or 'default'}")
+    print(
+        f"MuJoCo v5 env steps/s, {a.steps} batch steps, device {a.device}, {os.cpu_count()} CPUs visible, "
+        f"envpool threads={a.threads or 'default'}"
+    )
     print(f"{'task':<12}{'envs':>8}" + "".join(f"{b:>15}" for b in backends) + ("  envpool/raw" if ratio else ""))
     for task in tasks:
         for n in a.num_envs:
@@ -108,8 +124,18 @@ def main() -> None:
             if ratio:
                 line += f"  {by[(task, n, 'envpool')] / by[(task, n, 'gym-sync-raw')]:>10.1f}x"
             print(line)
-    print(json.dumps({"bench": "mujoco_envs", "num_envs": a.num_envs, "steps": a.steps, "device": a.device,
-                      "cpus": os.cpu_count(), "results": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "mujoco_envs",
+                "num_envs": a.num_envs,
+                "steps": a.steps,
+                "device": a.device,
+                "cpus": os.cpu_count(),
+                "results": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

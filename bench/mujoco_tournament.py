@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
+from podracer_hpc.files.live import find_rank_logs  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
-from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
 
 
 def final_returns(run_dir: Path) -> list[float]:
@@ -41,28 +41,47 @@ def final_returns(run_dir: Path) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="halfcheetah", help="a MuJoCo job in jobs/ (halfcheetah, hopper, walker2d)")
-    ap.add_argument("--job", default="", help="a job file instead of jobs/<task>.yaml (e.g. jobs/halfcheetah_cleanrl.yaml)")
+    ap.add_argument(
+        "--job", default="", help="a job file instead of jobs/<task>.yaml (e.g. jobs/halfcheetah_cleanrl.yaml)"
+    )
     ap.add_argument("--pods", type=int, default=4)
     ap.add_argument("--steps-per-pod", type=int, default=250_000)
     ap.add_argument("--round", type=int, default=50_000, help="env steps per pod between tournament rounds")
-    ap.add_argument("--mode", default="elegantrl", choices=["elegantrl", "pbt"],
-                    help="tournament rule (pbt: the bottom quarter copies the top quarter, no hparam_space)")
-    ap.add_argument("--warmup", type=int, default=0,
-                    help="tournament.warmup_env_steps: env steps per pod before the first round")
+    ap.add_argument(
+        "--mode",
+        default="elegantrl",
+        choices=["elegantrl", "pbt"],
+        help="tournament rule (pbt: the bottom quarter copies the top quarter, no hparam_space)",
+    )
+    ap.add_argument(
+        "--warmup", type=int, default=0, help="tournament.warmup_env_steps: env steps per pod before the first round"
+    )
     ap.add_argument("--seed", type=int, default=0, help="pod r trains with seed + r")
-    ap.add_argument("--systems", default="tournament,independent",
-                    help="which to run, comma-separated (the claim needs both)")
+    ap.add_argument(
+        "--systems", default="tournament,independent", help="which to run, comma-separated (the claim needs both)"
+    )
     ap.add_argument("--out", default=str(REPO / "runs" / "bench-mujoco-tournament"))
     ap.add_argument("--podracer", default=str(Path(sys.executable).parent / "podracer"))
     args = ap.parse_args(argv)
     job = args.job or f"jobs/{args.task}.yaml"
     out = Path(args.out) / f"{Path(job).stem}-{int(time.time())}"
-    common = [f"seed={args.seed}", f"total_env_steps={args.steps_per_pod}", "threads=1",
-              "env.mujoco.num_threads=1", f"eval.interval_env_steps={args.round}",
-              f"tournament.interval_env_steps={args.round}", "log.progress_interval_s=60"]
-    systems = {"tournament": [f"tournament.mode={args.mode}", f"tournament.top_k={args.pods}",
-                              f"tournament.warmup_env_steps={args.warmup}"],
-               "independent": ["tournament.mode=none"]}
+    common = [
+        f"seed={args.seed}",
+        f"total_env_steps={args.steps_per_pod}",
+        "threads=1",
+        "env.mujoco.num_threads=1",
+        f"eval.interval_env_steps={args.round}",
+        f"tournament.interval_env_steps={args.round}",
+        "log.progress_interval_s=60",
+    ]
+    systems = {
+        "tournament": [
+            f"tournament.mode={args.mode}",
+            f"tournament.top_k={args.pods}",
+            f"tournament.warmup_env_steps={args.warmup}",
+        ],
+        "independent": ["tournament.mode=none"],
+    }
     wanted = [x.strip() for x in args.systems.split(",") if x.strip()]
     unknown = sorted(set(wanted) - set(systems))
     if unknown or not wanted:
@@ -71,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, dict] = {}
     for name, extra in systems.items():
         run_dir = out / name
-        cmd = [find_mpiexec(), "-n", str(args.pods), args.podracer, "train", job,
-               "--run-dir", str(run_dir)]
+        cmd = [find_mpiexec(), "-n", str(args.pods), args.podracer, "train", job, "--run-dir", str(run_dir)]
         for kv in common + extra:
             cmd += ["--set", kv]
         print(f"[{name}] {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -83,22 +101,52 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: podracer exited with {rc} (logs in {run_dir})", file=sys.stderr)
             return rc
         rets = final_returns(run_dir)
-        res[name] = {"final_returns": rets, "best": max(rets), "mean": sum(rets) / len(rets), "wall_s": wall,
-                     "run_dir": str(run_dir)}
-    print(f"\n{job}: {args.pods} pods x {args.steps_per_pod:,} env steps, seeds {args.seed}-"
-          f"{args.seed + args.pods - 1}, rounds every {args.round:,} after a warm-up of {max(args.round, args.warmup):,}")
-    print(f"{'system':<12}" + "".join(f"{'pod ' + str(r):>10}" for r in range(args.pods)) + f"{'best':>10}{'mean':>10}{'wall s':>8}")
+        res[name] = {
+            "final_returns": rets,
+            "best": max(rets),
+            "mean": sum(rets) / len(rets),
+            "wall_s": wall,
+            "run_dir": str(run_dir),
+        }
+    print(
+        f"\n{job}: {args.pods} pods x {args.steps_per_pod:,} env steps, seeds {args.seed}-"
+        f"{args.seed + args.pods - 1}, rounds every {args.round:,} after a warm-up of {max(args.round, args.warmup):,}"
+    )
+    print(
+        f"{'system':<12}"
+        + "".join(f"{'pod ' + str(r):>10}" for r in range(args.pods))
+        + f"{'best':>10}{'mean':>10}{'wall s':>8}"
+    )
     for name, r in res.items():
-        print(f"{name:<12}" + "".join(f"{x:>10.1f}" for x in r["final_returns"])
-              + f"{r['best']:>10.1f}{r['mean']:>10.1f}{r['wall_s']:>8.0f}")
+        print(
+            f"{name:<12}"
+            + "".join(f"{x:>10.1f}" for x in r["final_returns"])
+            + f"{r['best']:>10.1f}{r['mean']:>10.1f}{r['wall_s']:>8.0f}"
+        )
     ok = None
     if len(res) == 2:
         ok = res["tournament"]["best"] >= res["independent"]["best"]
-        print(f"tournament best {res['tournament']['best']:.1f} vs independent best "
-              f"{res['independent']['best']:.1f}: {'at least as good' if ok else 'WORSE'}")
-    print(json.dumps({"bench": "mujoco_tournament", "task": args.task, "job": job, "pods": args.pods, "seed": args.seed,
-                      "steps_per_pod": args.steps_per_pod, "round": args.round, "warmup": args.warmup, "mode": args.mode,
-                      "systems": res, "tournament_at_least_as_good": ok}))
+        print(
+            f"tournament best {res['tournament']['best']:.1f} vs independent best "
+            f"{res['independent']['best']:.1f}: {'at least as good' if ok else 'WORSE'}"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "mujoco_tournament",
+                "task": args.task,
+                "job": job,
+                "pods": args.pods,
+                "seed": args.seed,
+                "steps_per_pod": args.steps_per_pod,
+                "round": args.round,
+                "warmup": args.warmup,
+                "mode": args.mode,
+                "systems": res,
+                "tournament_at_least_as_good": ok,
+            }
+        )
+    )
     return 0
 
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from podracer_hpc.config import load_config
 from podracer_hpc.files.h5log import read_log
-from podracer_hpc.rank.program import train
 from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.rank.program import train
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,8 +39,11 @@ def cpu_s() -> float:
 def measure(job: str, sets: list[str], steps: int, target: float, out: Path) -> dict:
     cfg = load_config(REPO / job, [*sets, *([f"total_env_steps={steps}"] if steps else [])])
     run_dir = out / f"{Path(job).stem}-{int(time.time())}"
-    print(f"running {job} ({cfg.agent.algo}, {cfg.env.num_envs} envs, {cfg.total_env_steps:,} steps) -> {run_dir}",
-          file=sys.stderr, flush=True)
+    print(
+        f"running {job} ({cfg.agent.algo}, {cfg.env.num_envs} envs, {cfg.total_env_steps:,} steps) -> {run_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
     cpu0 = cpu_s()
     res = train(cfg, run_dir, quiet=True)
     cpu = cpu_s() - cpu0
@@ -50,13 +53,21 @@ def measure(job: str, sets: list[str], steps: int, target: float, out: Path) -> 
     grad_steps = float(grad[grad >= 0].sum()) if len(grad) and (grad >= 0).any() else math.nan
     wall = float(tr["wall_s"][-1])
     hit = [i for i, r in enumerate(ev["return_mean"]) if r >= target]
-    return {"job": job, "algo": cfg.agent.algo, "device": cfg.device, "num_envs": cfg.env.num_envs,
-            "env_steps": int(tr["env_steps"][-1]), "wall_s": wall, "cpu_min": cpu / 60,
-            "env_steps_per_s": float(tr["env_steps"][-1]) / wall, "grad_steps": grad_steps,
-            "grad_steps_per_s": grad_steps / wall if grad_steps == grad_steps else math.nan,
-            "steps_to_target": int(ev["env_steps"][hit[0]]) if hit else None,
-            "wall_s_to_target": float(ev["wall_s"][hit[0]]) if hit else None,
-            "best_return": res.summary["best_return"]}
+    return {
+        "job": job,
+        "algo": cfg.agent.algo,
+        "device": cfg.device,
+        "num_envs": cfg.env.num_envs,
+        "env_steps": int(tr["env_steps"][-1]),
+        "wall_s": wall,
+        "cpu_min": cpu / 60,
+        "env_steps_per_s": float(tr["env_steps"][-1]) / wall,
+        "grad_steps": grad_steps,
+        "grad_steps_per_s": grad_steps / wall if grad_steps == grad_steps else math.nan,
+        "steps_to_target": int(ev["env_steps"][hit[0]]) if hit else None,
+        "wall_s_to_target": float(ev["wall_s"][hit[0]]) if hit else None,
+        "best_return": res.summary["best_return"],
+    }
 
 
 def main() -> int:
@@ -75,22 +86,31 @@ def main() -> int:
     every = ["eval.interval_env_steps=4096"]
     rows = [measure(args.job, [*common, *every, *args.set], args.steps, args.target, Path(args.out))]
     if args.peer:
-        rows.append(measure(args.peer, [*common, "eval.interval_env_steps=25000"], args.peer_steps, args.target,
-                            Path(args.out)))
-    print(f"{'job':<28}{'algo':<5}{'envs':>6}{'env steps':>11}{'wall s':>8}{'CPU min':>8}{'env st/s':>10}"
-          f"{'grad st/s':>10}{'steps to ' + str(int(args.target)):>14}{'s to it':>9}{'best':>9}")
+        rows.append(
+            measure(args.peer, [*common, "eval.interval_env_steps=25000"], args.peer_steps, args.target, Path(args.out))
+        )
+    print(
+        f"{'job':<28}{'algo':<5}{'envs':>6}{'env steps':>11}{'wall s':>8}{'CPU min':>8}{'env st/s':>10}"
+        f"{'grad st/s':>10}{'steps to ' + str(int(args.target)):>14}{'s to it':>9}{'best':>9}"
+    )
     for r in rows:
         to = f"{r['steps_to_target']:,}" if r["steps_to_target"] is not None else "not reached"
         ws = f"{r['wall_s_to_target']:.1f}" if r["wall_s_to_target"] is not None else "-"
-        print(f"{r['job']:<28}{r['algo']:<5}{r['num_envs']:>6}{r['env_steps']:>11,}{r['wall_s']:>8.1f}"
-              f"{r['cpu_min']:>8.2f}{r['env_steps_per_s']:>10,.0f}{r['grad_steps_per_s']:>10,.0f}{to:>14}{ws:>9}"
-              f"{r['best_return']:>9.1f}")
+        print(
+            f"{r['job']:<28}{r['algo']:<5}{r['num_envs']:>6}{r['env_steps']:>11,}{r['wall_s']:>8.1f}"
+            f"{r['cpu_min']:>8.2f}{r['env_steps_per_s']:>10,.0f}{r['grad_steps_per_s']:>10,.0f}{to:>14}{ws:>9}"
+            f"{r['best_return']:>9.1f}"
+        )
     ratio = {}
     if len(rows) == 2 and rows[0]["steps_to_target"] and rows[1]["steps_to_target"]:
-        ratio = {"steps": rows[0]["steps_to_target"] / rows[1]["steps_to_target"],
-                 "wall": rows[0]["wall_s_to_target"] / rows[1]["wall_s_to_target"]}
-        print(f"to {args.target:g}: x{ratio['steps']:.3f} the env steps and x{ratio['wall']:.2f} the wall time of "
-              f"{rows[1]['job']}")
+        ratio = {
+            "steps": rows[0]["steps_to_target"] / rows[1]["steps_to_target"],
+            "wall": rows[0]["wall_s_to_target"] / rows[1]["wall_s_to_target"],
+        }
+        print(
+            f"to {args.target:g}: x{ratio['steps']:.3f} the env steps and x{ratio['wall']:.2f} the wall time of "
+            f"{rows[1]['job']}"
+        )
     print(json.dumps({"bench": "offpolicy_pod", "target": args.target, "ratio_to_peer": ratio, "rows": rows}))
     return 0
 

@@ -27,11 +27,12 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from _timing import alternate_blocks, medians, module_at  # noqa: E402  (bench/_timing.py)
+
 from podracer_hpc.agents.replay import ReplayBuffer  # noqa: E402
 from podracer_hpc.agents.sac import SACAgent  # noqa: E402
+from podracer_hpc.agents.settings import SACConfig, TD3Config  # noqa: E402
 from podracer_hpc.agents.td3 import TD3Agent  # noqa: E402
-from podracer_hpc.config import SACConfig, TD3Config  # noqa: E402
-from _timing import alternate_blocks, medians, module_at  # noqa: E402  (bench/_timing.py)
 
 CASES = [  # (algo, hidden, obs_dim, act_dim, batch, updates a call, job it stands for)
     ("sac", 64, 3, 1, 128, 16, "pendulum_sac"),
@@ -45,8 +46,10 @@ def old_agents(ref: str) -> dict[str, type]:
     """``{"sac": SACAgent, "td3": TD3Agent}`` of revision ``ref`` (agents/compiled, offpolicy, sac, td3 from
     git, as modules ``podracer_hpc.agents._old_*``; the rest of the package is the checkout's)."""
     # each old module imports its own revision's compiled and offpolicy (their helpers changed since)
-    old = {"from .compiled import": "from ._old_compiled import",
-           "from .offpolicy import": "from ._old_offpolicy import"}
+    old = {
+        "from .compiled import": "from ._old_compiled import",
+        "from .offpolicy import": "from ._old_offpolicy import",
+    }
     mods = {name: module_at(ref, name, old) for name in ("compiled", "offpolicy", "sac", "td3")}
     return {"sac": mods["sac"].SACAgent, "td3": mods["td3"].TD3Agent}
 
@@ -59,12 +62,18 @@ def make_case(cls: type, algo: str, hidden: int, obs_dim: int, act_dim: int, bat
     buf = ReplayBuffer(64 * 256, 64, obs_dim, act_dim, "cpu", n_step=3, gamma=cfg.gamma)
     g = torch.Generator().manual_seed(0)
     for _ in range(256):
-        buf.add(torch.randn(64, obs_dim, generator=g), torch.rand(64, act_dim, generator=g) * 2 - 1,
-                torch.randn(64, generator=g), torch.randn(64, obs_dim, generator=g),
-                torch.rand(64, generator=g) < 0.01, torch.rand(64, generator=g) < 0.005)
+        buf.add(
+            torch.randn(64, obs_dim, generator=g),
+            torch.rand(64, act_dim, generator=g) * 2 - 1,
+            torch.randn(64, generator=g),
+            torch.randn(64, obs_dim, generator=g),
+            torch.rand(64, generator=g) < 0.01,
+            torch.rand(64, generator=g) < 0.005,
+        )
 
     def run() -> None:
         agent.update(buf, g, per)
+
     return run
 
 
@@ -91,18 +100,44 @@ def main() -> None:
     for algo, hidden, od, ad, batch, per, job in CASES:
         if args.only and job not in args.only:
             continue
-        runs = {v: (make_case(cls[algo], algo, hidden, od, ad, batch, per), per) for v, cls in (("old", old), ("new", new))}
+        runs = {
+            v: (make_case(cls[algo], algo, hidden, od, ad, batch, per), per) for v, cls in (("old", old), ("new", new))
+        }
         res = time_blocks(runs, args.blocks, args.block_s)
-        rows.append({"job": job, "algo": algo, "hidden": hidden, "batch": batch, "updates_a_call": per,
-                     "old_ms": res["old"], "new_ms": res["new"], "speedup": res["old"] / res["new"]})
-    print(f"ms per gradient update, eager, one thread, old = {args.old_ref}, load average {load:.2f} at the start, "
-          f"{os.getloadavg()[0]:.2f} at the end")
+        rows.append(
+            {
+                "job": job,
+                "algo": algo,
+                "hidden": hidden,
+                "batch": batch,
+                "updates_a_call": per,
+                "old_ms": res["old"],
+                "new_ms": res["new"],
+                "speedup": res["old"] / res["new"],
+            }
+        )
+    print(
+        f"ms per gradient update, eager, one thread, old = {args.old_ref}, load average {load:.2f} at the start, "
+        f"{os.getloadavg()[0]:.2f} at the end"
+    )
     print(f"{'job':16} {'algo':4} {'net':>8} {'batch':>5} {'per call':>8} {'old ms':>8} {'new ms':>8} {'speedup':>8}")
     for r in rows:
-        print(f"{r['job']:16} {r['algo']:4} {r['hidden']:>4}x{r['hidden']:<3} {r['batch']:5} {r['updates_a_call']:8} "
-              f"{r['old_ms']:8.3f} {r['new_ms']:8.3f} {r['speedup']:7.2f}x")
-    print(json.dumps({"bench": "offpolicy_update", "old_ref": args.old_ref, "threads": 1, "load_start": load,
-                      "rows": rows, "torch": torch.__version__}))
+        print(
+            f"{r['job']:16} {r['algo']:4} {r['hidden']:>4}x{r['hidden']:<3} {r['batch']:5} {r['updates_a_call']:8} "
+            f"{r['old_ms']:8.3f} {r['new_ms']:8.3f} {r['speedup']:7.2f}x"
+        )
+    print(
+        json.dumps(
+            {
+                "bench": "offpolicy_update",
+                "old_ref": args.old_ref,
+                "threads": 1,
+                "load_start": load,
+                "rows": rows,
+                "torch": torch.__version__,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

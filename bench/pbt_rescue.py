@@ -26,13 +26,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc.files.h5log import read_log  # noqa: E402
 from _pool import print_table, train_pool  # noqa: E402  (bench/_pool.py)
+
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from podracer_hpc.files.records import read_records  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
-COMMON = ["agent.learning_rate=3e-6", "tournament.interval_env_steps=25000", "eval.interval_env_steps=100000",
-          "threads=1", "log.progress_interval_s=0"]
+COMMON = [
+    "agent.learning_rate=3e-6",
+    "tournament.interval_env_steps=25000",
+    "eval.interval_env_steps=100000",
+    "threads=1",
+    "log.progress_interval_s=0",
+]
 LR_ONLY = "tournament.hparam_space={learning_rate: [1.0e-6, 1.0e-2, true]}"
 SYSTEMS = {
     "pbt": ["tournament.mode=pbt", LR_ONLY],
@@ -45,15 +51,25 @@ PODS = 4
 
 def run(system: str, seed: int, out: Path, extra: list[str]) -> dict:
     d = out / f"{system}-s{seed}"
-    summary, pods, wall = train_pool(d, PODS, [*COMMON, *SYSTEMS[system], f"seed={seed}", *extra],
-                                     what=f"{system} seed {seed}")
+    summary, pods, wall = train_pool(
+        d, PODS, [*COMMON, *SYSTEMS[system], f"seed={seed}", *extra], what=f"{system} seed {seed}"
+    )
     lrs, copies = [], 0
     for k in range(PODS):
         recs = read_records(read_log(RunDir(d, "quickstart").log(k))["tournament"])
         copies += sum(x.action in ("copy_pod", "load_entry") for x in recs)
         lrs.append(recs[-1].new_hparams.get("learning_rate", 3e-6) if recs else 3e-6)
-    return {"system": system, "seed": seed, "best": summary["best_return"], "ci95": summary["best_return_ci95"],
-            "mean": statistics.mean(pods), "pods": pods, "final_lrs": lrs, "copies": copies, "wall_s": wall}
+    return {
+        "system": system,
+        "seed": seed,
+        "best": summary["best_return"],
+        "ci95": summary["best_return_ci95"],
+        "mean": statistics.mean(pods),
+        "pods": pods,
+        "final_lrs": lrs,
+        "copies": copies,
+        "wall_s": wall,
+    }
 
 
 def main() -> int:
@@ -65,19 +81,42 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="podracer-pbt-rescue-"))
     rows = [run(m, s, out, args.set) for s in args.seeds for m in args.modes]
-    head = ("system", "seed", "best pod (verdict)", "95% interval", "pool mean", "copies", "final learning rates",
-            "wall s")
-    table = [(r["system"], r["seed"], f"{r['best']:.1f}", f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}]",
-              f"{r['mean']:.1f}", r["copies"], " ".join(f"{x:.1e}" for x in r["final_lrs"]), f"{r['wall_s']:.0f}")
-             for r in rows]
+    head = (
+        "system",
+        "seed",
+        "best pod (verdict)",
+        "95% interval",
+        "pool mean",
+        "copies",
+        "final learning rates",
+        "wall s",
+    )
+    table = [
+        (
+            r["system"],
+            r["seed"],
+            f"{r['best']:.1f}",
+            f"[{r['ci95'][0]:.1f}, {r['ci95'][1]:.1f}]",
+            f"{r['mean']:.1f}",
+            r["copies"],
+            " ".join(f"{x:.1e}" for x in r["final_lrs"]),
+            f"{r['wall_s']:.0f}",
+        )
+        for r in rows
+    ]
     print_table(head, table)
     by = {m: [r for r in rows if r["system"] == m] for m in args.modes}
-    summary = {m: {"best_mean": statistics.mean(r["best"] for r in v), "pod_mean": statistics.mean(r["mean"] for r in v)}
-               for m, v in by.items() if v}
+    summary = {
+        m: {"best_mean": statistics.mean(r["best"] for r in v), "pod_mean": statistics.mean(r["mean"] for r in v)}
+        for m, v in by.items()
+        if v
+    }
     gain = {}
     if "pbt" in by and "none" in by:
-        gain = {"pbt_minus_none_best": [a["best"] - b["best"] for a, b in zip(by["pbt"], by["none"])],
-                "pbt_minus_none_mean": [a["mean"] - b["mean"] for a, b in zip(by["pbt"], by["none"])]}
+        gain = {
+            "pbt_minus_none_best": [a["best"] - b["best"] for a, b in zip(by["pbt"], by["none"])],
+            "pbt_minus_none_mean": [a["mean"] - b["mean"] for a, b in zip(by["pbt"], by["none"])],
+        }
     print(json.dumps({"bench": "pbt_rescue", "pods": PODS, "seeds": args.seeds, "systems": summary, **gain}))
     return 0
 

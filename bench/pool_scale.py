@@ -38,20 +38,32 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.launch import find_mpiexec  # noqa: E402
 from podracer_hpc.files.records import read_records  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
+from podracer_hpc.launch import find_mpiexec  # noqa: E402
 
 UPDATES, PER_ROUND = 48, 8  # each pod: 48 updates of 16 envs x 16 steps, a round every 8 updates
 
 
 def sets(mode: str) -> list[str]:
     batch = 16 * 16
-    return ["env.num_envs=16", "agent.rollout_steps=16", "agent.num_minibatches=2", "agent.update_epochs=2",
-            "agent.hidden_sizes=[16, 16]", f"total_env_steps={UPDATES * batch}", "tournament.mode=elegantrl",
-            f"tournament.interval_env_steps={PER_ROUND * batch}", f"eval.interval_env_steps={PER_ROUND * batch}",
-            "eval.episodes=2", "env.max_episode_steps=50", f"tournament.sync={mode}", "threads=1",
-            "log.progress_interval_s=0", "log.checkpoint_interval_s=0"]
+    return [
+        "env.num_envs=16",
+        "agent.rollout_steps=16",
+        "agent.num_minibatches=2",
+        "agent.update_epochs=2",
+        "agent.hidden_sizes=[16, 16]",
+        f"total_env_steps={UPDATES * batch}",
+        "tournament.mode=elegantrl",
+        f"tournament.interval_env_steps={PER_ROUND * batch}",
+        f"eval.interval_env_steps={PER_ROUND * batch}",
+        "eval.episodes=2",
+        "env.max_episode_steps=50",
+        f"tournament.sync={mode}",
+        "threads=1",
+        "log.progress_interval_s=0",
+        "log.checkpoint_interval_s=0",
+    ]
 
 
 def slow_ranks(n: int, stragglers: bool) -> list[int]:
@@ -66,8 +78,20 @@ def run(n: int, mode: str, stragglers: bool, factor: float, out: Path, timeout: 
     slow = slow_ranks(n, stragglers)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PODRACER_INJECT_SLOW": ",".join(f"{r}:{factor}" for r in slow)}
     env.pop("PODRACER_COMM", None)
-    cmd = [find_mpiexec(), "-n", str(n), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-           "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in sets(mode)), [])]
+    cmd = [
+        find_mpiexec(),
+        "-n",
+        str(n),
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(d),
+        "--quiet",
+        *sum((["--set", s] for s in sets(mode)), []),
+    ]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
@@ -85,10 +109,18 @@ def run(n: int, mode: str, stragglers: bool, factor: float, out: Path, timeout: 
         outside.append(sum(x.tournament_s for x in recs) / wall)
         not_updates.append(1 - sum(256 / float(s) for s in tr["steps_per_s"]) / wall)
     fast = [x for k, x in enumerate(rates) if k not in slow]
-    return {"ranks": n, "mode": mode, "stragglers": len(slow), "pool_sps": sum(rates),
-            "fast_sps": statistics.mean(fast), "round_s": statistics.mean(round_s) if round_s else math.nan,
-            "fs_ops_per_round": statistics.mean(ops) if ops else math.nan, "outside": statistics.mean(outside),
-            "not_in_updates": statistics.mean(not_updates), "job_s": time.perf_counter() - t0}
+    return {
+        "ranks": n,
+        "mode": mode,
+        "stragglers": len(slow),
+        "pool_sps": sum(rates),
+        "fast_sps": statistics.mean(fast),
+        "round_s": statistics.mean(round_s) if round_s else math.nan,
+        "fs_ops_per_round": statistics.mean(ops) if ops else math.nan,
+        "outside": statistics.mean(outside),
+        "not_in_updates": statistics.mean(not_updates),
+        "job_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> int:
@@ -128,18 +160,51 @@ def main() -> int:
             if n > 1:
                 slow = measured(n, mode, True)
                 rows.append({**slow, "fast_vs_even": slow["fast_sps"] / even["fast_sps"]})
-    head = ("ranks", "mode", "slowed", "pool steps/s", "fast pods steps/s", "fast vs even", "round s",
-            "fs ops/round", "outside training", "not in updates", "job s")
-    table = [(r["ranks"], r["mode"], r["stragglers"], f"{r['pool_sps']:,.0f}", f"{r['fast_sps']:,.0f}",
-              f"{r['fast_vs_even']:.0%}", f"{r['round_s']:.3f}", f"{r['fs_ops_per_round']:.0f}",
-              f"{r['outside']:.1%}", f"{r['not_in_updates']:.1%}", f"{r['job_s']:.0f}") for r in rows]
+    head = (
+        "ranks",
+        "mode",
+        "slowed",
+        "pool steps/s",
+        "fast pods steps/s",
+        "fast vs even",
+        "round s",
+        "fs ops/round",
+        "outside training",
+        "not in updates",
+        "job s",
+    )
+    table = [
+        (
+            r["ranks"],
+            r["mode"],
+            r["stragglers"],
+            f"{r['pool_sps']:,.0f}",
+            f"{r['fast_sps']:,.0f}",
+            f"{r['fast_vs_even']:.0%}",
+            f"{r['round_s']:.3f}",
+            f"{r['fs_ops_per_round']:.0f}",
+            f"{r['outside']:.1%}",
+            f"{r['not_in_updates']:.1%}",
+            f"{r['job_s']:.0f}",
+        )
+        for r in rows
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *table)]
     print(" | ".join(str(h).ljust(w) for h, w in zip(head, widths)))
     print("-|-".join("-" * w for w in widths))
     for t in table:
         print(" | ".join(str(x).ljust(w) for x, w in zip(t, widths)))
-    print(json.dumps({"bench": "pool_scale", "factor": args.factor, "updates_per_pod": UPDATES,
-                      "updates_per_round": PER_ROUND, "rows": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "pool_scale",
+                "factor": args.factor,
+                "updates_per_pod": UPDATES,
+                "updates_per_round": PER_ROUND,
+                "rows": rows,
+            }
+        )
+    )
     return 0
 
 

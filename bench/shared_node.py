@@ -63,8 +63,15 @@ def measure(job: str, threads: int, seconds: float, sets: list[str] = (), nice: 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMP_"))}
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    with subprocess.Popen([sys.executable, "-c", PROBE, job, str(threads), str(seconds), *sets], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=REPO, env=env, preexec_fn=_niced(nice)) as p:
+    with subprocess.Popen(
+        [sys.executable, "-c", PROBE, job, str(threads), str(seconds), *sets],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        preexec_fn=_niced(nice),
+    ) as p:
         try:
             out, err = p.communicate(timeout=1800)
         finally:
@@ -85,9 +92,13 @@ def main() -> int:
     ap.add_argument("--busy", type=int, default=2, help="extra busy processes in the 'busy' condition")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override for every run")
     ap.add_argument("--conds", default="alone,busy")
-    ap.add_argument("--nice", type=int, default=0,
-                    help="niceness of the measured process and the busy ones (root: e.g. -10, so that other users' "
-                         "processes on a shared machine weigh ~10x less and 'alone' is nearly alone)")
+    ap.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness of the measured process and the busy ones (root: e.g. -10, so that other users' "
+        "processes on a shared machine weigh ~10x less and 'alone' is nearly alone)",
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # the busy processes go too (finally below)
     rows = []
@@ -95,8 +106,14 @@ def main() -> int:
         for policy in args.policies.split(","):
             threads = old_default_threads() if policy == "before" else 0
             for cond in args.conds.split(","):
-                hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_niced(args.nice))
-                        for _ in range(args.busy)] if cond == "busy" else []
+                hogs = (
+                    [
+                        subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_niced(args.nice))
+                        for _ in range(args.busy)
+                    ]
+                    if cond == "busy"
+                    else []
+                )
                 try:
                     time.sleep(1.0 if hogs else 0)
                     r = measure(CASES[case], threads, args.seconds, args.set, args.nice)
@@ -106,13 +123,21 @@ def main() -> int:
                         h.wait()
                 r.update(case=case, policy=policy, cond=cond)
                 rows.append(r)
-                print(f"# {case} {policy} {cond}: {r['steps_per_s']:,.0f} steps/s ({r['threads']} threads: {r['why']}; "
-                      f"load before {r['load_before']})", file=sys.stderr, flush=True)
-    print(f"{os.cpu_count()} CPUs, busy = {args.busy} extra `while True: pass` processes; load = 1-min load average "
-          f"before each run (other users of the machine included); niceness of the measured and busy processes "
-          f"{args.nice}")
-    print(f"{'case':<12}{'policy':<8}{'threads':>8}{'alone steps/s':>15}{'busy steps/s':>14}{'slowdown':>10}"
-          f"{'load alone/busy':>17}")
+                print(
+                    f"# {case} {policy} {cond}: {r['steps_per_s']:,.0f} steps/s ({r['threads']} threads: {r['why']}; "
+                    f"load before {r['load_before']})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        f"{os.cpu_count()} CPUs, busy = {args.busy} extra `while True: pass` processes; load = 1-min load average "
+        f"before each run (other users of the machine included); niceness of the measured and busy processes "
+        f"{args.nice}"
+    )
+    print(
+        f"{'case':<12}{'policy':<8}{'threads':>8}{'alone steps/s':>15}{'busy steps/s':>14}{'slowdown':>10}"
+        f"{'load alone/busy':>17}"
+    )
     for case in args.cases.split(","):
         for policy in args.policies.split(","):
             a = next((r for r in rows if (r["case"], r["policy"], r["cond"]) == (case, policy, "alone")), None)
@@ -120,11 +145,23 @@ def main() -> int:
             if a is None or b is None:
                 continue
             th = f"{a['threads']}/{b['threads']}"
-            print(f"{case:<12}{policy:<8}{th:>8}{a['steps_per_s']:>15,.0f}{b['steps_per_s']:>14,.0f}"
-                  f"{a['steps_per_s'] / max(b['steps_per_s'], 1e-9):>9.1f}x"
-                  f"{a['load_before']:>9.1f}/{b['load_before']:.1f}")
-    print(json.dumps({"bench": "shared_node", "cpus": os.cpu_count(), "busy": args.busy, "sets": args.set,
-                      "nice": args.nice, "rows": rows}))
+            print(
+                f"{case:<12}{policy:<8}{th:>8}{a['steps_per_s']:>15,.0f}{b['steps_per_s']:>14,.0f}"
+                f"{a['steps_per_s'] / max(b['steps_per_s'], 1e-9):>9.1f}x"
+                f"{a['load_before']:>9.1f}/{b['load_before']:.1f}"
+            )
+    print(
+        json.dumps(
+            {
+                "bench": "shared_node",
+                "cpus": os.cpu_count(),
+                "busy": args.busy,
+                "sets": args.set,
+                "nice": args.nice,
+                "rows": rows,
+            }
+        )
+    )
     return 0
 
 

@@ -31,10 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
+from podracer_hpc.files.live import find_rank_logs  # noqa: E402
 
-ADAM = ("import time, torch; p = [torch.zeros(3, requires_grad=True)]; t = time.perf_counter(); "
-        "torch.optim.Adam(p, lr=1e-3, eps=1e-5, fused=True); print('ADAM_S', time.perf_counter() - t)")
+ADAM = (
+    "import time, torch; p = [torch.zeros(3, requires_grad=True)]; t = time.perf_counter(); "
+    "torch.optim.Adam(p, lr=1e-3, eps=1e-5, fused=True); print('ADAM_S', time.perf_counter() - t)"
+)
 
 
 def tree_env(tree: Path) -> dict[str, str]:
@@ -44,9 +46,22 @@ def tree_env(tree: Path) -> dict[str, str]:
 
 def train_once(tree: Path, run_dir: Path, target: float, timeout: float, updates: int) -> dict:
     """One podracer training run from ``tree``; its clock readings from rank 0's log."""
-    cmd = [sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/pendulum_fast.yaml", "--run-dir", str(run_dir),
-           "--quiet", "--set", "eval.interval_env_steps=10240", "--set", "total_env_steps=500000",
-           "--stop-after-updates", str(updates)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/pendulum_fast.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "eval.interval_env_steps=10240",
+        "--set",
+        "total_env_steps=500000",
+        "--stop-after-updates",
+        str(updates),
+    ]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True, timeout=timeout)
     process_s = time.perf_counter() - t0
@@ -56,20 +71,36 @@ def train_once(tree: Path, run_dir: Path, target: float, timeout: float, updates
     tr, ev = log["train"], log["eval"]
     rets = [float(x) for x in ev["return_mean"]]
     hit = next((i for i, x in enumerate(rets) if x >= target), None)
-    return {"first_update_s": float(tr["wall_s"][0]), "update_s": float(tr["wall_s"][2] - tr["wall_s"][1]),
-            "first_eval_s": float(ev["wall_s"][0]), "first_eval_steps": int(ev["env_steps"][0]),
-            "target_s": None if hit is None else float(ev["wall_s"][hit]),
-            "target_steps": None if hit is None else int(ev["env_steps"][hit]),
-            "process_s": process_s}
+    return {
+        "first_update_s": float(tr["wall_s"][0]),
+        "update_s": float(tr["wall_s"][2] - tr["wall_s"][1]),
+        "first_eval_s": float(ev["wall_s"][0]),
+        "first_eval_steps": int(ev["env_steps"][0]),
+        "target_s": None if hit is None else float(ev["wall_s"][hit]),
+        "target_steps": None if hit is None else int(ev["env_steps"][hit]),
+        "process_s": process_s,
+    }
 
 
 def adam_import(tree: Path) -> dict:
     """Seconds of the first Adam of a fresh process, and torch._dynamo's cumulative import time."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", ADAM], cwd=tree, env=tree_env(tree),
-                       capture_output=True, text=True, timeout=300)
-    cum = {m.group(2).strip(): int(m.group(1)) for m in re.finditer(r"import time:\s+\d+ \|\s+(\d+) \|\s*(\S+)", r.stderr)}
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", ADAM],
+        cwd=tree,
+        env=tree_env(tree),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    cum = {
+        m.group(2).strip(): int(m.group(1)) for m in re.finditer(r"import time:\s+\d+ \|\s+(\d+) \|\s*(\S+)", r.stderr)
+    }
     adam = float(re.search(r"ADAM_S (\S+)", r.stdout).group(1))
-    return {"adam_s": adam, "dynamo_import_s": cum.get("torch._dynamo", 0) / 1e6, "torch_import_s": cum.get("torch", 0) / 1e6}
+    return {
+        "adam_s": adam,
+        "dynamo_import_s": cum.get("torch._dynamo", 0) / 1e6,
+        "torch_import_s": cum.get("torch", 0) / 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,11 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--target", type=float, default=-250.0)
     p.add_argument("--timeout", type=float, default=600)
-    p.add_argument("--updates", type=int, default=20, help="stop each run after this many updates (2,048 env steps each)")
+    p.add_argument(
+        "--updates", type=int, default=20, help="stop each run after this many updates (2,048 env steps each)"
+    )
     args = p.parse_args(argv)
     base = Path(args.base).resolve()
-    bad = ("--runs must be >= 1" if args.runs < 1 else "--updates must be >= 3" if args.updates < 3 else
-           None if (base / "podracer_hpc").is_dir() else f"no podracer_hpc in {base}")
+    bad = (
+        "--runs must be >= 1"
+        if args.runs < 1
+        else "--updates must be >= 3"
+        if args.updates < 3
+        else None
+        if (base / "podracer_hpc").is_dir()
+        else f"no podracer_hpc in {base}"
+    )
     if bad:
         print(f"bench/startup.py: {bad}", file=sys.stderr)
         return 2
@@ -96,28 +136,50 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = ["first_update_s", "update_s", "first_eval_s", "target_s", "target_steps", "process_s"]
     med: dict[str, dict] = {}
-    print(f"Pendulum-v1 (jobs/pendulum_fast.yaml), training clock in s; {args.runs} runs each, alternating; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'checkout':<9}{'run':>4}{'1st update':>12}{'update':>9}{'1st eval':>10}{'to target':>11}{'env steps':>11}"
-          f"{'process':>9}")
+    print(
+        f"Pendulum-v1 (jobs/pendulum_fast.yaml), training clock in s; {args.runs} runs each, alternating; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'checkout':<9}{'run':>4}{'1st update':>12}{'update':>9}{'1st eval':>10}{'to target':>11}{'env steps':>11}"
+        f"{'process':>9}"
+    )
     for name in trees:
         for i, r in enumerate(runs[name]):
             if "error" in r:
                 print(f"{name:<9}{i:>4}  failed (rc {r['rc']}): {r['error'][-200:]}")
                 continue
             tgt = "-" if r["target_s"] is None else f"{r['target_s']:.2f}"
-            print(f"{name:<9}{i:>4}{r['first_update_s']:>12.2f}{r['update_s']:>9.3f}{r['first_eval_s']:>10.2f}{tgt:>11}"
-                  f"{r['target_steps'] or 0:>11,}{r['process_s']:>9.1f}")
+            print(
+                f"{name:<9}{i:>4}{r['first_update_s']:>12.2f}{r['update_s']:>9.3f}{r['first_eval_s']:>10.2f}{tgt:>11}"
+                f"{r['target_steps'] or 0:>11,}{r['process_s']:>9.1f}"
+            )
         ok = [r for r in runs[name] if "error" not in r]
         med[name] = {k: statistics.median([r[k] for r in ok if r[k] is not None] or [float("nan")]) for k in keys}
-    print(f"{'checkout':<9}{'first Adam s':>14}{'torch._dynamo import s':>24}{'torch import s':>16}  (fresh process, -X importtime)")
+    print(
+        f"{'checkout':<9}{'first Adam s':>14}{'torch._dynamo import s':>24}{'torch import s':>16}  (fresh process, "
+        "-X importtime)"
+    )
     for name, r in imports.items():
         print(f"{name:<9}{r['adam_s']:>14.2f}{r['dynamo_import_s']:>24.2f}{r['torch_import_s']:>16.2f}")
-    ratio = {k: med["base"][k] / med["new"][k] for k in ("first_update_s", "first_eval_s", "target_s")
-             if med["new"][k] and med["new"][k] == med["new"][k]}
+    ratio = {
+        k: med["base"][k] / med["new"][k]
+        for k in ("first_update_s", "first_eval_s", "target_s")
+        if med["new"][k] and med["new"][k] == med["new"][k]
+    }
     print("base/new: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
-    print(json.dumps({"bench": "startup", "base": str(base), "runs": runs, "median": med, "imports": imports,
-                      "ratio_base_over_new": ratio}))
+    print(
+        json.dumps(
+            {
+                "bench": "startup",
+                "base": str(base),
+                "runs": runs,
+                "median": med,
+                "imports": imports,
+                "ratio_base_over_new": ratio,
+            }
+        )
+    )
     return 0
 
 

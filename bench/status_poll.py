@@ -4,7 +4,7 @@ per rank (issue 26, item 6).
 For each log length, a handful of rank logs are built (through h5log's writer), read once, then
 a few rows are appended to each and one poll is timed, two ways side by side:
 
-- ``incremental``: the :class:`status.Monitor` a watcher keeps (only the appended rows are read);
+- ``incremental``: the :class:`live.Monitor` a watcher keeps (only the appended rows are read);
 - ``full``: reading every log again (``h5log.read_log``, what a poll did before).
 
 Prints a table, then one JSON line: the time per poll at each length and the ratios
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from podracer_hpc.files.h5log import H5Writer, read_log
-from podracer_hpc.tools.status import Monitor
+from podracer_hpc.files.live import Monitor
 
 CFG = {"name": "bench", "total_env_steps": 10**9, "env": {"name": "pendulum"}, "tournament": {"mode": "elegantrl"}}
 
@@ -38,13 +38,30 @@ def build(root: Path, ranks: int, rows: int) -> list[Path]:
         p = root / "logs" / f"bench_rank{r}.h5"
         with H5Writer(p, {"config": CFG, "seed": r, "rank": r, "world_size": ranks}) as w:
             i = np.arange(rows)
-            w.extend("train", {"update": i, "env_steps": (i + 1) * 2048, "wall_s": i * 0.1,
-                               "steps_per_s": np.full(rows, 2e4), "return_mean": -1000.0 + i * 1e-3})
+            w.extend(
+                "train",
+                {
+                    "update": i,
+                    "env_steps": (i + 1) * 2048,
+                    "wall_s": i * 0.1,
+                    "steps_per_s": np.full(rows, 2e4),
+                    "return_mean": -1000.0 + i * 1e-3,
+                },
+            )
             e = np.arange(max(1, rows // 100))
             w.extend("eval", {"env_steps": (e + 1) * 204800, "return_mean": -1000.0 + e})
-            w.extend("tournament", {"round": e, "env_steps": (e + 1) * 204800, "fitness": -1000.0 + e,
-                                    "action": ["keep"] * len(e), "source_kind": [""] * len(e),
-                                    "source_id": [""] * len(e), "source_rejected": np.zeros(len(e), np.int64)})
+            w.extend(
+                "tournament",
+                {
+                    "round": e,
+                    "env_steps": (e + 1) * 204800,
+                    "fitness": -1000.0 + e,
+                    "action": ["keep"] * len(e),
+                    "source_kind": [""] * len(e),
+                    "source_id": [""] * len(e),
+                    "source_rejected": np.zeros(len(e), np.int64),
+                },
+            )
         paths.append(p)
     return paths
 
@@ -53,8 +70,11 @@ def append(paths: list[Path], start: int, k: int) -> None:
     for r, p in enumerate(paths):
         with H5Writer(p, {}) as w:
             i = np.arange(start, start + k)
-            w.extend("train", {"update": i, "env_steps": (i + 1) * 2048, "wall_s": i * 0.1,
-                               "steps_per_s": np.full(k, 2e4)}, flush=True)
+            w.extend(
+                "train",
+                {"update": i, "env_steps": (i + 1) * 2048, "wall_s": i * 0.1, "steps_per_s": np.full(k, 2e4)},
+                flush=True,
+            )
 
 
 def measure(rows: int, ranks: int, repeats: int, k: int = 5) -> dict[str, float]:
@@ -75,8 +95,11 @@ def measure(rows: int, ranks: int, repeats: int, k: int = 5) -> dict[str, float]
             for p in paths:
                 read_log(p)
             full.append(time.perf_counter() - t0)
-    return {"incremental_ms": 1e3 * statistics.median(inc), "full_ms": 1e3 * statistics.median(full),
-            "rows_read_per_poll": statistics.median(read)}
+    return {
+        "incremental_ms": 1e3 * statistics.median(inc),
+        "full_ms": 1e3 * statistics.median(full),
+        "rows_read_per_poll": statistics.median(read),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
     for n, r in res.items():
         print(f"{n:>10,}  {r['incremental_ms']:>14.2f}  {r['full_ms']:>15.2f}  {r['rows_read_per_poll']:>9.0f}")
     s, l_ = res[a.short], res[a.long]
-    out = {"bench": "status_poll", "ranks": a.ranks, "rows": [a.short, a.long],
-           "incremental_ms": [s["incremental_ms"], l_["incremental_ms"]], "full_ms": [s["full_ms"], l_["full_ms"]],
-           "incremental_long_over_short": l_["incremental_ms"] / s["incremental_ms"],
-           "full_long_over_short": l_["full_ms"] / s["full_ms"],
-           "full_over_incremental_at_long": l_["full_ms"] / l_["incremental_ms"]}
+    out = {
+        "bench": "status_poll",
+        "ranks": a.ranks,
+        "rows": [a.short, a.long],
+        "incremental_ms": [s["incremental_ms"], l_["incremental_ms"]],
+        "full_ms": [s["full_ms"], l_["full_ms"]],
+        "incremental_long_over_short": l_["incremental_ms"] / s["incremental_ms"],
+        "full_long_over_short": l_["full_ms"] / s["full_ms"],
+        "full_over_incremental_at_long": l_["full_ms"] / l_["incremental_ms"],
+    }
     print(json.dumps(out))
     return 0
 

@@ -23,8 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from podracer_hpc.files.h5log import read_log  # noqa: E402
 from _pool import print_table, train_pool  # noqa: E402  (bench/_pool.py)
+
+from podracer_hpc.files.h5log import read_log  # noqa: E402
 from podracer_hpc.files.records import read_records  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
@@ -34,15 +35,26 @@ COMMON = ["threads=1", "log.progress_interval_s=0", "tournament.interval_env_ste
 
 def one(margin: float, seed: int, out: Path, extra: list[str]) -> dict:
     d = out / f"m{margin:g}-s{seed}"
-    summary, pods, wall = train_pool(d, PODS, [*COMMON, f"tournament.margin_se={margin}", f"seed={seed}", *extra],
-                                     what=f"margin {margin} seed {seed}")
+    summary, pods, wall = train_pool(
+        d,
+        PODS,
+        [*COMMON, f"tournament.margin_se={margin}", f"seed={seed}", *extra],
+        what=f"margin {margin} seed {seed}",
+    )
     moved = verified = 0
     for k in range(PODS):
         for rec in read_records(read_log(RunDir(d, "quickstart").log(k))["tournament"]):
             moved += rec.action in ("copy_pod", "load_entry")
             verified += rec.compared.verified
-    return {"margin": margin, "seed": seed, "best": summary["best_return"], "pool_mean": statistics.mean(pods),
-            "replaced": moved, "verified": verified, "wall_s": wall}
+    return {
+        "margin": margin,
+        "seed": seed,
+        "best": summary["best_return"],
+        "pool_mean": statistics.mean(pods),
+        "replaced": moved,
+        "verified": verified,
+        "wall_s": wall,
+    }
 
 
 def main() -> int:
@@ -55,13 +67,37 @@ def main() -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="podracer-margin-"))
     rows = [one(m, s, out, args.set) for s in args.seeds for m in args.margins]
     head = ("margin_se", "seed", "best pod (verdict)", "pool mean", "rounds replaced", "re-evaluated first", "wall s")
-    table = [(f"{r['margin']:g}", r["seed"], f"{r['best']:.1f}", f"{r['pool_mean']:.1f}", r["replaced"], r["verified"],
-              f"{r['wall_s']:.0f}") for r in rows]
+    table = [
+        (
+            f"{r['margin']:g}",
+            r["seed"],
+            f"{r['best']:.1f}",
+            f"{r['pool_mean']:.1f}",
+            r["replaced"],
+            r["verified"],
+            f"{r['wall_s']:.0f}",
+        )
+        for r in rows
+    ]
     print_table(head, table)
     by = {m: [r for r in rows if r["margin"] == m] for m in args.margins}
-    print(json.dumps({"bench": "tournament_margin", "pods": PODS, "seeds": args.seeds, "margins": {
-        f"{m:g}": {"best_mean": statistics.mean(r["best"] for r in v), "pool_mean": statistics.mean(r["pool_mean"] for r in v),
-                   "replaced_mean": statistics.mean(r["replaced"] for r in v)} for m, v in by.items()}}))
+    print(
+        json.dumps(
+            {
+                "bench": "tournament_margin",
+                "pods": PODS,
+                "seeds": args.seeds,
+                "margins": {
+                    f"{m:g}": {
+                        "best_mean": statistics.mean(r["best"] for r in v),
+                        "pool_mean": statistics.mean(r["pool_mean"] for r in v),
+                        "replaced_mean": statistics.mean(r["replaced"] for r in v),
+                    }
+                    for m, v in by.items()
+                },
+            }
+        )
+    )
     return 0
 
 

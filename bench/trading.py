@@ -100,11 +100,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-envs", type=int, nargs="+", default=[256, 4096, 16384])
     ap.add_argument("--stocks", type=int, default=30)
-    ap.add_argument("--threads", type=int, nargs="+", default=None, help="torch CPU threads to try (default: 1 and all cores)")
+    ap.add_argument(
+        "--threads", type=int, nargs="+", default=None, help="torch CPU threads to try (default: 1 and all cores)"
+    )
     ap.add_argument("--seconds", type=float, default=2.0, help="per measurement")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--compile", default=None, metavar="MODE",
-                    help="also measure the torch.compile'd step (default | reduce-overhead: CUDA graphs on a GPU)")
+    ap.add_argument(
+        "--compile",
+        default=None,
+        metavar="MODE",
+        help="also measure the torch.compile'd step (default | reduce-overhead: CUDA graphs on a GPU)",
+    )
     ap.add_argument("--no-peer", action="store_true")
     args = ap.parse_args(argv)
     dev = torch.device(args.device)
@@ -131,35 +137,51 @@ def main(argv=None) -> int:
 
                 # the compiled step records its graphs (CUDA graphs) in the first calls: warm up longer
                 r, rc = rate(step, n, args.seconds, sync, warmup=3 if variant == "eager" else 20)
-                rows.append({"num_envs": n, "threads": th, "variant": variant, "steps_per_s": r,
-                             "steps_per_cpu_s": rc})
+                rows.append({"num_envs": n, "threads": th, "variant": variant, "steps_per_s": r, "steps_per_cpu_s": rc})
     torch.set_num_threads(threads[0])
     peer = None if args.no_peer else peer_rate(args.seconds)
-    lines = [f"stock_trading env steps/s, {args.stocks} stocks, on {dev} "
-             f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
-             f"{'backend':<36}{'threads':>8}{'num_envs':>10}{'steps/s':>14}{'steps/cpu-s':>14}{'x peer':>8}"]
+    lines = [
+        f"stock_trading env steps/s, {args.stocks} stocks, on {dev} "
+        f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        f"{'backend':<36}{'threads':>8}{'num_envs':>10}{'steps/s':>14}{'steps/cpu-s':>14}{'x peer':>8}",
+    ]
     if peer:
         lines.append(f"{'per-account numpy, loop over stocks':<36}{1:>8}{16:>10}{peer:>14,.0f}{'':>14}{1.0:>8.1f}")
     for r in rows:
         ratio = f"{r['steps_per_s'] / peer:.0f}" if peer else "-"
-        lines.append(f"{'podracer torch (batched, ' + r['variant'] + ')':<36}{r['threads']:>8}{r['num_envs']:>10}{r['steps_per_s']:>14,.0f}"
-                     f"{r['steps_per_cpu_s']:>14,.0f}{ratio:>8}")
+        lines.append(
+            f"{'podracer torch (batched, ' + r['variant'] + ')':<36}{r['threads']:>8}{r['num_envs']:>10}"
+            f"{r['steps_per_s']:>14,.0f}"
+            f"{r['steps_per_cpu_s']:>14,.0f}{ratio:>8}"
+        )
     at = [r for r in rows if r["num_envs"] == 4096]
     best4096 = max((r["steps_per_s"] for r in at), default=None)
     cpu1 = max((r["steps_per_cpu_s"] for r in at if r["threads"] == 1), default=None)
-    lines.append(f"target: >= {TARGET:,} env steps/s with 4,096 envs: "
-                 + ("not measured" if best4096 is None else f"{best4096:,.0f} ({'met' if best4096 >= TARGET else 'NOT met'})")
-                 + ("" if cpu1 is None else f"; one core, per CPU second: {cpu1:,.0f}")
-                 + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    lines.append(
+        f"target: >= {TARGET:,} env steps/s with 4,096 envs: "
+        + ("not measured" if best4096 is None else f"{best4096:,.0f} ({'met' if best4096 >= TARGET else 'NOT met'})")
+        + ("" if cpu1 is None else f"; one core, per CPU second: {cpu1:,.0f}")
+        + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     print("\n".join(lines))
-    print(json.dumps({
-        "bench": "trading_env", "device": str(dev), "stocks": args.stocks, "rows": rows,
-        "peer": "per-account numpy, loop over stocks", "peer_steps_per_s": peer,
-        "steps_per_s_4096": best4096, "steps_per_cpu_s_4096_1thread": cpu1, "target": TARGET,
-        "load_average": os.getloadavg()[0],
-        "meets_target": None if best4096 is None else bool(best4096 >= TARGET),
-        "ratio_vs_peer": (best4096 / peer) if (peer and best4096) else None,
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "trading_env",
+                "device": str(dev),
+                "stocks": args.stocks,
+                "rows": rows,
+                "peer": "per-account numpy, loop over stocks",
+                "peer_steps_per_s": peer,
+                "steps_per_s_4096": best4096,
+                "steps_per_cpu_s_4096_1thread": cpu1,
+                "target": TARGET,
+                "load_average": os.getloadavg()[0],
+                "meets_target": None if best4096 is None else bool(best4096 >= TARGET),
+                "ratio_vs_peer": (best4096 / peer) if (peer and best4096) else None,
+            }
+        )
+    )
     return 0
 
 

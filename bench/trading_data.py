@@ -56,8 +56,11 @@ def minute_bars(tickers: int, days: int, bars_per_day: int = 390, seed: int = 0,
     rng = np.random.default_rng(seed)
     T = days * bars_per_day
     day0 = np.busday_offset(np.datetime64("2016-01-04", "D"), np.arange(days), roll="forward")
-    times = (day0.astype("datetime64[s]")[:, None] + np.timedelta64(14 * 3600 + 30 * 60, "s")
-             + np.arange(bars_per_day)[None, :] * np.timedelta64(60, "s")).reshape(-1)
+    times = (
+        day0.astype("datetime64[s]")[:, None]
+        + np.timedelta64(14 * 3600 + 30 * 60, "s")
+        + np.arange(bars_per_day)[None, :] * np.timedelta64(60, "s")
+    ).reshape(-1)
     market = rng.standard_normal(T).astype(np.float32)[:, None]
     ret = 4e-4 * (0.6 * market + 0.8 * rng.standard_normal((T, tickers), dtype=np.float32))
     close = np.round(rng.uniform(20, 400, tickers) * np.exp(np.cumsum(ret, 0, dtype=np.float64)), 4)
@@ -138,8 +141,14 @@ def run(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> dict:
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"rc": p.returncode, "wall_s": wall, "rss_gb": hwm, "cpu_s": ru.ru_utime + ru.ru_stime,
-                "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+        return {
+            "rc": p.returncode,
+            "wall_s": wall,
+            "rss_gb": hwm,
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+        }
 
 
 def last_json(r: dict) -> dict:
@@ -245,8 +254,9 @@ def old_code(dst: Path, repo: Path) -> bool:
     """The trading data.py and indicators.py from before the cache, into ``dst`` (False: no git)."""
     dst.mkdir(parents=True, exist_ok=True)
     for name in ("data", "indicators"):
-        r = subprocess.run(["git", "show", f"{OLD_COMMIT}:podracer_hpc/trading/{name}.py"], cwd=repo,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["git", "show", f"{OLD_COMMIT}:podracer_hpc/trading/{name}.py"], cwd=repo, capture_output=True, text=True
+        )
         if r.returncode != 0:
             return False
         (dst / f"{name}.py").write_text(r.stdout)
@@ -290,8 +300,13 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     env = {"PYTHONPATH": str(REPO), "PODRACER_MARKET_CACHE": str(work / "cache")}
     rows: list[tuple[str, str, str]] = []
-    res: dict = {"machine": f"{platform.node()}, {os.cpu_count()} CPUs", "load_avg_start": load_avg(),
-                 "tickers": args.tickers, "days": args.days, "window": args.window}
+    res: dict = {
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs",
+        "load_avg_start": load_avg(),
+        "tickers": args.tickers,
+        "days": args.days,
+        "window": args.window,
+    }
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg} (load {load_avg()})", file=sys.stderr, flush=True)
@@ -311,33 +326,54 @@ def main(argv: list[str] | None = None) -> int:
         for f in files:
             fmt = f.suffix[1:]
             say(f"podracer data prepare ({fmt})")
-            r = run([PY, "-m", "podracer_hpc.cli", "data", "prepare", str(f), "--set", f"turbulence_window={args.window}"],
-                    env)
+            r = run(
+                [PY, "-m", "podracer_hpc.cli", "data", "prepare", str(f), "--set", f"turbulence_window={args.window}"],
+                env,
+            )
             out = last_json(r)
-            res[f"prepare_{fmt}"] = {"wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "rss_gb": r["rss_gb"],
-                                     "cache_mb": out["size_mb"], "times": out["times"], "tickers": out["tickers"],
-                                     "steps": [ln for ln in r["stderr"].splitlines() if ln.startswith("[podracer data]")]}
-            rows.append((f"prepare {res['bars'] / 1e6:.1f}M bars from {fmt} ({res[f'{fmt}_mb']:,.0f} MB)",
-                         f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak {r['rss_gb']:.1f} GB",
-                         f"<= {TARGETS['prepare_s']:.0f} s: {'yes' if r['wall_s'] <= TARGETS['prepare_s'] else 'NO'}"))
+            res[f"prepare_{fmt}"] = {
+                "wall_s": r["wall_s"],
+                "cpu_s": r["cpu_s"],
+                "rss_gb": r["rss_gb"],
+                "cache_mb": out["size_mb"],
+                "times": out["times"],
+                "tickers": out["tickers"],
+                "steps": [ln for ln in r["stderr"].splitlines() if ln.startswith("[podracer data]")],
+            }
+            rows.append(
+                (
+                    f"prepare {res['bars'] / 1e6:.1f}M bars from {fmt} ({res[f'{fmt}_mb']:,.0f} MB)",
+                    f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak {r['rss_gb']:.1f} GB",
+                    f"<= {TARGETS['prepare_s']:.0f} s: {'yes' if r['wall_s'] <= TARGETS['prepare_s'] else 'NO'}",
+                )
+            )
             res[f"load_avg_after_prepare_{fmt}"] = load_avg()
         # the same without the turbulence index (turbulence_window 0): what the index costs
         say("podracer data prepare (parquet, no turbulence index)")
         r = run([PY, "-m", "podracer_hpc.cli", "data", "prepare", str(files[0]), "--set", "turbulence_window=0"], env)
         last_json(r)
         res["prepare_parquet_no_turbulence"] = {"wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "rss_gb": r["rss_gb"]}
-        rows.append(("  the same from parquet, turbulence_window 0 (no index)",
-                     f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak {r['rss_gb']:.1f} GB", ""))
+        rows.append(
+            (
+                "  the same from parquet, turbulence_window 0 (no index)",
+                f"{r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU, peak {r['rss_gb']:.1f} GB",
+                "",
+            )
+        )
         # 2. a pod's load from the cache
         for k in range(3):
             say(f"a pod's load, #{k + 1}")
             r = run([PY, "-c", POD_LOAD, str(files[0]), str(args.window)], env)
             out = last_json(r)
             res.setdefault("pod_load", []).append({**out, "wall_s": r["wall_s"], "rss_gb": r["rss_gb"]})
-            rows.append((f"a pod's load from the cache (#{k + 1}: open + env of 4,096 + 10 steps)",
-                         f"{out['load_s']:.2f} s (open {out['open_s']:.2f}, env {out['env_s']:.2f}; reading every "
-                         f"byte once {out['touch_all_s']:.2f}; process {r['wall_s']:.1f} s, {r['rss_gb']:.1f} GB)",
-                         f"<= {TARGETS['load_s']:.0f} s: {'yes' if out['load_s'] <= TARGETS['load_s'] else 'NO'}"))
+            rows.append(
+                (
+                    f"a pod's load from the cache (#{k + 1}: open + env of 4,096 + 10 steps)",
+                    f"{out['load_s']:.2f} s (open {out['open_s']:.2f}, env {out['env_s']:.2f}; reading every "
+                    f"byte once {out['touch_all_s']:.2f}; process {r['wall_s']:.1f} s, {r['rss_gb']:.1f} GB)",
+                    f"<= {TARGETS['load_s']:.0f} s: {'yes' if out['load_s'] <= TARGETS['load_s'] else 'NO'}",
+                )
+            )
         for f in files:  # the big files are done with
             f.unlink()
         shutil.rmtree(work / "cache", ignore_errors=True)
@@ -353,19 +389,27 @@ def main(argv: list[str] | None = None) -> int:
         res["train_s"] = r["wall_s"]
         ckpt = work / "run" / "checkpoints" / "rank0.safetensors"
         bt = [PY, "-m", "podracer_hpc.cli", "backtest", str(ckpt), "--start", "2016-01-04", "--plot", ""]
-        for label, cold in (("warm cache (the pods' own)", False), ("cold cache (prepares first)", True),
-                            ("warm cache, again", False)):
+        for label, cold in (
+            ("warm cache (the pods' own)", False),
+            ("cold cache (prepares first)", True),
+            ("warm cache, again", False),
+        ):
             if cold:
                 shutil.rmtree(work / "cache", ignore_errors=True)
             say(f"podracer backtest, {label}")
             r = run(bt, env)
             out = last_json(r)
-            res.setdefault("backtest", []).append({"label": label, "wall_s": r["wall_s"], "cpu_s": r["cpu_s"],
-                                                   "bars": out["bars"], "rss_gb": r["rss_gb"]})
-            rows.append((f"10-year daily backtest, {args.tickers} stocks, {out['bars']:,} bars: {label}",
-                         f"{r['wall_s']:.1f} s end to end ({r['cpu_s']:.1f} s CPU; process start included), "
-                         f"{r['rss_gb']:.1f} GB",
-                         f"<= {TARGETS['backtest_s']:.0f} s: {'yes' if r['wall_s'] <= TARGETS['backtest_s'] else 'NO'}"))
+            res.setdefault("backtest", []).append(
+                {"label": label, "wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "bars": out["bars"], "rss_gb": r["rss_gb"]}
+            )
+            rows.append(
+                (
+                    f"10-year daily backtest, {args.tickers} stocks, {out['bars']:,} bars: {label}",
+                    f"{r['wall_s']:.1f} s end to end ({r['cpu_s']:.1f} s CPU; process start included), "
+                    f"{r['rss_gb']:.1f} GB",
+                    f"<= {TARGETS['backtest_s']:.0f} s: {'yes' if r['wall_s'] <= TARGETS['backtest_s'] else 'NO'}",
+                )
+            )
 
         # 4. old vs new
         old = work / "old"
@@ -380,12 +424,21 @@ def main(argv: list[str] | None = None) -> int:
                 n = last_json(rn)
                 same = o["fingerprint"] == n["fingerprint"]
                 res.setdefault("old_vs_new", []).append({"label": label, "old": o, "new": n, "same_market": same})
-                rows.append((f"old vs new, {label}: read + align",
-                             f"{o['read_s']:.2f} s -> {n['read_s']:.2f} s", f"{o['read_s'] / n['read_s']:.0f}x"))
-                rows.append((f"old vs new, {label}: read + align + features (w={w})",
-                             f"{o['total_s']:.1f} s -> {n['prepare_s']:.1f} s (same market: {same}; features differ "
-                             f"by <= {n['max_abs_obs_diff']:.1e}, turbulence by <= {n['max_rel_turbulence_diff']:.1e} rel.)",
-                             f"{o['total_s'] / n['prepare_s']:.0f}x"))
+                rows.append(
+                    (
+                        f"old vs new, {label}: read + align",
+                        f"{o['read_s']:.2f} s -> {n['read_s']:.2f} s",
+                        f"{o['read_s'] / n['read_s']:.0f}x",
+                    )
+                )
+                rows.append(
+                    (
+                        f"old vs new, {label}: read + align + features (w={w})",
+                        f"{o['total_s']:.1f} s -> {n['prepare_s']:.1f} s (same market: {same}; features differ "
+                        f"by <= {n['max_abs_obs_diff']:.1e}, turbulence by <= {n['max_rel_turbulence_diff']:.1e} rel.)",
+                        f"{o['total_s'] / n['prepare_s']:.0f}x",
+                    )
+                )
         else:
             rows.append(("old vs new", "skipped: no git history here", ""))
 
@@ -402,8 +455,13 @@ def main(argv: list[str] | None = None) -> int:
             out = last_json(r)
             res.setdefault("readers", []).append({"reader": which, **out, "rss_gb": r["rss_gb"], "wall_s": r["wall_s"]})
             what = "read + validate (ours)" if which == "pyarrow" else "read only"
-            rows.append((f"CSV reader on {out['rows'] / 1e6:.1f}M bars: {which} ({what})",
-                         f"{out['s']:.1f} s ({out['rows'] / out['s'] / 1e6:.2f}M bars/s), peak {r['rss_gb']:.2f} GB", ""))
+            rows.append(
+                (
+                    f"CSV reader on {out['rows'] / 1e6:.1f}M bars: {which} ({what})",
+                    f"{out['s']:.1f} s ({out['rows'] / out['s'] / 1e6:.2f}M bars/s), peak {r['rss_gb']:.2f} GB",
+                    "",
+                )
+            )
     finally:
         res["load_avg_end"] = load_avg()
         if not args.dir:
@@ -411,8 +469,10 @@ def main(argv: list[str] | None = None) -> int:
 
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
-    print(f"trading data path: {args.tickers} tickers x 390 x {args.days} days ({res.get('bars', 0):,} bars), "
-          f"{res['machine']}, load average {res['load_avg_start']} .. {res['load_avg_end']}")
+    print(
+        f"trading data path: {args.tickers} tickers x 390 x {args.days} days ({res.get('bars', 0):,} bars), "
+        f"{res['machine']}, load average {res['load_avg_start']} .. {res['load_avg_end']}"
+    )
     print(f"{'what':<{w0}}  {'measured':<{w1}}  target / ratio")
     for a, b, c in rows:
         print(f"{a:<{w0}}  {b:<{w1}}  {c}")

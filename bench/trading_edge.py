@@ -95,8 +95,18 @@ def write_data(out: Path, stocks: int, days: int, seeds: list[int], train_market
 
 def train(out: Path, train_csv: Path, ranks: int, overrides: list[str], timeout: float) -> dict:
     run_dir = out / "run"
-    cmd = [sys.executable, "-m", "podracer_hpc.cli", "train", str(JOB), "--run-dir", str(run_dir),
-           "--set", f"env.trading.data={train_csv}", *(x for o in overrides for x in ("--set", o))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        str(JOB),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"env.trading.data={train_csv}",
+        *(x for o in overrides for x in ("--set", o)),
+    ]
     if ranks > 1:
         from podracer_hpc.launch import find_mpiexec
 
@@ -119,15 +129,20 @@ def train(out: Path, train_csv: Path, ranks: int, overrides: list[str], timeout:
 
 
 def best_entry(run_dir: Path) -> tuple[Path, dict]:
-    from podracer_hpc.pool.leaderboard import Leaderboard
     from podracer_hpc.files.rundir import RunDir
+    from podracer_hpc.pool.leaderboard import Leaderboard
 
     entries = Leaderboard(RunDir(run_dir).leaderboard()).list()
     if not entries:
         raise SystemExit(f"trading_edge: {run_dir}/leaderboard holds no entry")
     e = entries[0]
     return Leaderboard(RunDir(run_dir).leaderboard()).tensors_path(e.id), {
-        "id": e.id, "score": e.score, "env_steps": e.env_steps, "pod": e.pod, "round": e.round}
+        "id": e.id,
+        "score": e.score,
+        "env_steps": e.env_steps,
+        "pod": e.pod,
+        "round": e.round,
+    }
 
 
 def run_backtest(policy: Path, csv: Path) -> dict:
@@ -151,13 +166,13 @@ def fit_rule(train_csv: Path, stocks: int, days: int) -> np.ndarray:
     md = load_market(train_csv)
     obs, _ = market_features(md, 0)
     S = stocks
-    x = obs[:, S:9 * S].reshape(-1, 8, S).transpose(1, 2).numpy()  # [T, S, 8]
+    x = obs[:, S : 9 * S].reshape(-1, 8, S).transpose(1, 2).numpy()  # [T, S, 8]
     c = md.close.numpy()
     y = np.log(c[1:] / c[:-1])  # y[t] = return from t to t+1
     keep = np.ones(md.num_days - 1, dtype=bool)
     keep[:60] = False  # indicator warm-up
     for j in range(days, md.num_days, days):  # the joins of the training history: skip them and a warm-up
-        keep[j - 1:j + 60] = False
+        keep[j - 1 : j + 60] = False
     X = x[:-1][keep].reshape(-1, 8)
     Y = y[keep].reshape(-1)
     A = np.column_stack([X, np.ones(len(X))])
@@ -174,13 +189,20 @@ def rule_backtest(coef: np.ndarray, csv: Path, cfg: dict) -> dict:
     w = torch.from_numpy(coef[:8])
 
     def policy(o: torch.Tensor) -> torch.Tensor:
-        f = o[:, 1 + 2 * S:1 + 10 * S].double().reshape(o.shape[0], 8, S).transpose(1, 2)  # [N, S, 8] indicators
+        f = o[:, 1 + 2 * S : 1 + 10 * S].double().reshape(o.shape[0], 8, S).transpose(1, 2)  # [N, S, 8] indicators
         return torch.sign(f @ w + coef[8]).float()
 
     tr = cfg["env"]["trading"]
-    r = backtest(policy, md, cost=tr["cost"], initial_cash=tr["initial_cash"], max_shares=tr["max_shares"],
-                 turbulence_threshold=tr["turbulence_threshold"], turbulence_window=tr["turbulence_window"],
-                 warmup_bars=tr["warmup_bars"])
+    r = backtest(
+        policy,
+        md,
+        cost=tr["cost"],
+        initial_cash=tr["initial_cash"],
+        max_shares=tr["max_shares"],
+        turbulence_threshold=tr["turbulence_threshold"],
+        turbulence_window=tr["turbulence_window"],
+        warmup_bars=tr["warmup_bars"],
+    )
     return {k: r[k] for k in ("agent", "equal_weight", "min_variance", "start", "end", "bars")}
 
 
@@ -198,14 +220,19 @@ def verdicts(diffs: dict[str, list[float]]) -> dict:
 def describe(name: str, v: dict) -> list[str]:
     s, u = v["structured"], v["unstructured"]
     fmt = lambda b: f"{b['mean']:+.3f}, 95% band [{b['lo']:+.3f}, {b['hi']:+.3f}] over {b['n']} seeds"  # noqa: E731
-    lines = [f"{name}, Sharpe(policy) - Sharpe(equal weight):",
-             f"  structured (momentum):  {fmt(s)}  -> "
-             + ("EDGE: beats equal weight beyond noise" if s["edge"] else "no edge beyond noise"),
-             f"  unstructured (none):    {fmt(u)}  -> "
-             + (("no edge (below equal weight: costs of trading on noise)" if u["below_zero"] else
-                 "no edge (within noise)") if u["no_edge"] else "EDGE on a market without structure: look-ahead or overfitting?"),
-             f"  structure's share (paired by seed): {fmt(v['paired'])}",
-             f"  verdict: {'PASS' if v['passed'] else 'FAIL'} (edge where there is structure, none where there is not)"]
+    lines = [
+        f"{name}, Sharpe(policy) - Sharpe(equal weight):",
+        f"  structured (momentum):  {fmt(s)}  -> "
+        + ("EDGE: beats equal weight beyond noise" if s["edge"] else "no edge beyond noise"),
+        f"  unstructured (none):    {fmt(u)}  -> "
+        + (
+            ("no edge (below equal weight: costs of trading on noise)" if u["below_zero"] else "no edge (within noise)")
+            if u["no_edge"]
+            else "EDGE on a market without structure: look-ahead or overfitting?"
+        ),
+        f"  structure's share (paired by seed): {fmt(v['paired'])}",
+        f"  verdict: {'PASS' if v['passed'] else 'FAIL'} (edge where there is structure, none where there is not)",
+    ]
     return lines
 
 
@@ -220,9 +247,22 @@ def train_rllib(out: Path, train_csv: Path, cfg: dict, timeout: float) -> tuple[
         raise SystemExit(f"trading_edge: --rllib needs {RLLIB_PY} (baselines/rllib/README.md says how to make it)")
     trading = dict(cfg["env"]["trading"], data=str(train_csv))
     run_dir = out / "rllib"
-    cmd = [str(RLLIB_PY), "-m", "baselines.rllib.train", str(RLLIB_JOB), "--run-dir", str(run_dir),
-           "--set", f"trading={json.dumps(trading)}", "--set", f"max_episode_steps={cfg['env']['max_episode_steps']}",
-           "--set", f"total_env_steps={cfg['total_env_steps']}", "--set", f"seed={cfg['seed']}"]
+    cmd = [
+        str(RLLIB_PY),
+        "-m",
+        "baselines.rllib.train",
+        str(RLLIB_JOB),
+        "--run-dir",
+        str(run_dir),
+        "--set",
+        f"trading={json.dumps(trading)}",
+        "--set",
+        f"max_episode_steps={cfg['env']['max_episode_steps']}",
+        "--set",
+        f"total_env_steps={cfg['total_env_steps']}",
+        "--set",
+        f"seed={cfg['seed']}",
+    ]
     say("training RLlib: " + " ".join(cmd))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout)
@@ -235,7 +275,9 @@ def train_rllib(out: Path, train_csv: Path, cfg: dict, timeout: float) -> tuple[
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--short", action="store_true", help="smoke run: 300k env steps per pod, 4 seeds, 8 training markets")
+    ap.add_argument(
+        "--short", action="store_true", help="smoke run: 300k env steps per pod, 4 seeds, 8 training markets"
+    )
     ap.add_argument("--ranks", type=int, default=2, help="pods (MPI ranks); 1 runs without mpiexec")
     ap.add_argument("--seeds", type=int, default=None, help="held-out seeds of each kind (default 32, short 4)")
     ap.add_argument("--steps", type=int, default=None, help="env steps per pod (default: the job's)")
@@ -245,9 +287,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-rule", action="store_true", help="skip the reference rule")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="more job overrides")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds the training may take")
-    ap.add_argument("--rllib", action="store_true",
-                    help="also train RLlib's PPO (.venv-rllib) on the same market for one pod's env steps, "
-                         "and backtest it beside the tournament's policy")
+    ap.add_argument(
+        "--rllib",
+        action="store_true",
+        help="also train RLlib's PPO (.venv-rllib) on the same market for one pod's env steps, "
+        "and backtest it beside the tournament's policy",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
@@ -260,7 +305,11 @@ def main(argv=None) -> int:
     markets = args.markets or (8 if args.short else 40)
     overrides = ["threads=1", "log.progress_interval_s=20"]
     if args.short:
-        overrides += ["total_env_steps=300000", "eval.interval_env_steps=100000", "tournament.interval_env_steps=100000"]
+        overrides += [
+            "total_env_steps=300000",
+            "eval.interval_env_steps=100000",
+            "tournament.interval_env_steps=100000",
+        ]
     if args.steps:
         overrides.append(f"total_env_steps={args.steps}")
     overrides += args.set
@@ -272,8 +321,10 @@ def main(argv=None) -> int:
     summary = train(out, train_csv, args.ranks, overrides, args.timeout)
     say(f"trained: {summary['env_steps']:,} env steps over {summary['pods']} pod(s) in {summary['train_wall_s']:.0f} s")
     policy, entry = best_entry(out / "run")
-    say(f"best policy: leaderboard entry {entry['id']} (score {entry['score']:.2f}, pod {entry['pod']}, "
-        f"round {entry['round']}, {entry['env_steps']:,} env steps)")
+    say(
+        f"best policy: leaderboard entry {entry['id']} (score {entry['score']:.2f}, pod {entry['pod']}, "
+        f"round {entry['round']}, {entry['env_steps']:,} env steps)"
+    )
 
     rl_policy, rl_summary = train_rllib(out, train_csv, cfg, args.timeout) if args.rllib else (None, None)
     if rl_summary:
@@ -282,10 +333,16 @@ def main(argv=None) -> int:
     rows = []
     for (structure, s), csv in tests.items():
         r = run_backtest(policy, csv)
-        row = {"structure": structure, "seed": s, "bars": r["bars"],
-               "policy": r["agent"]["sharpe_ratio"], "equal_weight": r["equal_weight"]["sharpe_ratio"],
-               "min_variance": r["min_variance"]["sharpe_ratio"],
-               "policy_return": r["agent"]["cumulative_return"], "equal_weight_return": r["equal_weight"]["cumulative_return"]}
+        row = {
+            "structure": structure,
+            "seed": s,
+            "bars": r["bars"],
+            "policy": r["agent"]["sharpe_ratio"],
+            "equal_weight": r["equal_weight"]["sharpe_ratio"],
+            "min_variance": r["min_variance"]["sharpe_ratio"],
+            "policy_return": r["agent"]["cumulative_return"],
+            "equal_weight_return": r["equal_weight"]["cumulative_return"],
+        }
         row["diff"] = row["policy"] - row["equal_weight"]
         if rl_policy is not None:
             row["rllib"] = run_backtest(rl_policy, csv)["agent"]["sharpe_ratio"]
@@ -295,18 +352,28 @@ def main(argv=None) -> int:
             row["rule"] = rr["agent"]["sharpe_ratio"]
             row["rule_diff"] = row["rule"] - row["equal_weight"]
         rows.append(row)
-        say(f"backtest {structure:<8} seed {s:>2}: policy {row['policy']:+.3f}, equal weight {row['equal_weight']:+.3f}"
+        say(
+            f"backtest {structure:<8} seed {s:>2}: policy {row['policy']:+.3f}, equal weight {row['equal_weight']:+.3f}"
             + ("" if rl_policy is None else f", RLlib {row['rllib']:+.3f}")
-            + ("" if coef is None else f", rule {row['rule']:+.3f}"))
+            + ("" if coef is None else f", rule {row['rule']:+.3f}")
+        )
 
     pol = verdicts({st: [r["diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
-    rllib = None if rl_policy is None else verdicts(
-        {st: [r["rllib_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
-    rule = None if coef is None else verdicts(
-        {st: [r["rule_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
+    rllib = (
+        None
+        if rl_policy is None
+        else verdicts({st: [r["rllib_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
+    )
+    rule = (
+        None
+        if coef is None
+        else verdicts({st: [r["rule_diff"] for r in rows if r["structure"] == st] for st in ("momentum", "none")})
+    )
 
-    print(f"Held-out synthetic markets: {stocks} stocks x {days} days, Sharpe ratios of the backtest "
-          f"(daily bars, risk-free 0, cost {cfg['env']['trading']['cost']:g}), best policy = {entry['id']}")
+    print(
+        f"Held-out synthetic markets: {stocks} stocks x {days} days, Sharpe ratios of the backtest "
+        f"(daily bars, risk-free 0, cost {cfg['env']['trading']['cost']:g}), best policy = {entry['id']}"
+    )
     head = f"{'market':<10}{'seed':>5}{'policy':>9}{'eq.wt':>9}{'min.var':>9}{'diff':>9}"
     if rl_policy is not None:
         head += f"{'rllib':>9}{'rl.diff':>9}"
@@ -314,8 +381,10 @@ def main(argv=None) -> int:
         head += f"{'rule':>9}{'r.diff':>9}"
     print(head)
     for r in rows:
-        line = (f"{r['structure']:<10}{r['seed']:>5}{r['policy']:>9.3f}{r['equal_weight']:>9.3f}"
-                f"{r['min_variance']:>9.3f}{r['diff']:>+9.3f}")
+        line = (
+            f"{r['structure']:<10}{r['seed']:>5}{r['policy']:>9.3f}{r['equal_weight']:>9.3f}"
+            f"{r['min_variance']:>9.3f}{r['diff']:>+9.3f}"
+        )
         if rl_policy is not None:
             line += f"{r['rllib']:>9.3f}{r['rllib_diff']:>+9.3f}"
         if coef is not None:
@@ -327,13 +396,32 @@ def main(argv=None) -> int:
     if rule is not None:
         print("\n".join(describe("reference rule (least squares on the training history, no RL)", rule)))
     wall = time.perf_counter() - t_start
-    print(f"wall time {wall:.0f} s (training {summary['train_wall_s']:.0f} s); load average {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} cores")
-    print(json.dumps({
-        "bench": "trading_edge", "short": bool(args.short), "ranks": args.ranks, "stocks": stocks, "days": days,
-        "train_markets": markets, "seeds": seeds, "train": summary, "best_entry": entry, "rows": rows,
-        "policy": pol, "rule": rule, "rllib": rllib, "rllib_train": rl_summary, "passed": pol["passed"], "wall_s": wall,
-    }))
+    print(
+        f"wall time {wall:.0f} s (training {summary['train_wall_s']:.0f} s); load average {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} cores"
+    )
+    print(
+        json.dumps(
+            {
+                "bench": "trading_edge",
+                "short": bool(args.short),
+                "ranks": args.ranks,
+                "stocks": stocks,
+                "days": days,
+                "train_markets": markets,
+                "seeds": seeds,
+                "train": summary,
+                "best_entry": entry,
+                "rows": rows,
+                "policy": pol,
+                "rule": rule,
+                "rllib": rllib,
+                "rllib_train": rl_summary,
+                "passed": pol["passed"],
+                "wall_s": wall,
+            }
+        )
+    )
     return 0
 
 

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
+from podracer_hpc.files.live import find_rank_logs  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
-from podracer_hpc.tools.status import find_rank_logs  # noqa: E402
 
 
 def run(cmd: list[str], timeout: float, log: Path) -> tuple[int, float]:
@@ -59,11 +59,21 @@ def crossing(run_dir: Path, target: float) -> dict:
     rets = [float(x) for x in ev["return_mean"]]
     for i, r in enumerate(rets):
         if r >= target:
-            return {"reached": True, "wall_s": float(ev["wall_s"][i]), "env_steps": int(ev["env_steps"][i]),
-                    "return": r, "best_return": max(rets)}
+            return {
+                "reached": True,
+                "wall_s": float(ev["wall_s"][i]),
+                "env_steps": int(ev["env_steps"][i]),
+                "return": r,
+                "best_return": max(rets),
+            }
     b = max(range(n), key=lambda i: rets[i])
-    return {"reached": False, "wall_s": float(ev["wall_s"][-1]), "env_steps": int(ev["env_steps"][-1]),
-            "return": rets[b], "best_return": rets[b]}
+    return {
+        "reached": False,
+        "wall_s": float(ev["wall_s"][-1]),
+        "env_steps": int(ev["env_steps"][-1]),
+        "return": rets[b],
+        "best_return": rets[b],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,10 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=-250.0)
     p.add_argument("--out", default="runs/bench-vs-rllib")
     p.add_argument("--podracer", default=str(ROOT / ".venv" / "bin" / "podracer"), help="the podracer CLI")
-    p.add_argument("--podracer-job", default="jobs/pendulum_fast.yaml", help="podracer settings tuned for time to target")
+    p.add_argument(
+        "--podracer-job", default="jobs/pendulum_fast.yaml", help="podracer settings tuned for time to target"
+    )
     p.add_argument("--podracer-eval-every", type=int, default=10_000)
-    p.add_argument("--podracer-steps", type=int, default=500_000,
-                   help="podracer env-step budget (it reaches -250 near 200k; the job's own is 1.5M)")
+    p.add_argument(
+        "--podracer-steps",
+        type=int,
+        default=500_000,
+        help="podracer env-step budget (it reaches -250 near 200k; the job's own is 1.5M)",
+    )
     p.add_argument("--podracer-set", action="append", default=[], help="extra --set for podracer")
     p.add_argument("--podracer-timeout", type=float, default=600)
     p.add_argument("--rllib-python", default=str(ROOT / ".venv-rllib" / "bin" / "python"))
@@ -93,9 +109,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.skip_podracer:
         d = out / f"podracer-{stamp}"
-        cmd = [args.podracer, "train", args.podracer_job, "--run-dir", str(d), "--quiet",
-               "--set", f"eval.interval_env_steps={args.podracer_eval_every}",
-               "--set", f"total_env_steps={args.podracer_steps}"]
+        cmd = [
+            args.podracer,
+            "train",
+            args.podracer_job,
+            "--run-dir",
+            str(d),
+            "--quiet",
+            "--set",
+            f"eval.interval_env_steps={args.podracer_eval_every}",
+            "--set",
+            f"total_env_steps={args.podracer_steps}",
+        ]
         for s in args.podracer_set:
             cmd += ["--set", s]
         print(f"podracer: {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -105,13 +130,29 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_rllib:
         d = out / f"rllib-{stamp}"
         if not Path(args.rllib_python).exists():
-            results["rllib"] = {"rc": -1, "reached": False,
-                                "error": f"{args.rllib_python} missing: see baselines/rllib/README.md"}
+            results["rllib"] = {
+                "rc": -1,
+                "reached": False,
+                "error": f"{args.rllib_python} missing: see baselines/rllib/README.md",
+            }
         else:
-            cmd = [args.rllib_python, "-m", "baselines.rllib.train", args.rllib_job, "--run-dir", str(d), "--quiet",
-                   "--set", f"total_env_steps={args.rllib_steps}",
-                   "--set", f"eval.interval_env_steps={args.rllib_eval_every}",
-                   "--stop-at-return", str(args.target), "--max-wall-s", str(args.rllib_wall_s)]
+            cmd = [
+                args.rllib_python,
+                "-m",
+                "baselines.rllib.train",
+                args.rllib_job,
+                "--run-dir",
+                str(d),
+                "--quiet",
+                "--set",
+                f"total_env_steps={args.rllib_steps}",
+                "--set",
+                f"eval.interval_env_steps={args.rllib_eval_every}",
+                "--stop-at-return",
+                str(args.target),
+                "--max-wall-s",
+                str(args.rllib_wall_s),
+            ]
             print(f"rllib: {' '.join(cmd)}", file=sys.stderr, flush=True)
             rc, proc_s = run(cmd, args.rllib_wall_s + 180, out / f"rllib-{stamp}.log")
             results["rllib"] = {"rc": rc, "process_s": proc_s, "run_dir": str(d), **crossing(d, args.target)}
@@ -135,20 +176,30 @@ def main(argv: list[str] | None = None) -> int:
         if "wall_s" not in r:
             return f"{name:<9} failed: {r.get('error')} (rc {r.get('rc')})"
         status = "reached" if r["reached"] else "not reached"
-        return (f"{name:<9} {status:<12} {r['wall_s']:>9.1f} {r['env_steps']:>11,} {r['return']:>9.1f} "
-                f"{r.get('best_return', math.nan):>9.1f} {r['process_s']:>10.1f}")
+        return (
+            f"{name:<9} {status:<12} {r['wall_s']:>9.1f} {r['env_steps']:>11,} {r['return']:>9.1f} "
+            f"{r.get('best_return', math.nan):>9.1f} {r['process_s']:>10.1f}"
+        )
 
     print(f"Pendulum-v1, target eval return >= {args.target:g}, this machine ({os.cpu_count()} cores)")
     print(f"{'system':<9} {'status':<12} {'train s':>9} {'env steps':>11} {'return':>9} {'best':>9} {'process s':>10}")
     print(fmt("podracer", pr))
     print(fmt("rllib", rl))
     if ratio is not None:
-        print(f"wall-time ratio rllib/podracer {bound} {ratio:.1f}x; env-steps ratio {bound} {steps_ratio:.2f}x"
-              + ("" if rl.get("reached") else " (RLlib did not reach the target: lower bounds)"))
-    summary = {"task": "pendulum", "target": args.target, "podracer": pr, "rllib": rl,
-               "wall_ratio": None if ratio is None else round(ratio, 2), "wall_ratio_bound": bound,
-               "env_steps_ratio": None if steps_ratio is None else round(steps_ratio, 3),
-               "meets_20x": None if ratio is None else ratio >= 20}
+        print(
+            f"wall-time ratio rllib/podracer {bound} {ratio:.1f}x; env-steps ratio {bound} {steps_ratio:.2f}x"
+            + ("" if rl.get("reached") else " (RLlib did not reach the target: lower bounds)")
+        )
+    summary = {
+        "task": "pendulum",
+        "target": args.target,
+        "podracer": pr,
+        "rllib": rl,
+        "wall_ratio": None if ratio is None else round(ratio, 2),
+        "wall_ratio_bound": bound,
+        "env_steps_ratio": None if steps_ratio is None else round(steps_ratio, 3),
+        "meets_20x": None if ratio is None else ratio >= 20,
+    }
     print(json.dumps(summary), flush=True)
     return 0 if pr.get("reached") else 1
 

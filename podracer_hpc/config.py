@@ -25,9 +25,17 @@ from typing import Any, Mapping, NamedTuple
 
 import yaml
 
-from podracer_hpc.agents.settings import COMPILE_MODES, MUTABLE_HPARAMS, SAC_MUTABLE, TD3_MUTABLE, PPOConfig, SACConfig, TD3Config, mutable_hparams
+from podracer_hpc.agents.settings import (
+    COMPILE_MODES,
+    MUTABLE_HPARAMS,
+    SAC_MUTABLE,
+    TD3_MUTABLE,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
+    mutable_hparams,
+)
 from podracer_hpc.docfield import ConfigError, F
-
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
 # checks its memory estimate against the device before it allocates (pod.check_memory).
@@ -53,7 +61,9 @@ class EnvConfig:
 
     name: str = F("pendulum", "task: a name in the task registry (env_config_class lists them in this doc)")
     num_envs: int = F(1024, "environments stepped together as one batch on the pod's device")
-    max_episode_steps: int = F(0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500, MuJoCo 1000)")
+    max_episode_steps: int = F(
+        0, "time limit per episode; 0 = the task's default (pendulum 200, cartpole 500, MuJoCo 1000)"
+    )
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EnvConfig:
         # EnvConfig(...) is the class with the registered tasks' sections (dataclass __init__ follows)
@@ -77,7 +87,9 @@ def env_config_class() -> type[EnvConfig]:
         core = {f.name for f in dataclasses.fields(EnvConfig)}
         clash = sorted(core & set(sections))
         if clash:
-            raise ConfigError(f"task option section(s) {clash} clash with the core keys env.{{{', '.join(sorted(core))}}}")
+            raise ConfigError(
+                f"task option section(s) {clash} clash with the core keys env.{{{', '.join(sorted(core))}}}"
+            )
         name = dataclasses.field(default="pendulum", metadata={"doc": "task: " + " | ".join(tasks)})
         fields: list[tuple[str, Any, Any]] = [("name", str, name)]
         for section, opts in sections.items():
@@ -99,22 +111,34 @@ def __getattr__(name: str) -> Any:
 @dataclass
 class EvalConfig:
     interval_env_steps: int = F(100_000, "evaluate every this many env steps (and always at the end)")
-    episodes: int = F(20, "episodes per evaluation: deterministic policy, start states common to every pod of the "
-                          "run (drawn from seed, not the pod's seed; new for each round)")
-    final_episodes: int = F(100, "episodes of the run's last evaluation, every pod on one common set: the summary's "
-                                 "best_pod and best_return (with its interval) come from it; 0 = none")
+    episodes: int = F(
+        20,
+        "episodes per evaluation: deterministic policy, start states common to every pod of the "
+        "run (drawn from seed, not the pod's seed; new for each round)",
+    )
+    final_episodes: int = F(
+        100,
+        "episodes of the run's last evaluation, every pod on one common set: the summary's "
+        "best_pod and best_return (with its interval) come from it; 0 = none",
+    )
 
 
 @dataclass
 class LogConfig:
-    progress_interval_s: float = F(10.0, "seconds between progress lines on stderr (rank 0 of each job, with the "
-                                         "pool's last round); 0 = none")
-    progress_all_ranks: bool = F(False, "every rank prints its progress lines, not only rank 0 (4,096 ranks every "
-                                        "10 s: 410 lines/s into one job log)")
+    progress_interval_s: float = F(
+        10.0, "seconds between progress lines on stderr (rank 0 of each job, with the pool's last round); 0 = none"
+    )
+    progress_all_ranks: bool = F(
+        False,
+        "every rank prints its progress lines, not only rank 0 (4,096 ranks every 10 s: 410 lines/s into one job log)",
+    )
     checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
-    round_checkpoints: str = F("auto", "every: each tournament round checkpoints | due: a round checkpoints once "
-                                       "checkpoint_interval_s has passed (collective: when any pod's has) | auto: every "
-                                       "when rounds come at exact env steps (tournament.min_interval_s 0), else due")
+    round_checkpoints: str = F(
+        "auto",
+        "every: each tournament round checkpoints | due: a round checkpoints once "
+        "checkpoint_interval_s has passed (collective: when any pod's has) | auto: every "
+        "when rounds come at exact env steps (tournament.min_interval_s 0), else due",
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -161,30 +185,56 @@ class TournamentConfig:
     """Tournament settings (section ``tournament`` of the run config)."""
 
     mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
-    sync: str = F("collective", "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
-                                "async: a pod decides alone from the leaderboard and never waits for another")
-    interval_env_steps: int = F(1_000_000, "env steps each pod trains between tournament rounds (at least; see min_interval_s)")
-    min_interval_s: float = F(-1.0, "a floor on the time between rounds: the next round waits whole intervals until "
-                                    "this many seconds pass at the pod's measured speed (collective: the fastest "
-                                    "pod's); -1 = auto: 60 on a GPU pod, 0 on CPU (rounds at exact env steps)")
-    warmup_env_steps: int = F(0, "env steps each pod trains before its first round (0: the first at interval_env_steps)")
+    sync: str = F(
+        "collective",
+        "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
+        "async: a pod decides alone from the leaderboard and never waits for another",
+    )
+    interval_env_steps: int = F(
+        1_000_000, "env steps each pod trains between tournament rounds (at least; see min_interval_s)"
+    )
+    min_interval_s: float = F(
+        -1.0,
+        "a floor on the time between rounds: the next round waits whole intervals until "
+        "this many seconds pass at the pod's measured speed (collective: the fastest "
+        "pod's); -1 = auto: 60 on a GPU pod, 0 on CPU (rounds at exact env steps)",
+    )
+    warmup_env_steps: int = F(
+        0, "env steps each pod trains before its first round (0: the first at interval_env_steps)"
+    )
     top_k: int = F(8, "leaderboard size kept by prune, and the elegantrl candidate pool size")
     temperature: float = F(1.0, "elegantrl: softmax temperature over z-scored scores (> 0)")
     quantile: float = F(0.25, "pbt: fraction of pods in the bottom (replaced) and top (source) groups")
     resample_prob: float = F(0.25, "pbt explore: probability to resample a hyperparameter from its prior")
     perturb_factors: tuple[float, ...] = F((0.8, 1.2), "pbt explore: else multiply by one of these")
-    steps_tolerance: float = F(0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)")
-    margin_se: float = F(1.0, "elegantrl: take a candidate only if its paired mean return difference on common start "
-                              "states exceeds this many standard errors (0: any better mean); pbt copies any better source")
-    hparam_space: dict[str, HParamRange] = F({}, "pbt: name -> [low, high, log_scale] of agent hyperparameters; "
-                                                 "{} = the default PPO space (DEFAULT_PBT_SPACE)")
-    ready_rounds: int = F(3, "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
-                             "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)")
+    steps_tolerance: float = F(
+        0.25, "a source (pbt) or candidate (elegantrl) needs env_steps >= the pod's x (1 - tolerance)"
+    )
+    margin_se: float = F(
+        1.0,
+        "elegantrl: take a candidate only if its paired mean return difference on common start "
+        "states exceeds this many standard errors (0: any better mean); pbt copies any better source",
+    )
+    hparam_space: dict[str, HParamRange] = F(
+        {},
+        "pbt: name -> [low, high, log_scale] of agent hyperparameters; {} = the default PPO space (DEFAULT_PBT_SPACE)",
+    )
+    ready_rounds: int = F(
+        3,
+        "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
+        "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)",
+    )
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
-    population_sample: int = F(16, "async pbt: other pods' latest agents a pod draws and reads each round (its "
-                                   "population: a random sample once the pool is larger; constant work per round)")
-    population_buckets: int = F(0, "async pbt: directories the population is hashed over; 0 = auto (~16 pods each, "
-                                   "from the first job's pod count; set it when later jobs grow the pool a lot)")
+    population_sample: int = F(
+        16,
+        "async pbt: other pods' latest agents a pod draws and reads each round (its "
+        "population: a random sample once the pool is larger; constant work per round)",
+    )
+    population_buckets: int = F(
+        0,
+        "async pbt: directories the population is hashed over; 0 = auto (~16 pods each, "
+        "from the first job's pod count; set it when later jobs grow the pool a lot)",
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -214,7 +264,9 @@ class TournamentConfig:
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
         if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= -1):
-            raise ValueError(f"tournament.min_interval_s must be >= 0 seconds, or -1 for auto, got {self.min_interval_s}")
+            raise ValueError(
+                f"tournament.min_interval_s must be >= 0 seconds, or -1 for auto, got {self.min_interval_s}"
+            )
         if self.population_sample < 1:
             raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
         if self.population_buckets < 0:
@@ -226,8 +278,11 @@ class Config:
     name: str = F("", "run name; defaults to the job file's stem")
     seed: int = F(0, "seed of everything in the run; pod r of a pool uses seed + r")
     total_env_steps: int = F(1_000_000, "env steps to train, per pod")
-    device: str = F("auto", "auto (cuda:<local rank> if CUDA, else cpu) | cpu | cuda | cuda:N | cuda:shared (pods "
-                            "share GPUs on purpose: no one-GPU-per-pod check)")
+    device: str = F(
+        "auto",
+        "auto (cuda:<local rank> if CUDA, else cpu) | cpu | cuda | cuda:N | cuda:shared (pods "
+        "share GPUs on purpose: no one-GPU-per-pod check)",
+    )
     threads: int = F(0, "torch CPU threads per pod; 0 = all cores divided by the ranks on the node")
     deterministic: bool = F(False, "use deterministic torch kernels (bitwise reproducible CPU runs are the default)")
     env: EnvConfig = F(EnvConfig, "environment")
@@ -235,8 +290,11 @@ class Config:
     eval: EvalConfig = F(EvalConfig, "evaluation")
     log: LogConfig = F(LogConfig, "logging and checkpoints")
     tournament: TournamentConfig = F(TournamentConfig, "the training pool's tournament (ranks of one MPI world)")
-    population: list = F([], "mixed pools: a list of overrides (agent.* and env.num_envs keys); rank i applies "
-                             "entry i mod len; an entry that changes agent.algo starts from that learner's defaults")
+    population: list = F(
+        [],
+        "mixed pools: a list of overrides (agent.* and env.num_envs keys); rank i applies "
+        "entry i mod len; an entry that changes agent.algo starts from that learner's defaults",
+    )
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -337,12 +395,16 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
         if k not in names:
-            owners = [a for a, c in AGENT_CLASSES.items() if c is not cls and k in {f.name for f in dataclasses.fields(c)}]
+            owners = [
+                a for a, c in AGENT_CLASSES.items() if c is not cls and k in {f.name for f in dataclasses.fields(c)}
+            ]
             if cls in AGENT_CLASSES.values() and owners:
                 raise ConfigError(
-                    f"'{prefix}{k}' is a key of the {' and '.join(owners)} agent{'s' if len(owners) > 1 else ''}, and this agent is "
+                    f"'{prefix}{k}' is a key of the {' and '.join(owners)} agent{'s' if len(owners) > 1 else ''}, "
+                    "and this agent is "
                     f"{data.get('algo', 'ppo')} ({prefix}algo). Remove it, or set {prefix}algo to "
-                    f"{owners[0]}.\nKeys of the {data.get('algo', 'ppo')} agent:\n{_valid_keys_text(cls, prefix)}")
+                    f"{owners[0]}.\nKeys of the {data.get('algo', 'ppo')} agent:\n{_valid_keys_text(cls, prefix)}"
+                )
             close = difflib.get_close_matches(str(k), names, n=1)
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             raise ConfigError(
@@ -429,8 +491,13 @@ def validate(cfg: Config) -> Config:
     tasks = registry.names()
     need(e.name in tasks, "env.name", f"unknown task {e.name!r}; known tasks: {', '.join(sorted(tasks))}")
     within(e.num_envs, 1, MAX_NUM_ENVS, "env.num_envs", " (one pod's batch; use more pods for more)")
-    within(e.max_episode_steps, 0, MAX_EPISODE_STEPS, "env.max_episode_steps",
-           " (an evaluation steps this long; 0 = the task's default)")
+    within(
+        e.max_episode_steps,
+        0,
+        MAX_EPISODE_STEPS,
+        "env.max_episode_steps",
+        " (an evaluation steps this long; 0 = the task's default)",
+    )
     within(cfg.total_env_steps, 1, MAX_TOTAL_ENV_STEPS, "total_env_steps")
     need(0 <= cfg.seed < 2**31, "seed", f"must be in [0, 2**31), got {cfg.seed}")
     need(cfg.threads >= 0, "threads", f"must be >= 0, got {cfg.threads}")
@@ -447,12 +514,19 @@ def validate(cfg: Config) -> Config:
         f"must be a list of 1 to 16 integers in [1, {MAX_HIDDEN:,}], got {a.hidden_sizes!r}",
     )
     if a.algo == "ppo":
-        need(0 < a.learning_rate < float("inf"), "agent.learning_rate", f"must be a finite number > 0, got {a.learning_rate}")
+        need(
+            0 < a.learning_rate < float("inf"),
+            "agent.learning_rate",
+            f"must be a finite number > 0, got {a.learning_rate}",
+        )
         within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
         within(a.update_epochs, 1, 10_000, "agent.update_epochs")
         batch = a.rollout_steps * e.num_envs
-        need(batch <= MAX_BATCH, "agent.rollout_steps",
-             f"rollout_steps x env.num_envs = {batch:,} is more than one update can hold ({MAX_BATCH:,}); lower either")
+        need(
+            batch <= MAX_BATCH,
+            "agent.rollout_steps",
+            f"rollout_steps x env.num_envs = {batch:,} is more than one update can hold ({MAX_BATCH:,}); lower either",
+        )
         need(
             1 <= a.num_minibatches <= batch and batch % a.num_minibatches == 0,
             "agent.num_minibatches",
@@ -473,26 +547,41 @@ def validate(cfg: Config) -> Config:
         )
         need(a.compile in COMPILE_MODES, "agent.compile", f"must be {' | '.join(COMPILE_MODES)}, got {a.compile!r}")
         need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
-        need(a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets), "agent.network",
-             f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp")
+        need(
+            a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets),
+            "agent.network",
+            f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp",
+        )
     else:  # sac | td3: the agent's own checks, then what depends on the task and the batch
         a.validate()
-        need(e.name not in tasks or not registry.get(e.name).discrete, "agent.algo",
-             f"{a.algo} needs continuous actions; task {e.name!r} has discrete ones: use agent.algo ppo")
-        need(a.buffer_size >= e.num_envs, "agent.buffer_size",
-             f"must hold one env step of every environment (env.num_envs = {e.num_envs:,}), got {a.buffer_size:,}")
+        need(
+            e.name not in tasks or not registry.get(e.name).discrete,
+            "agent.algo",
+            f"{a.algo} needs continuous actions; task {e.name!r} has discrete ones: use agent.algo ppo",
+        )
+        need(
+            a.buffer_size >= e.num_envs,
+            "agent.buffer_size",
+            f"must hold one env step of every environment (env.num_envs = {e.num_envs:,}), got {a.buffer_size:,}",
+        )
         need(a.batch_size <= MAX_BATCH, "agent.batch_size", f"must be <= {MAX_BATCH:,}, got {a.batch_size:,}")
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
     within(cfg.eval.final_episodes, 0, MAX_EVAL_EPISODES, "eval.final_episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
-    need(cfg.log.round_checkpoints in ROUND_CHECKPOINTS, "log.round_checkpoints",
-         f"must be one of {' | '.join(ROUND_CHECKPOINTS)}")
+    need(
+        cfg.log.round_checkpoints in ROUND_CHECKPOINTS,
+        "log.round_checkpoints",
+        f"must be one of {' | '.join(ROUND_CHECKPOINTS)}",
+    )
     for section, options in registry.sections().items():  # every section: a typo in another task's too
         values = getattr(e, section, None)
-        need(isinstance(values, options), f"env.{section}",
-             f"expected the {options.__name__} settings, got {type(values).__name__} (build env with EnvConfig(...))")
+        need(
+            isinstance(values, options),
+            f"env.{section}",
+            f"expected the {options.__name__} settings, got {type(values).__name__} (build env with EnvConfig(...))",
+        )
         try:
             registry.check(values)
         except registry.OptionError as err:
@@ -503,12 +592,20 @@ def validate(cfg: Config) -> Config:
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]
     space = set(cfg.tournament.hparam_space)
     bad = sorted(space - set(allowed))
-    need(not bad, "tournament.hparam_space", f"unknown hyperparameters {bad} for the {' and '.join(algos)} "
-                                             f"agents of this run; allowed: {', '.join(allowed)}")
+    need(
+        not bad,
+        "tournament.hparam_space",
+        f"unknown hyperparameters {bad} for the {' and '.join(algos)} "
+        f"agents of this run; allowed: {', '.join(allowed)}",
+    )
     for m in members:  # e.g. SAC's alpha is learned state with agent.autotune
         fixed = sorted((space & set(MUTABLE_BY_ALGO[m.agent.algo])) - set(mutable_hparams(m.agent)))
-        need(not fixed, "tournament.hparam_space", f"{fixed} cannot change while this {m.agent.algo} agent trains "
-                                                   f"(its mutable ones: {', '.join(mutable_hparams(m.agent))})")
+        need(
+            not fixed,
+            "tournament.hparam_space",
+            f"{fixed} cannot change while this {m.agent.algo} agent trains "
+            f"(its mutable ones: {', '.join(mutable_hparams(m.agent))})",
+        )
     return cfg
 
 
@@ -541,10 +638,14 @@ def population_member(cfg: Config, index: int) -> Config:
             _set_dotted(over, str(k), json.loads(json.dumps(v, default=str)))
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from None
-    extra = sorted(set(over) - {"agent", "env"}) + [f"env.{k}" for k in sorted(set(over.get("env") or {}) - {"num_envs"})]
+    extra = sorted(set(over) - {"agent", "env"}) + [
+        f"env.{k}" for k in sorted(set(over.get("env") or {}) - {"num_envs"})
+    ]
     if extra or not isinstance(over.get("agent", {}), dict):
-        raise ConfigError(f"{where}: a population entry sets {' and '.join(POPULATION_KEYS)} only (every pod shares "
-                          f"the rest of the run), got {', '.join(extra) or 'agent: ' + repr(over['agent'])}")
+        raise ConfigError(
+            f"{where}: a population entry sets {' and '.join(POPULATION_KEYS)} only (every pod shares "
+            f"the rest of the run), got {', '.join(extra) or 'agent: ' + repr(over['agent'])}"
+        )
     data = to_dict(cfg)
     data["population"] = []
     agent = over.get("agent") or {}

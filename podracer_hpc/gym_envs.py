@@ -53,8 +53,16 @@ class PodracerVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
 
-    def __init__(self, num_envs: int = 1, task: str = "pendulum", device: str = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, render_mode: str | None = None, **options: Any):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        task: str = "pendulum",
+        device: str = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        render_mode: str | None = None,
+        **options: Any,
+    ):
         if task == "gymnasium":
             raise ValueError("task 'gymnasium' is a gymnasium env already: make it with gymnasium directly")
         if render_mode is not None:
@@ -76,8 +84,9 @@ class PodracerVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.max_episode_steps = int(self.env.max_episode_steps)
 
-    def reset(self, *, seed: int | list[int] | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start every env anew; ``seed`` restarts the per-env streams (one seed: the batch's
         streams derive env i's from it; a list gives its first)."""
         if isinstance(seed, (list, tuple)):
@@ -102,8 +111,13 @@ class PodracerVectorEnv(VectorEnv):
             infos["final_obs"] = rows
             infos["_final_obs"] = done
             infos["final_info"], infos["_final_info"] = {}, done.copy()
-        return (_numpy(obs).astype(np.float32, copy=False), _numpy(reward).astype(np.float64),
-                _numpy(term).astype(bool), _numpy(trunc).astype(bool), infos)
+        return (
+            _numpy(obs).astype(np.float32, copy=False),
+            _numpy(reward).astype(np.float64),
+            _numpy(term).astype(bool),
+            _numpy(trunc).astype(bool),
+            infos,
+        )
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the batched env if it holds resources (a host simulator)."""

@@ -17,18 +17,17 @@ from typing import Any
 
 import torch
 
-from podracer_hpc.files import safeio
 from podracer_hpc.agents.compiled import compile_env
 from podracer_hpc.agents.offpolicy import OffPolicyAgent
 from podracer_hpc.agents.ppo import PPOAgent, compute_gae
 from podracer_hpc.agents.replay import ReplayBuffer
 from podracer_hpc.agents.sac import SACAgent
-from podracer_hpc.agents.td3 import TD3Agent
 from podracer_hpc.agents.settings import agent_kind, mutable_hparams
+from podracer_hpc.agents.td3 import TD3Agent
 from podracer_hpc.config import Config, agent_config
-from podracer_hpc.cluster.device import resolve_device, set_cpu_threads  # noqa: F401  (moved to device.py; run.py, bench.py import them here)
 from podracer_hpc.envs import build_env
 from podracer_hpc.envs.base import split_step
+from podracer_hpc.files import safeio
 
 STATE_KIND = "pod-state"
 # What makes up the agent (a leaderboard entry) is the agent's to say (PPOAgent.state); the rest
@@ -85,8 +84,11 @@ def check_memory(cfg: Config, env: Any, device: torch.device) -> None:
     need, free = sum(parts.values()), available_memory(device)
     if free is not None and need > 0.9 * free:
         detail = ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in parts.items())
-        what = (f"agent.buffer_size ({cfg.agent.buffer_size:,})" if cfg.agent.algo != "ppo"
-                else f"env.num_envs ({cfg.env.num_envs}), agent.rollout_steps ({cfg.agent.rollout_steps})")
+        what = (
+            f"agent.buffer_size ({cfg.agent.buffer_size:,})"
+            if cfg.agent.algo != "ppo"
+            else f"env.num_envs ({cfg.env.num_envs}), agent.rollout_steps ({cfg.agent.rollout_steps})"
+        )
         raise MemoryError(
             f"this pod needs about {need / 2**30:.1f} GiB ({detail}) and {device} has {free / 2**30:.1f} GiB free. "
             f"Lower {what}, agent.hidden_sizes ({cfg.agent.hidden_sizes}) or eval.episodes ({cfg.eval.episodes})."
@@ -115,11 +117,20 @@ class Pod:
         check_memory(cfg, self.env, self.device)
         torch.manual_seed(self.seed)  # network initialization only; the loop uses self.gen
         self.agent = self._new_agent()
-        self.kind = agent_kind(agent_config(cfg)["agent"])  # which agents this pod can take (agents.settings.agent_kind)
+        self.kind = agent_kind(
+            agent_config(cfg)["agent"]
+        )  # which agents this pod can take (agents.settings.agent_kind)
         self.replay: ReplayBuffer | None = None  # off-policy pods: the replay ring, the pod's (not the agent's)
         if a.algo != "ppo":
-            self.replay = ReplayBuffer(a.buffer_size, e.num_envs, self.env.obs_dim, self.env.act_dim, self.device,
-                                       n_step=a.n_step, gamma=a.gamma)
+            self.replay = ReplayBuffer(
+                a.buffer_size,
+                e.num_envs,
+                self.env.obs_dim,
+                self.env.act_dim,
+                self.device,
+                n_step=a.n_step,
+                gamma=a.gamma,
+            )
         self.learn_steps = 0  # off-policy: env steps of the batch since learning_starts (the update schedule)
         self.gen = torch.Generator(device=self.device)
         self.gen.manual_seed(self.seed)
@@ -166,8 +177,13 @@ class Pod:
             return OFF_POLICY_AGENTS[a.algo](self.env.obs_dim, self.env.act_dim, a, self.device)
         layout = self.env.asset_layout() if self.cfg.agent.network == "per_asset" else None
         return PPOAgent(
-            self.env.obs_dim, self.env.act_dim, self.env.discrete, getattr(self.env, "num_actions", 0),
-            self.cfg.env.num_envs, dataclasses.replace(self.cfg.agent), self.device,  # a copy: PBT changes the pod's own
+            self.env.obs_dim,
+            self.env.act_dim,
+            self.env.discrete,
+            getattr(self.env, "num_actions", 0),
+            self.cfg.env.num_envs,
+            dataclasses.replace(self.cfg.agent),
+            self.device,  # a copy: PBT changes the pod's own
             asset_layout=layout,
         )
 
@@ -277,8 +293,14 @@ class Pod:
             obs, reward, terminated, truncated, info = env.step(self.to_env_action(action))
             done = info["done"]
             # the raw observation acted on and the one reached (the final one of an ended episode)
-            buf.add(self.obs, action, agent.scale_reward(reward, done, self.reward_ret), info["final_obs"],
-                    terminated, truncated)
+            buf.add(
+                self.obs,
+                action,
+                agent.scale_reward(reward, done, self.reward_ret),
+                info["final_obs"],
+                terminated,
+                truncated,
+            )
             self.obs = obs
             self.env_steps += N
             ep_ret = info["episode_return"]
@@ -298,12 +320,22 @@ class Pod:
         def mean(k: str) -> torch.Tensor:
             return sums[k] / grad_steps if k in sums else nan
 
-        return {"loss": mean("qf_loss") + mean("actor_loss"), "policy_loss": mean("actor_loss"),
-                "value_loss": mean("qf_loss"), "entropy": mean("entropy"), "q_mean": mean("q_mean"),
-                "alpha": mean("alpha"), "learning_rate": torch.tensor(agent.hparams["actor_lr"], device=dev),
-                "approx_kl": nan, "clipfrac": nan, "explained_variance": nan,
-                "grad_steps": torch.tensor(float(grad_steps), device=dev),
-                "episodes": cnt, "return_sum": ret[0], "return_sqsum": ret[1]}
+        return {
+            "loss": mean("qf_loss") + mean("actor_loss"),
+            "policy_loss": mean("actor_loss"),
+            "value_loss": mean("qf_loss"),
+            "entropy": mean("entropy"),
+            "q_mean": mean("q_mean"),
+            "alpha": mean("alpha"),
+            "learning_rate": torch.tensor(agent.hparams["actor_lr"], device=dev),
+            "approx_kl": nan,
+            "clipfrac": nan,
+            "explained_variance": nan,
+            "grad_steps": torch.tensor(float(grad_steps), device=dev),
+            "episodes": cnt,
+            "return_sum": ret[0],
+            "return_sqsum": ret[1],
+        }
 
     # --- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
@@ -347,9 +379,16 @@ class Pod:
     def agent_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """The agent alone (networks, optimizer, statistics, hyperparameters): a leaderboard entry."""
         t, meta = self.agent.state()
-        meta.update(env_steps=self.env_steps, updates=self.updates, rank=self.rank, seed=self.seed,
-                    config=agent_config(self.cfg), algo=self.cfg.agent.algo, kind=self.kind,
-                    shapes={"obs": self.env.obs_dim, "act": self.env.act_dim})
+        meta.update(
+            env_steps=self.env_steps,
+            updates=self.updates,
+            rank=self.rank,
+            seed=self.seed,
+            config=agent_config(self.cfg),
+            algo=self.cfg.agent.algo,
+            kind=self.kind,
+            shapes={"obs": self.env.obs_dim, "act": self.env.act_dim},
+        )
         return t, meta
 
     def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> Agent:
@@ -364,8 +403,9 @@ class Pod:
             raise safeio.StateFileError(f"{source}: does not fit this pod ({e}). Was the network changed?") from None
         return agent
 
-    def load_agent(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry",
-                   load_hparams: bool = True) -> None:
+    def load_agent(
+        self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry", load_hparams: bool = True
+    ) -> None:
         """Take over another agent (not its environments); its hyperparameters only if
         ``load_hparams`` (the ElegantRL rule and a NaN restore keep the pod's own)."""
         self._check_compatible(meta, source)
@@ -375,9 +415,7 @@ class Pod:
         try:
             self.agent.load(tensors, meta, hparams=load_hparams)
         except (RuntimeError, KeyError, ValueError) as e:
-            raise safeio.StateFileError(
-                f"{source}: does not fit this pod ({e}). Was the network changed?"
-            ) from None
+            raise safeio.StateFileError(f"{source}: does not fit this pod ({e}). Was the network changed?") from None
 
     def _check_compatible(self, meta: dict[str, Any], source: str) -> None:
         """Refuse an agent of another task or kind (another learner or network: agents.settings.agent_kind)."""
@@ -388,8 +426,10 @@ class Pod:
             )
         kind = entry_kind(meta)
         if kind != self.kind:
-            raise safeio.StateFileError(f"{source}: does not fit this pod: a {kind!r} agent, this pod is "
-                                        f"{self.kind!r} (a pod takes only agents of its own learner and network)")
+            raise safeio.StateFileError(
+                f"{source}: does not fit this pod: a {kind!r} agent, this pod is "
+                f"{self.kind!r} (a pod takes only agents of its own learner and network)"
+            )
 
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Everything needed to continue this pod exactly: (tensors, JSON-able meta)."""
@@ -428,7 +468,7 @@ class Pod:
         dev = self.device
         try:
             self.agent.load(tensors, meta, hparams=True)
-            ret = tensors.get("reward_ret", tensors.get("reward_scaler.ret"))  # (its key before 2026-11-30)
+            ret = tensors.get("reward_ret", tensors.get("reward_scaler.ret"))  # (its key in older state files)
             self.reward_ret.copy_(ret.to(dev))
             if meta.get("env_exact", True):
                 self.env.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("env.")})
@@ -472,5 +512,5 @@ class Pod:
 
 def entry_kind(meta: dict[str, Any]) -> str:
     """The kind of agent a checkpoint or leaderboard entry holds (agents.settings.agent_kind): its ``kind``,
-    else from its config (an entry written before 2026-12-01: PPO)."""
+    else from its config (an entry of an older version: PPO)."""
     return str(meta.get("kind") or agent_kind((meta.get("config") or {}).get("agent") or {}))

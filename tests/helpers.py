@@ -12,14 +12,22 @@ from podracer_hpc.launch import LaunchError, find_mpiexec
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the `podracer` console entry point in a fresh process (as a user would). (Import it from
     here, not from conftest: tests/slurm has a conftest of its own, which `from conftest import`
     can pick once that tier is collected.)"""
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     e.pop("PODRACER_COMM", None)
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or REPO, env=e)
+    return subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or REPO,
+        env=e,
+    )
 
 
 def mpiexec_or_skip() -> str:
@@ -44,10 +52,15 @@ def rank_pids(run_dir) -> list[int]:
             continue
         # argv[0], not /proc/<pid>/comm: torch (2.4, and others) renames its main thread "pt_main_thread"
         exe = Path(cmd[0].decode(errors="replace")).name if cmd and cmd[0] else ""
-        if (exe.startswith("python") and b"podracer_hpc.cli" in cmd and b"mpirun" not in cmd  # not the relay
-                and str(run_dir).encode() in cmd):
+        if (
+            exe.startswith("python")
+            and b"podracer_hpc.cli" in cmd
+            and b"mpirun" not in cmd  # not the relay
+            and str(run_dir).encode() in cmd
+        ):
             out.append(int(d.name))
     return sorted(out)
+
 
 def assert_mujoco_contract(env, task: str, n: int, obs_dim: int, act_dim: int) -> None:
     """A MuJoCo adapter's shapes, dtypes and device on CPU, after a reset and one zero-action step."""

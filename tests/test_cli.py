@@ -7,8 +7,18 @@ import pytest
 
 from podracer_hpc.files.h5log import read_log
 
-FAST = ["--set", "total_env_steps=4096", "--set", "env.num_envs=64", "--set", "agent.rollout_steps=16",
-        "--set", "eval.interval_env_steps=2048", "--set", "eval.episodes=3"]
+FAST = [
+    "--set",
+    "total_env_steps=4096",
+    "--set",
+    "env.num_envs=64",
+    "--set",
+    "agent.rollout_steps=16",
+    "--set",
+    "eval.interval_env_steps=2048",
+    "--set",
+    "eval.episodes=3",
+]
 
 
 def log_revision(run_dir):
@@ -19,9 +29,23 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "log.progress_interval_s=0.01")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
-    assert set(summary) == {"task", "pods", "env_steps", "wall_s", "steps_per_s", "best_return", "final_return",
-                            "git_revision", "peak_return", "best_return_se", "best_return_ci95", "final_episodes",
-                            "final_eval_seed", "best_pod", "algos"}
+    assert set(summary) == {
+        "task",
+        "pods",
+        "env_steps",
+        "wall_s",
+        "steps_per_s",
+        "best_return",
+        "final_return",
+        "git_revision",
+        "peak_return",
+        "best_return_se",
+        "best_return_ci95",
+        "final_episodes",
+        "final_eval_seed",
+        "best_pod",
+        "algos",
+    }
     assert summary["git_revision"] == log_revision(tmp_path)
     assert summary["task"] == "pendulum" and summary["pods"] == 1 and summary["env_steps"] == 4096
     assert summary["steps_per_s"] > 0 and summary["final_return"] <= summary["peak_return"] < 0
@@ -31,7 +55,9 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
     assert hi - lo == pytest.approx(2 * 1.984217 * summary["best_return_se"], rel=1e-5)  # t(0.975, 99)
     assert "steps/s" in r.stderr and "ETA" in r.stderr  # progress lines
     # the start line says where the pod runs: device, threads, env backend, torch build, code revision
-    assert re.search(r"pod 0/1 on \S+ \(local 0\): CPU .*\d+ threads? \| env backend torch \| torch .* \| code ", r.stderr)
+    assert re.search(
+        r"pod 0/1 on \S+ \(local 0\): CPU .*\d+ threads? \| env backend torch \| torch .* \| code ", r.stderr
+    )
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
     log = read_log(tmp_path / "logs" / "pendulum_rank0.h5")
     assert list(log["train"]["env_steps"]) == [1024, 2048, 3072, 4096]
@@ -91,9 +117,9 @@ def test_config_lists_every_key_with_a_doc(cli):
     # every learner's agent section is listed under its own heading, each key with a doc
     heads = [i for i, line in enumerate(lines) if line.startswith("# agent.algo:")]
     assert [lines[i].split()[2].rstrip(":") for i in heads] == ["sac", "td3"]
-    sac = [line.split()[0] for line in lines[heads[0]:heads[1]] if line.startswith("agent.")]
+    sac = [line.split()[0] for line in lines[heads[0] : heads[1]] if line.startswith("agent.")]
     assert "agent.alpha" in sac and "agent.buffer_size" in sac and "agent.clip_coef" not in sac
-    assert "agent.policy_delay" in [line.split()[0] for line in lines[heads[1]:] if line.startswith("agent.")]
+    assert "agent.policy_delay" in [line.split()[0] for line in lines[heads[1] :] if line.startswith("agent.")]
     assert all(len(line.split()) >= 3 for line in lines if line.startswith("agent."))
     r = cli("config", "jobs/cartpole.yaml", "--set", "seed=7")
     assert r.returncode == 0 and "seed: 7" in r.stdout and "name: cartpole" in r.stdout
@@ -101,9 +127,21 @@ def test_config_lists_every_key_with_a_doc(cli):
 
 def test_tournament_warmup_delays_the_first_round(tmp_path, cli):
     # one pod is a tournament too (it publishes and keeps); batches of 64 x 16 = 1024 env steps
-    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "total_env_steps=8192",
-            "--set", "tournament.mode=elegantrl", "--set", "tournament.interval_env_steps=2048",
-            "--set", "tournament.warmup_env_steps=5000")
+    r = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(tmp_path),
+        *FAST,
+        "--set",
+        "total_env_steps=8192",
+        "--set",
+        "tournament.mode=elegantrl",
+        "--set",
+        "tournament.interval_env_steps=2048",
+        "--set",
+        "tournament.warmup_env_steps=5000",
+    )
     assert r.returncode == 0, r.stderr
     t = read_log(tmp_path / "logs" / "pendulum_rank0.h5")["tournament"]
     assert list(t["round"]) == [0, 1]

@@ -7,10 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from podracer_hpc.config import Config, ConfigError, EnvConfig, EvalConfig, LogConfig, PPOConfig, describe, env_config_class, from_dict, load_config, parse_overrides, to_dict, validate
+from podracer_hpc.agents.settings import PPOConfig
+from podracer_hpc.config import (
+    Config,
+    EnvConfig,
+    EvalConfig,
+    LogConfig,
+    describe,
+    env_config_class,
+    from_dict,
+    load_config,
+    parse_overrides,
+    to_dict,
+    validate,
+)
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.envs import TASKS
-from podracer_hpc.envs.mujoco import MujocoOptions
-from podracer_hpc.trading.env import TradingOptions
+from podracer_hpc.envs.mujoco_tasks import MujocoOptions
+from podracer_hpc.trading.task import TradingOptions
 
 REPO = Path(__file__).resolve().parents[1]
 

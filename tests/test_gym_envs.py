@@ -62,8 +62,15 @@ def test_gymnasium_steps_podracer_envs_as_the_pod_steps_them(task, steps):
 
 def test_gymnasiums_episode_statistics_wrapper_counts_the_pods_episode_totals():
     vec = gym.wrappers.vector.RecordEpisodeStatistics(
-        gym.make_vec("podracer/Task-v0", num_envs=3, vectorization_mode="vector_entry_point", task="pendulum",
-                     max_episode_steps=7, seed=1))
+        gym.make_vec(
+            "podracer/Task-v0",
+            num_envs=3,
+            vectorization_mode="vector_entry_point",
+            task="pendulum",
+            max_episode_steps=7,
+            seed=1,
+        )
+    )
     raw = gym_envs.PodracerVectorEnv(3, task="pendulum", max_episode_steps=7, seed=1)
     vec.reset(seed=1)
     raw.env.reset(1)
@@ -89,14 +96,21 @@ def test_the_spaces_are_the_tasks():
 
 def test_the_module_id_registers_the_envs_in_a_fresh_interpreter():
     """gymnasium's ``module:id`` form imports podracer_hpc.gym_envs first (no plugin hook in gymnasium 1.x)."""
-    code = ("import gymnasium as gym, sys\n"
-            "e = gym.make_vec('podracer_hpc.gym_envs:podracer/Pendulum-v0', num_envs=3, "
-            "vectorization_mode='vector_entry_point')\n"
-            "o, _ = e.reset(seed=0)\n"
-            "print(type(e).__name__, o.shape, 'torch' in sys.modules)\n")
+    code = (
+        "import gymnasium as gym, sys\n"
+        "e = gym.make_vec('podracer_hpc.gym_envs:podracer/Pendulum-v0', num_envs=3, "
+        "vectorization_mode='vector_entry_point')\n"
+        "o, _ = e.reset(seed=0)\n"
+        "print(type(e).__name__, o.shape, 'torch' in sys.modules)\n"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["PodracerVectorEnv", "(3,", "3)", "True"]
-    r = subprocess.run([sys.executable, "-c", "import sys, podracer_hpc.gym_envs; print('torch' in sys.modules)"],
-                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, podracer_hpc.gym_envs; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert r.stdout.strip() == "False", r.stderr  # registering costs no torch import

@@ -5,14 +5,20 @@ import json
 import pytest
 import torch
 
-from podracer_hpc.files import safeio
 from podracer_hpc.config import load_config
+from podracer_hpc.files import safeio
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.pod import Pod
 
 SMALL = [
-    "env.num_envs=64", "agent.rollout_steps=8", "agent.num_minibatches=4", "agent.update_epochs=2",
-    "eval.interval_env_steps=1024", "eval.episodes=4", "log.progress_interval_s=0", "threads=1",
+    "env.num_envs=64",
+    "agent.rollout_steps=8",
+    "agent.num_minibatches=4",
+    "agent.update_epochs=2",
+    "eval.interval_env_steps=1024",
+    "eval.episodes=4",
+    "log.progress_interval_s=0",
+    "threads=1",
 ]
 
 
@@ -26,8 +32,15 @@ def test_resume_is_exact(tmp_path, cli, task):
     a, b = tmp_path / "a", tmp_path / "b"
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(a), *sum((["--set", s] for s in small(task)), []))
     assert r.returncode == 0, r.stderr
-    r1 = cli("train", "jobs/pendulum.yaml", "--run-dir", str(b), "--stop-after-updates", "3",
-             *sum((["--set", s] for s in small(task)), []))
+    r1 = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(b),
+        "--stop-after-updates",
+        "3",
+        *sum((["--set", s] for s in small(task)), []),
+    )
     assert r1.returncode == 75, r1.stderr  # stopped early, checkpointed: run again to resume
     assert "run again to resume" in r1.stderr
     mid, meta_mid, _ = safeio.load(b / "checkpoints" / "rank0.safetensors", "pod-state")
@@ -76,7 +89,9 @@ def test_corrupt_checkpoint_falls_back_to_prev_and_is_kept(tmp_path, cli):
     why; with .prev corrupt too nothing can be resumed: exit 2 naming the checksum error, nothing touched."""
     run = tmp_path / "run"
     args = sum((["--set", s] for s in small("pendulum", 2)), [])
-    assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), "--stop-after-updates", "1", *args).returncode == 75
+    assert (
+        cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), "--stop-after-updates", "1", *args).returncode == 75
+    )
     ckpt = run / "checkpoints" / "rank0.safetensors"
     prev = run / "checkpoints" / "rank0.prev"
     assert prev.exists()  # the checkpoint a fresh pod writes before its first update
@@ -124,7 +139,9 @@ def test_checkpoint_of_another_task_or_shape_is_refused(tmp_path):
 def test_resume_with_another_config_is_refused(tmp_path, cli):
     run = tmp_path / "run"
     args = sum((["--set", s] for s in small("pendulum", 2)), [])
-    assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), "--stop-after-updates", "1", *args).returncode == 75
+    assert (
+        cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), "--stop-after-updates", "1", *args).returncode == 75
+    )
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(run), *args, "--set", "agent.learning_rate=0.5")
     assert r.returncode == 2
     assert "agent.learning_rate" in r.stderr and "new --run-dir" in r.stderr
@@ -135,8 +152,19 @@ def test_resume_with_another_config_is_refused(tmp_path, cli):
 
 def test_nan_in_training_stops_with_a_clear_error(tmp_path, cli):
     args = sum((["--set", s] for s in small("pendulum", 4)), [])
-    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path / "r"), *args,
-            "--set", "agent.learning_rate=1e30", "--set", "agent.max_grad_norm=1e30", "--set", "agent.anneal_lr=false")
+    r = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(tmp_path / "r"),
+        *args,
+        "--set",
+        "agent.learning_rate=1e30",
+        "--set",
+        "agent.max_grad_norm=1e30",
+        "--set",
+        "agent.anneal_lr=false",
+    )
     assert r.returncode == 2, r.stderr
     assert "loss is nan" in r.stderr.lower() and "learning_rate" in r.stderr
 
@@ -166,7 +194,7 @@ def test_refuses_to_run_launcher_ranks_that_are_not_one_world(tmp_path):
 
 
 def test_thread_count_follows_the_cpus_given(monkeypatch):
-    from podracer_hpc.pod import set_cpu_threads
+    from podracer_hpc.cluster.device import set_cpu_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")

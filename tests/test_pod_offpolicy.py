@@ -9,18 +9,31 @@ import json
 import pytest
 import torch
 
+from podracer_hpc.agents.settings import SACConfig, TD3Config, agent_kind
+from podracer_hpc.config import MUTABLE_BY_ALGO, Config, TournamentConfig, describe, for_rank, load_config, to_dict
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
-from podracer_hpc.agents.settings import agent_kind
-from podracer_hpc.config import MUTABLE_BY_ALGO, Config, ConfigError, SACConfig, TD3Config, describe, for_rank, load_config, to_dict
-from podracer_hpc.pool.leaderboard import Leaderboard
 from podracer_hpc.pod import Pod, entry_kind
-from podracer_hpc.pool.rules import Candidate, PodReport, TournamentConfig, decide
+from podracer_hpc.pool.leaderboard import Leaderboard
+from podracer_hpc.pool.rules import Candidate, PodReport, decide
 
 JOBS = {"sac": "jobs/pendulum_sac.yaml", "td3": "jobs/pendulum_td3.yaml"}
-TINY = ["env.num_envs=16", "agent.rollout_steps=4", "agent.hidden_sizes=[16, 16]", "agent.batch_size=32",
-        "agent.buffer_size=256", "agent.learning_starts=64", "agent.updates_per_step=2", "agent.n_step=3",
-        "agent.norm_obs=true", "eval.interval_env_steps=128", "eval.episodes=4", "eval.final_episodes=8",
-        "log.progress_interval_s=0", "threads=1"]
+TINY = [
+    "env.num_envs=16",
+    "agent.rollout_steps=4",
+    "agent.hidden_sizes=[16, 16]",
+    "agent.batch_size=32",
+    "agent.buffer_size=256",
+    "agent.learning_starts=64",
+    "agent.updates_per_step=2",
+    "agent.n_step=3",
+    "agent.norm_obs=true",
+    "eval.interval_env_steps=128",
+    "eval.episodes=4",
+    "eval.final_episodes=8",
+    "log.progress_interval_s=0",
+    "threads=1",
+]
 
 
 def tiny(algo: str, iterations: int = 6) -> list[str]:
@@ -40,19 +53,26 @@ def test_algo_chooses_the_agent_section_and_its_defaults():
     assert load_config(None, [f"agent={json.dumps(to_dict(td3)['agent'])}"]).agent == td3.agent
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["agent.algo=dqn"], "agent.algo: must be one of ppo | sac | td3, got 'dqn'"),
-    (["agent.algo=sac", "agent.num_minibatches=4"], "'agent.num_minibatches' is a key of the ppo agent, and this "
-                                                    "agent is sac"),
-    (["agent.batch_size=64"], "'agent.batch_size' is a key of the sac and td3 agents, and this agent is ppo"),
-    (["agent.algo=sac", "agent.policy_delay=2"], "'agent.policy_delay' is a key of the td3 agent"),
-    (["agent.algo=sac", "env.name=cartpole"], "sac needs continuous actions; task 'cartpole' has discrete ones"),
-    (["agent.algo=td3", "env.num_envs=512", "agent.buffer_size=100"], "agent.buffer_size: must hold one env step"),
-    (["agent.algo=sac", "agent.tau=0"], "agent.tau: must be in (0, 1]"),
-    (["agent.algo=sac", "tournament.hparam_space={learning_rate: [1e-4, 1e-3]}"], "unknown hyperparameters "
-                                                                                  "['learning_rate'] for the sac"),
-    (["agent.algo=sac", "tournament.hparam_space={alpha: [0.01, 1]}"], "['alpha'] cannot change while this sac"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["agent.algo=dqn"], "agent.algo: must be one of ppo | sac | td3, got 'dqn'"),
+        (
+            ["agent.algo=sac", "agent.num_minibatches=4"],
+            "'agent.num_minibatches' is a key of the ppo agent, and this agent is sac",
+        ),
+        (["agent.batch_size=64"], "'agent.batch_size' is a key of the sac and td3 agents, and this agent is ppo"),
+        (["agent.algo=sac", "agent.policy_delay=2"], "'agent.policy_delay' is a key of the td3 agent"),
+        (["agent.algo=sac", "env.name=cartpole"], "sac needs continuous actions; task 'cartpole' has discrete ones"),
+        (["agent.algo=td3", "env.num_envs=512", "agent.buffer_size=100"], "agent.buffer_size: must hold one env step"),
+        (["agent.algo=sac", "agent.tau=0"], "agent.tau: must be in (0, 1]"),
+        (
+            ["agent.algo=sac", "tournament.hparam_space={learning_rate: [1e-4, 1e-3]}"],
+            "unknown hyperparameters ['learning_rate'] for the sac",
+        ),
+        (["agent.algo=sac", "tournament.hparam_space={alpha: [0.01, 1]}"], "['alpha'] cannot change while this sac"),
+    ],
+)
 def test_bad_agent_settings_name_the_key_and_the_agent(overrides, message):
     with pytest.raises(ConfigError) as e:
         load_config(None, overrides)
@@ -89,12 +109,15 @@ def test_population_entries_apply_to_ranks_in_turn():
     assert agent_kind(to_dict(ppo)["agent"]) != agent_kind(to_dict(sac)["agent"])
 
 
-@pytest.mark.parametrize("population,message", [
-    ("[{seed: 3}]", "population[0]: a population entry sets agent.* and env.num_envs only"),
-    ("[{}, {env.name: cartpole}]", "the rest of the run), got env.name"),
-    ("[5]", "population[0]: expected a mapping of overrides"),
-    ("[{}, {agent.algo: sac, agent.tau: 2}]", "population[1]: agent.tau: must be in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "population,message",
+    [
+        ("[{seed: 3}]", "population[0]: a population entry sets agent.* and env.num_envs only"),
+        ("[{}, {env.name: cartpole}]", "the rest of the run), got env.name"),
+        ("[5]", "population[0]: expected a mapping of overrides"),
+        ("[{}, {agent.algo: sac, agent.tau: 2}]", "population[1]: agent.tau: must be in (0, 1]"),
+    ],
+)
 def test_a_bad_population_entry_is_refused_before_anything_runs(population, message, cli, tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(None, [f"population={population}"])
@@ -194,8 +217,10 @@ def test_the_pendulum_job_learns(algo, env_steps, threshold, tmp_path):
     by 8-16k (bench/RESULTS.md, "2026-12-02" to "2026-12-02 (third session)")."""
     from podracer_hpc.rank.program import train
 
-    cfg = load_config(JOBS[algo], [f"total_env_steps={env_steps}", "eval.interval_env_steps=0", "threads=1",
-                                   "log.progress_interval_s=0"])
+    cfg = load_config(
+        JOBS[algo],
+        [f"total_env_steps={env_steps}", "eval.interval_env_steps=0", "threads=1", "log.progress_interval_s=0"],
+    )
     res = train(cfg, tmp_path / "run", quiet=True)
     assert res.complete and res.summary["final_episodes"] == 100
     assert res.summary["best_return"] > threshold, res.summary
@@ -214,8 +239,16 @@ def test_decisions_in_a_mixed_pool_never_cross_kinds(mode):
     for rnd in range(40):
         kinds = [KINDS[(r + rnd) % 2] for r in range(6)]  # the kinds interleave differently each round
         fit = [-1000.0 + 150 * ((r * 7 + rnd) % 6) for r in range(6)]
-        reports = [PodReport(r, fit[r], 10_000, {"learning_rate": 1e-3} if kinds[r].startswith("ppo") else
-                             {"actor_lr": 3e-4, "critic_lr": 1e-3}, kind=kinds[r]) for r in range(6)]
+        reports = [
+            PodReport(
+                r,
+                fit[r],
+                10_000,
+                {"learning_rate": 1e-3} if kinds[r].startswith("ppo") else {"actor_lr": 3e-4, "critic_lr": 1e-3},
+                kind=kinds[r],
+            )
+            for r in range(6)
+        ]
         entries = [Candidate(f"e{i}", -100.0 - i, 10_000, None, KINDS[i % 2]) for i in range(4)]
         for d in decide(reports, entries, rnd, 0, tcfg):
             if d.action == "copy_pod":
@@ -291,11 +324,25 @@ def test_a_sac_trading_checkpoint_backtests_through_its_exported_policy(tmp_path
     from podracer_hpc.tools import export
     from podracer_hpc.tools.backtest import backtest
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=8", "agent.algo=sac", "agent.hidden_sizes=[8]",
-                             "agent.rollout_steps=4", "agent.learning_starts=16", "agent.batch_size=16",
-                             "agent.buffer_size=512", "eval.episodes=1", "env.max_episode_steps=8",
-                             "env.trading.actions=weights", "env.trading.synthetic_stocks=6", "total_env_steps=96",
-                             "eval.interval_env_steps=0"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=8",
+            "agent.algo=sac",
+            "agent.hidden_sizes=[8]",
+            "agent.rollout_steps=4",
+            "agent.learning_starts=16",
+            "agent.batch_size=16",
+            "agent.buffer_size=512",
+            "eval.episodes=1",
+            "env.max_episode_steps=8",
+            "env.trading.actions=weights",
+            "env.trading.synthetic_stocks=6",
+            "total_env_steps=96",
+            "eval.interval_env_steps=0",
+        ],
+    )
     pod = Pod(cfg)
     for _ in range(3):
         pod.train_iteration()

@@ -46,8 +46,15 @@ class Reach(TorchVecEnv):
     action_low = -1.0
     action_high = 1.0
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, max_episode_steps: int = 0,
-                 dtype: torch.dtype = torch.float32, **options: Any):
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: torch.dtype = torch.float32,
+        **options: Any,
+    ):
         o = options_from(ReachOptions, options, "reach")  # the defaults and checks of ReachOptions
         self.target, self.speed = float(o.target), float(o.speed)
         super().__init__(num_envs, device, seed, max_episode_steps, dtype)

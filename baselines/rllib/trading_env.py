@@ -31,9 +31,14 @@ class TradingGymEnv(gym.Env):
         config = dict(config or {})
         trading = dict(config.get("trading") or {})  # checked by the env itself (TradingOptions)
         torch.set_num_threads(1)  # one account: more threads only wait on each other
-        self.env = StockTradingEnv(1, "cpu", seed=int(config.get("seed", 0)),
-                                   max_episode_steps=int(config.get("max_episode_steps", 252)),
-                                   data=trading.pop("data", "") or None, **trading)
+        self.env = StockTradingEnv(
+            1,
+            "cpu",
+            seed=int(config.get("seed", 0)),
+            max_episode_steps=int(config.get("max_episode_steps", 252)),
+            data=trading.pop("data", "") or None,
+            **trading,
+        )
         S = self.env.num_stocks
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (self.env.obs_dim,), np.float32)
         self.action_space = gym.spaces.Box(-1.0, 1.0, (S,), np.float32)

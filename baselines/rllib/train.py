@@ -34,9 +34,12 @@ import yaml
 
 from podracer_hpc.files.h5log import H5Writer
 
-TASKS = {"pendulum": "Pendulum-v1", "cartpole": "CartPole-v1",
-         # podracer's own env through gymnasium's interface (baselines/rllib/trading_env.py)
-         "stock_trading": "podracer-stock_trading"}
+TASKS = {
+    "pendulum": "Pendulum-v1",
+    "cartpole": "CartPole-v1",
+    # podracer's own env through gymnasium's interface (baselines/rllib/trading_env.py)
+    "stock_trading": "podracer-stock_trading",
+}
 EVAL_SEED_OFFSET = 1_000_003  # as podracer_hpc.pod: eval start states come from their own seeds
 
 DEFAULTS: dict[str, Any] = {
@@ -53,8 +56,15 @@ DEFAULTS: dict[str, Any] = {
     "max_episode_steps": 252,
     # A resource point of a scaling study (podracer_hpc/tools/study), in pods-equivalent: see
     # apply_resources. pods null: the rllib block is used as written (one learner).
-    "resources": {"pods": None, "gpus_per_pod": 0, "cpus": None, "nodes": 1, "env_runners_per_pod": 2,
-                  "envs_per_pod": None, "lr_scaling": "sqrt"},
+    "resources": {
+        "pods": None,
+        "gpus_per_pod": 0,
+        "cpus": None,
+        "nodes": 1,
+        "env_runners_per_pod": 2,
+        "envs_per_pod": None,
+        "lr_scaling": "sqrt",
+    },
 }
 
 
@@ -102,11 +112,16 @@ def load_config(path: str | Path, sets: list[str] = ()) -> dict[str, Any]:
     runners = cfg["rllib"]["env_runners"]
     n_envs = max(1, int(runners.get("num_env_runners", 2) or 0)) * int(runners.get("num_envs_per_env_runner", 1))
     pods = int(cfg["resources"]["pods"] or 1)
-    cfg["env"] = {"name": cfg["task"], "gym_id": TASKS[cfg["task"]], "num_envs": max(1, n_envs // pods),
-                  "num_envs_total": n_envs}
+    cfg["env"] = {
+        "name": cfg["task"],
+        "gym_id": TASKS[cfg["task"]],
+        "num_envs": max(1, n_envs // pods),
+        "num_envs_total": n_envs,
+    }
     if cfg["task"] == "stock_trading":
-        cfg["env"].update(trading=trading_options(cfg["trading"], Path(path).parent),
-                          max_episode_steps=int(cfg["max_episode_steps"]))
+        cfg["env"].update(
+            trading=trading_options(cfg["trading"], Path(path).parent), max_episode_steps=int(cfg["max_episode_steps"])
+        )
     cfg["tournament"] = {"mode": "none"}
     cfg["system"] = "rllib"
     return cfg
@@ -117,7 +132,7 @@ def trading_options(trading: dict[str, Any], job_dir: Path) -> dict[str, Any]:
     absolute (Ray's env runners may start elsewhere): relative to the working directory when it
     exists there (as ``podracer train`` reads it), else to the job file."""
     from podracer_hpc.envs.registry import as_kwargs, options_from
-    from podracer_hpc.trading.env import TradingOptions
+    from podracer_hpc.trading.task import TradingOptions
 
     try:
         opts = as_kwargs(options_from(TradingOptions, dict(trading or {}), "trading"))
@@ -174,7 +189,7 @@ def apply_resources(cfg: dict[str, Any]) -> None:
         runners["num_envs_per_env_runner"] = envs // per
     r["env_runners"] = {**(r.get("env_runners") or {}), **runners}
     if res.get("lr_scaling", "sqrt") == "sqrt" and "lr" in r.get("training", {}) and pods > 1:
-        r["training"] = {**r["training"], "lr": float(r["training"]["lr"]) * pods ** 0.5}
+        r["training"] = {**r["training"], "lr": float(r["training"]["lr"]) * pods**0.5}
     # Ray places an actor only where its CPU request fits. The allocation has resources.cpus cores
     # for P remote learners (none for P = 1: the local learner is the driver) and P x per env
     # runners: when they are more than the cores, each asks for its share, so that they all fit
@@ -203,8 +218,11 @@ def resources_used(cfg: dict[str, Any], ray_nodes: int, ray_cpus: float) -> dict
         cpus = int(os.environ["SLURM_CPUS_PER_TASK"]) * int(os.environ.get("SLURM_JOB_NUM_NODES", "1"))
     runners = r.get("env_runners") or {}
     return {
-        "pods": pods, "gpus": gpus, "cpus": int(cpus if cpus is not None else (os.cpu_count() or 1)),
-        "nodes": int(ray_nodes), "ray_cpus": float(ray_cpus),
+        "pods": pods,
+        "gpus": gpus,
+        "cpus": int(cpus if cpus is not None else (os.cpu_count() or 1)),
+        "nodes": int(ray_nodes),
+        "ray_cpus": float(ray_cpus),
         "num_learners": int(learners.get("num_learners", 0) or 0),
         "num_gpus_per_learner": float(learners.get("num_gpus_per_learner", 0) or 0),
         "num_env_runners": int(runners.get("num_env_runners", 2)),
@@ -242,8 +260,11 @@ def env_spec(cfg: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     if cfg["task"] == "stock_trading":
         from baselines.rllib.trading_env import TradingGymEnv
 
-        return TradingGymEnv, {"trading": cfg["env"]["trading"], "max_episode_steps": cfg["env"]["max_episode_steps"],
-                               "seed": int(cfg["seed"])}
+        return TradingGymEnv, {
+            "trading": cfg["env"]["trading"],
+            "max_episode_steps": cfg["env"]["max_episode_steps"],
+            "seed": int(cfg["seed"]),
+        }
     return TASKS[cfg["task"]], {}
 
 
@@ -374,10 +395,21 @@ def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Pat
             out = self.module.forward_inference({Columns.OBS: x})
             return out[Columns.ACTION_DIST_INPUTS][..., :act_dim]  # the Gaussian's mean
 
-    meta = {"kind": "exported-policy", "system": "rllib", "obs_dim": obs_dim, "act_dim": act_dim,
-            "tickers": list(getattr(env, "tickers", []) or []),
-            "config": {"env": {"name": cfg["task"], "trading": cfg["env"].get("trading") or {},
-                               "max_episode_steps": cfg["env"].get("max_episode_steps"), "num_envs": 1}}}
+    meta = {
+        "kind": "exported-policy",
+        "system": "rllib",
+        "obs_dim": obs_dim,
+        "act_dim": act_dim,
+        "tickers": list(getattr(env, "tickers", []) or []),
+        "config": {
+            "env": {
+                "name": cfg["task"],
+                "trading": cfg["env"].get("trading") or {},
+                "max_episode_steps": cfg["env"].get("max_episode_steps"),
+                "num_envs": 1,
+            }
+        },
+    }
     with torch.no_grad():
         traced = torch.jit.trace(Deterministic().eval(), torch.zeros(2, obs_dim), check_trace=False)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -393,19 +425,29 @@ def git_revision() -> str:
 
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         if rev:
-            dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
             return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
     return "unknown"
 
 
-def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = None, quiet: bool = False,
-          max_wall_s: float | None = None) -> dict[str, Any]:
+def train(
+    cfg: dict[str, Any],
+    run_dir: Path,
+    stop_at_return: float | None = None,
+    quiet: bool = False,
+    max_wall_s: float | None = None,
+) -> dict[str, Any]:
     import ray
     import torch
 
@@ -418,17 +460,24 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
     else:
         runners, learners = cfg["rllib"]["env_runners"], cfg["rllib"].get("learners") or {}
         need = int(runners.get("num_env_runners", 2)) + int(learners.get("num_learners", 0) or 0) + 1
-        ray.init(num_cpus=int(cfg["ray"].get("num_cpus") or max(os.cpu_count() or 1, need)),
-                 include_dashboard=False, log_to_driver=not quiet)
+        ray.init(
+            num_cpus=int(cfg["ray"].get("num_cpus") or max(os.cpu_count() or 1, need)),
+            include_dashboard=False,
+            log_to_driver=not quiet,
+        )
     pc, algo = build_algo(cfg)
     evaluate = Evaluator(cfg, pc)
     startup_s = time.perf_counter() - t0
-    resources = resources_used(cfg, sum(bool(n.get("Alive")) for n in ray.nodes()),
-                               ray.cluster_resources().get("CPU", 0.0))
-    say(f"rllib {ray.__version__}: {TASKS[cfg['task']]}, start-up {startup_s:.1f} s, {resources['pods']} pod(s)-equivalent: "
+    resources = resources_used(
+        cfg, sum(bool(n.get("Alive")) for n in ray.nodes()), ray.cluster_resources().get("CPU", 0.0)
+    )
+    say(
+        f"rllib {ray.__version__}: {TASKS[cfg['task']]}, start-up {startup_s:.1f} s, {resources['pods']} "
+        "pod(s)-equivalent: "
         f"{resources['num_learners']} learner(s) x {resources['num_gpus_per_learner']:g} GPU, "
         f"{resources['num_env_runners']} env runners, {resources['envs_per_step']} envs per step, "
-        f"{resources['nodes']} node(s), {resources['cpus']} CPUs")
+        f"{resources['nodes']} node(s), {resources['cpus']} CPUs"
+    )
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     attrs = {
         "config": cfg,
@@ -445,9 +494,22 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
         "world_size": resources["pods"],
         "pods": resources["pods"],
         "resources": resources,
-        "slurm": {k: v for k, v in os.environ.items() if k.startswith("SLURM_") and k in (
-            "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID", "SLURM_PROCID",
-            "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")},
+        "slurm": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("SLURM_")
+            and k
+            in (
+                "SLURM_JOB_ID",
+                "SLURM_ARRAY_JOB_ID",
+                "SLURM_ARRAY_TASK_ID",
+                "SLURM_STEP_ID",
+                "SLURM_PROCID",
+                "SLURM_NODEID",
+                "SLURM_JOB_NODELIST",
+                "SLURM_RESTART_COUNT",
+            )
+        },
         "comm": "ray",
         "ray_nodes": resources["nodes"],
         "startup_s": startup_s,
@@ -466,15 +528,22 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
             res = algo.train()
             it += 1
             prev = env_steps
-            env_steps = int(_get(res, "env_runners", "num_env_steps_sampled_lifetime", default=0)
-                            or _get(res, "num_env_steps_sampled_lifetime", default=0))
+            env_steps = int(
+                _get(res, "env_runners", "num_env_steps_sampled_lifetime", default=0)
+                or _get(res, "num_env_steps_sampled_lifetime", default=0)
+            )
             lrn = _get(res, "learners", "default_policy", default={})
             row = {
-                "update": it, "env_steps": env_steps, "wall_s": wall(),
+                "update": it,
+                "env_steps": env_steps,
+                "wall_s": wall(),
                 "steps_per_s": (env_steps - prev) / max(time.perf_counter() - t_it, 1e-9),
                 "return_mean": _f(_get(res, "env_runners", "episode_return_mean")),
-                "episodes": int(_f(_get(res, "env_runners", "num_episodes", default=-1))
-                                if math.isfinite(_f(_get(res, "env_runners", "num_episodes", default=-1))) else -1),
+                "episodes": int(
+                    _f(_get(res, "env_runners", "num_episodes", default=-1))
+                    if math.isfinite(_f(_get(res, "env_runners", "num_episodes", default=-1)))
+                    else -1
+                ),
                 "loss": _f(_get(lrn, "total_loss")),
                 "policy_loss": _f(_get(lrn, "policy_loss")),
                 "value_loss": _f(_get(lrn, "vf_loss")),
@@ -489,11 +558,20 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
                 rets = evaluate(algo)
                 last = float(rets.mean())
                 best = max(best, last)
-                log.append("eval", {
-                    "update": it, "env_steps": env_steps, "wall_s": wall(), "return_mean": last,
-                    "return_std": float(rets.std()), "return_min": float(rets.min()),
-                    "return_max": float(rets.max()), "episodes": len(rets),
-                }, flush=True)
+                log.append(
+                    "eval",
+                    {
+                        "update": it,
+                        "env_steps": env_steps,
+                        "wall_s": wall(),
+                        "return_mean": last,
+                        "return_std": float(rets.std()),
+                        "return_min": float(rets.min()),
+                        "return_max": float(rets.max()),
+                        "episodes": len(rets),
+                    },
+                    flush=True,
+                )
                 say(f"{env_steps:>9,} env steps  {wall():7.1f} s  eval {last:8.1f}  train {row['return_mean']:8.1f}")
                 while next_eval <= env_steps:
                     next_eval += every
@@ -507,10 +585,16 @@ def train(cfg: dict[str, Any], run_dir: Path, stop_at_return: float | None = Non
         algo.stop()
         ray.shutdown()
     summary = {
-        "system": "rllib", "task": cfg["task"], "pods": resources["pods"], "resources": resources,
-        "env_steps": env_steps, "wall_s": round(wall_s, 3),
-        "steps_per_s": round(env_steps / max(wall_s, 1e-9), 1), "best_return": best,
-        "final_return": last if math.isfinite(last) else None, "startup_s": round(startup_s, 3),
+        "system": "rllib",
+        "task": cfg["task"],
+        "pods": resources["pods"],
+        "resources": resources,
+        "env_steps": env_steps,
+        "wall_s": round(wall_s, 3),
+        "steps_per_s": round(env_steps / max(wall_s, 1e-9), 1),
+        "best_return": best,
+        "final_return": last if math.isfinite(last) else None,
+        "startup_s": round(startup_s, 3),
         "iterations": it,
     }
     if env_steps < total and not reached:
@@ -528,10 +612,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job", help="job file (jobs/rllib_*.yaml)")
     p.add_argument("--run-dir", default=None, help="where the log and summary go (default runs/<name>)")
     p.add_argument("--set", dest="sets", action="append", default=[], help="override a dotted key: key=value (YAML)")
-    p.add_argument("--stop-at-return", type=float, default=None,
-                   help="stop at the first evaluation whose mean return is at least this")
-    p.add_argument("--max-wall-s", type=float, default=None,
-                   help="stop (after a last evaluation) once training has run this many seconds")
+    p.add_argument(
+        "--stop-at-return",
+        type=float,
+        default=None,
+        help="stop at the first evaluation whose mean return is at least this",
+    )
+    p.add_argument(
+        "--max-wall-s",
+        type=float,
+        default=None,
+        help="stop (after a last evaluation) once training has run this many seconds",
+    )
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     try:

@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import torch
 
-from podracer_hpc.cluster.device import node_caches
 from podracer_hpc.agents.settings import COMPILE_MODES
+from podracer_hpc.cluster.device import node_caches
 
 _told: set[str] = set()  # notices printed already (one per process and text)
 
@@ -50,6 +50,7 @@ def _names() -> list[str]:
     """The C++ compilers inductor would try on a CPU (its ``cpp.cxx`` setting: ``$CXX`` or g++)."""
     try:
         from torch._inductor import config as inductor_config
+
         return [str(c) for c in inductor_config.cpp.cxx if c]
     except Exception:  # noqa: BLE001  (an inductor without this setting: its documented default)
         return [os.environ.get("CXX", "g++")]
@@ -69,6 +70,7 @@ def compile_problem(device: torch.device | str) -> str | None:
     dev = torch.device(device)
     try:
         from torch._dynamo.eval_frame import is_dynamo_supported
+
         if not is_dynamo_supported():
             return f"TorchDynamo does not support Python {sys.version.split()[0]}"
     except ImportError as e:
@@ -83,12 +85,16 @@ def compile_problem(device: torch.device | str) -> str | None:
         return f"agent.compile supports cpu and cuda devices, not {dev.type}"
     if _cxx() is None:
         want = " or ".join(_names()) or "g++"
-        return (f"no C++ compiler ({want}) on PATH: torch inductor builds its CPU kernels with one "
-                "(install g++, or point $CXX at one)")
+        return (
+            f"no C++ compiler ({want}) on PATH: torch inductor builds its CPU kernels with one "
+            "(install g++, or point $CXX at one)"
+        )
     include = sysconfig.get_paths().get("include", "")
     if not (Path(include) / "Python.h").is_file():
-        return (f"no Python headers ({include}/Python.h): torch inductor builds its CPU kernels against them "
-                "(install python3-dev or the interpreter's headers)")
+        return (
+            f"no Python headers ({include}/Python.h): torch inductor builds its CPU kernels against them "
+            "(install python3-dev or the interpreter's headers)"
+        )
     return None
 
 
@@ -97,8 +103,10 @@ def torch_mode(mode: str, device: torch.device) -> str | None:
     if mode == "cudagraphs":
         if device.type == "cuda":
             return "reduce-overhead"
-        notice(f"agent.compile=cudagraphs: CUDA graphs need a CUDA device, this pod runs on {device}: "
-               "compiling without them (as agent.compile=on)")
+        notice(
+            f"agent.compile=cudagraphs: CUDA graphs need a CUDA device, this pod runs on {device}: "
+            "compiling without them (as agent.compile=on)"
+        )
     return None
 
 
@@ -131,6 +139,7 @@ def trust_cpu_isa(environ: dict[str, str] | None = None) -> bool:
     if env.get("TORCHINDUCTOR_VEC_ISA_OK", "").strip():
         return False
     from torch._inductor import config as inductor_config
+
     if inductor_config.cpp.vec_isa_ok is not None:  # set already (by the user, or by us)
         return False
     inductor_config.cpp.vec_isa_ok = True
@@ -147,7 +156,8 @@ class Compiled:
         self.fn, self.name, self.agent_mode = fn, name, mode
         self.cuda_graphs = torch_mode(mode, device) == "reduce-overhead"
         self.compiled: Callable[..., Any] | None = torch.compile(
-            fn, mode=torch_mode(mode, device), fullgraph=True, dynamic=False)
+            fn, mode=torch_mode(mode, device), fullgraph=True, dynamic=False
+        )
         self.calls = 0
 
     def __call__(self, *args: Any) -> Any:
@@ -168,8 +178,10 @@ class Compiled:
             out = self.compiled(*args)
         except Exception as e:  # noqa: BLE001  (any backend failure: the eager function still works)
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            notice(f"agent.compile={self.agent_mode}: compiling {self.name} failed ({type(e).__name__}: "
-                   f"{first[:300]}); running it eagerly")
+            notice(
+                f"agent.compile={self.agent_mode}: compiling {self.name} failed ({type(e).__name__}: "
+                f"{first[:300]}); running it eagerly"
+            )
             self.compiled = None
             return self.fn(*args)
         self.calls += 1
@@ -210,8 +222,10 @@ def compile_env(env: Any, mode: str, device: torch.device | str) -> bool:
         try:
             out = step(*args)
         except Exception as e:  # noqa: BLE001  (any backend failure: the eager step still works)
-            notice(f"agent.compile={mode}: compiling the env step failed ({type(e).__name__}: "
-                   f"{str(e).strip()[:300]}); stepping it eagerly")
+            notice(
+                f"agent.compile={mode}: compiling the env step failed ({type(e).__name__}: "
+                f"{str(e).strip()[:300]}); stepping it eagerly"
+            )
             env._compiled_step = None
             env._cuda_graphs = False
             return env.pure_step(*args)
@@ -258,9 +272,11 @@ class FusedAdam:
         if len(opt.param_groups) != 1:
             return False
         g = opt.param_groups[0]
-        return bool(g.get("fused")) and not (g.get("amsgrad") or g.get("maximize") or g.get("capturable")
-                                             or isinstance(g["lr"], torch.Tensor)) \
+        return (
+            bool(g.get("fused"))
+            and not (g.get("amsgrad") or g.get("maximize") or g.get("capturable") or isinstance(g["lr"], torch.Tensor))
             and all(p in opt.state and "exp_avg" in opt.state[p] for p in self.params)
+        )
 
     def step(self, grads: tuple[torch.Tensor, ...] | list[torch.Tensor]) -> None:
         """``opt.step()`` with ``grads`` as the parameters' gradients (no ``.grad`` is left set)."""
@@ -281,12 +297,29 @@ class FusedAdam:
             self.flat_step = torch.stack([s["step"] for s in states])
             for i, s in enumerate(states):
                 s["step"] = self.flat_step[i]
-            self.lists = ([s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                          [s["step"] for s in states])
+            self.lists = (
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [s["step"] for s in states],
+            )
         exp_avg, exp_avg_sq, steps = self.lists
         group = self.opt.param_groups[0]
         beta1, beta2 = group["betas"]
         self.flat_step.add_(1)
-        torch._fused_adam_(self.params, grads, exp_avg, exp_avg_sq, [], steps, amsgrad=False,
-                           lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                           eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+        torch._fused_adam_(
+            self.params,
+            grads,
+            exp_avg,
+            exp_avg_sq,
+            [],
+            steps,
+            amsgrad=False,
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            grad_scale=None,
+            found_inf=None,
+        )

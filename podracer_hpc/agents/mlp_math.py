@@ -41,8 +41,9 @@ def mlp_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor) -> to
     return x
 
 
-def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
-                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+def mlp_saved_forward(
+    layers: list[nn.Linear], activation: str, x: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
     """An :func:`mlp`'s forward keeping (output, each layer's input, each pre-activation) for
     :func:`mlp_backward` (call both under ``torch.no_grad()``, as the agents' update does)."""
     act = ACTIVATION_FNS[activation]
@@ -56,8 +57,9 @@ def mlp_saved_forward(layers: list[nn.Linear], activation: str, x: torch.Tensor
     return h, inputs, pre
 
 
-def mlp_backward(layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor],
-                 g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def mlp_backward(
+    layers: list[nn.Linear], activation: str, inputs: list[torch.Tensor], pre: list[torch.Tensor], g: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """The gradients (weight, bias, layer by layer: the order of ``parameters()``) of an
     :func:`mlp` from ``g``, the gradient at its output, and :func:`mlp_saved_forward`'s record;
     written out as :meth:`TwinQ.backward`."""

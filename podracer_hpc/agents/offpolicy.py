@@ -10,7 +10,8 @@ tensors. The update is cheap on a CPU, where small networks cost per op, not per
 critics are one batched ensemble (:class:`TwinQ`), the critic's and actor's backward passes are
 written out (:meth:`TwinQ.backward`, :func:`.mlp_math.mlp_backward`: autograd's kernels without a graph),
 Adam is one fused kernel per optimizer (:class:`.compiled.FusedAdam`) and the targets follow in
-one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer (:mod:`.replay`) stores raw observations; the agent normalizes the
+one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer
+(:mod:`.replay`) stores raw observations; the agent normalizes the
 sampled batch with its current statistics at update time, so changing statistics never leave
 stale normalized data in the buffer.
 """
@@ -24,10 +25,10 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.settings import OffPolicyConfig  # noqa: F401  (re-exported: the agents and tests import it from here)
 from podracer_hpc.agents.compiled import Compiled, FusedAdam, compiled
 from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
 from podracer_hpc.agents.ppo import RunningMeanStd
+from podracer_hpc.agents.settings import OffPolicyConfig
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -48,7 +49,8 @@ def mlp(sizes: list[int], activation: str) -> nn.Sequential:
 class TwinQ(nn.Module):
     """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair) as one batched
     ensemble: layer ``l`` of both is one ``torch.baddbmm`` on stacked weights ``w{l}``
-    ``[2, in, out]`` (``nn.Linear``'s transposed) and biases ``b{l}`` ``[2, 1, out]`` (one forward and one backward for the pair,
+    ``[2, in, out]`` (``nn.Linear``'s transposed) and biases ``b{l}`` ``[2, 1, out]`` (one forward and one backward
+    for the pair,
     not two: on a CPU the small networks' cost is the per-op overhead). Initialized as two
     ``nn.Linear`` MLPs would be (PyTorch's default, the same draws), so member ``k`` is exactly the
     MLP whose layer ``l`` has weight ``w{l}[k].T`` and bias ``b{l}[k, 0]``; the state keys are
@@ -85,7 +87,7 @@ class TwinQ(nn.Module):
     def _head(b: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """The output layer ``[K, B]``: ``baddbmm(b, h, w)`` (``w`` ``[K, in, 1]``) as the row vector
         ``w^T`` times ``h^T``: the same sums in about half the time on a CPU (MKL's batched product
-        with one output column is slow here; bench/RESULTS.md, "2026-12-02 (third session)")."""
+        with one output column is slow here; bench/RESULTS.md)."""
         return torch.baddbmm(b, w.transpose(1, 2), h.transpose(1, 2)).squeeze(1)
 
     def _members(self, first_only: bool) -> list[torch.Tensor]:
@@ -93,10 +95,12 @@ class TwinQ(nn.Module):
         ps = list(self._parameters.values())
         return [p[:1] for p in ps] if first_only else ps
 
-    def saved_forward(self, x: torch.Tensor, first_only: bool = False
-                      ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    def saved_forward(
+        self, x: torch.Tensor, first_only: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
         """``forward`` of the inputs ``x = cat(obs, action)`` ``[B, in]``, keeping what
-        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``, each layer's input, each pre-activation).
+        :meth:`backward` needs (call it under ``torch.no_grad()``, as the agents' update does): (``q`` ``[2, B]``,
+        each layer's input, each pre-activation).
         ``first_only``: ``Q1`` alone (``q`` ``[1, B]``; TD3's actor ascends ``Q1``: half the arithmetic)."""
         ps = self._members(first_only)
         inputs, pre, h = [], [], x.expand(ps[0].shape[0], *x.shape)
@@ -111,8 +115,14 @@ class TwinQ(nn.Module):
         pre.append(q)
         return q, inputs, pre
 
-    def backward(self, g: torch.Tensor, inputs: list[torch.Tensor], pre: list[torch.Tensor], params: bool = True,
-                 to_input: bool = False) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    def backward(
+        self,
+        g: torch.Tensor,
+        inputs: list[torch.Tensor],
+        pre: list[torch.Tensor],
+        params: bool = True,
+        to_input: bool = False,
+    ) -> tuple[list[torch.Tensor], torch.Tensor | None]:
         """The backward pass of :meth:`saved_forward` written out (the chain rule through the
         layers with autograd's own kernels: the numbers ``torch.autograd.grad`` gives, without
         building and walking a graph; on a CPU the small networks' cost is per op). ``g``: the
@@ -139,8 +149,9 @@ class TwinQ(nn.Module):
         return grads, (g if to_input else None)
 
     @torch.no_grad()
-    def loss_and_grads(self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    def loss_and_grads(
+        self, obs: torch.Tensor, action: torch.Tensor, target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """(:func:`critic_loss` of ``target``, ``sum_k mean (Q_k - y)^2``; mean Q; the loss's gradients by parameter),
         the backward pass written out (:meth:`backward`)."""
         q, inputs, pre = self.saved_forward(torch.cat([obs, action], -1))
@@ -163,9 +174,11 @@ class TwinQ(nn.Module):
         return h.squeeze(-1)
 
 
-def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
-                         modules: tuple[str, ...] = ("net.critic.", "net.critic_target.")
-                         ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def upgrade_twin_q_state(
+    tensors: dict[str, torch.Tensor],
+    meta: dict[str, Any],
+    modules: tuple[str, ...] = ("net.critic.", "net.critic_target."),
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """A state of the two-module twin critics (``q1.{2l}.weight``, ..., written before the
     batched :class:`TwinQ`) in the stacked layout, its ``critic`` optimizer's moments and
     parameter ids included (Adam's are elementwise: stacking them is exact); any other state as
@@ -173,7 +186,7 @@ def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
     if not any(k.startswith(modules[0] + "q1.") for k in tensors):
         return tensors, meta
     out = {k: v for k, v in tensors.items() if not any(k.startswith(m + "q") for m in modules)}
-    layers = sorted({int(k[len(modules[0]) + 3:].split(".")[0]) for k in tensors if k.startswith(modules[0] + "q1.")})
+    layers = sorted({int(k[len(modules[0]) + 3 :].split(".")[0]) for k in tensors if k.startswith(modules[0] + "q1.")})
     for m in modules:
         for i, idx in enumerate(layers):
             pair = [(tensors[f"{m}q{j}.{idx}.weight"], tensors[f"{m}q{j}.{idx}.bias"]) for j in (1, 2)]
@@ -181,7 +194,7 @@ def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
             out[f"{m}b{i}"] = torch.stack([b for _, b in pair]).unsqueeze(1)
     n = 2 * len(layers)  # parameters per critic: old ids 0..n-1 (q1) and n..2n-1 (q2), new ids 0..n-1
     prefix = "optim.critic."
-    old = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    old = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
     for k in old:
         del out[prefix + k]
     for pid in range(n):
@@ -189,8 +202,11 @@ def upgrade_twin_q_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any],
             a, b = old.get(f"{pid}.{key}"), old.get(f"{pid + n}.{key}")
             if a is None or b is None:
                 continue
-            out[f"{prefix}{pid}.{key}"] = a.clone() if key == "step" else (
-                torch.stack([a, b]).unsqueeze(1) if pid % 2 else torch.stack([a.t(), b.t()]).contiguous())
+            out[f"{prefix}{pid}.{key}"] = (
+                a.clone()
+                if key == "step"
+                else (torch.stack([a, b]).unsqueeze(1) if pid % 2 else torch.stack([a.t(), b.t()]).contiguous())
+            )
     meta = dict(meta)
     groups = dict(meta.get("optim_param_groups") or {})
     if "critic" in groups:
@@ -236,8 +252,13 @@ def critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> tor
     return (q1 - target).square().mean() + (q2 - target).square().mean()
 
 
-def ensemble_target(reward: torch.Tensor, bootstrap: torch.Tensor, next_q: torch.Tensor,
-                    next_logp: torch.Tensor | None = None, alpha: torch.Tensor | float = 0.0) -> torch.Tensor:
+def ensemble_target(
+    reward: torch.Tensor,
+    bootstrap: torch.Tensor,
+    next_q: torch.Tensor,
+    next_logp: torch.Tensor | None = None,
+    alpha: torch.Tensor | float = 0.0,
+) -> torch.Tensor:
     """:func:`clipped_double_q_target` of the ensemble's ``next_q`` ``[2, B]``, with
     ``bootstrap = discount * (1 - terminated)`` computed beforehand (once for all the updates of a call)."""
     next_v = next_q.amin(0)
@@ -314,9 +335,10 @@ class OffPolicyAgent(nn.Module):
             # policy step ran slower than eager ones (their graphs are small: the call's overhead
             # outweighs the fused ops), the critic loss faster; on a GPU all three compile
             eager_here = self.CPU_EAGER if self.device.type == "cpu" else ()
-            hot: dict[str, Any] = {name: fn if name in eager_here else
-                                   compiled(fn, mode, self.device, f"the {algo} {name}")
-                                   for name, fn in self._hot_functions().items()}
+            hot: dict[str, Any] = {
+                name: fn if name in eager_here else compiled(fn, mode, self.device, f"the {algo} {name}")
+                for name, fn in self._hot_functions().items()
+            }
             hot["on"] = any(isinstance(f, Compiled) for f in hot.values())
             self._hot = hot
         return self._hot
@@ -367,7 +389,10 @@ class OffPolicyAgent(nn.Module):
         """:func:`polyak_update` of every pair of :meth:`_polyak_pairs` in one ``_foreach_lerp_``."""
         if self._polyak is None:
             pairs = self._polyak_pairs()
-            self._polyak = ([p for t, _ in pairs for p in t.parameters()], [p for _, o in pairs for p in o.parameters()])
+            self._polyak = (
+                [p for t, _ in pairs for p in t.parameters()],
+                [p for _, o in pairs for p in o.parameters()],
+            )
         torch._foreach_lerp_(self._polyak[0], self._polyak[1], tau)
 
     def _set_lr(self, name: str, lr: float) -> None:
@@ -399,8 +424,9 @@ class OffPolicyAgent(nn.Module):
             for pid, st in sd["state"].items():
                 for k, v in st.items():
                     # a step is a view of its optimizer's one step tensor (FusedAdam): saved apart
-                    t[f"optim.{name}.{pid}.{k}"] = (v.clone() if k == "step" else v) if torch.is_tensor(v) \
-                        else torch.tensor(v)
+                    t[f"optim.{name}.{pid}.{k}"] = (
+                        (v.clone() if k == "step" else v) if torch.is_tensor(v) else torch.tensor(v)
+                    )
             groups[name] = sd["param_groups"]
         return t, {"hparams": dict(self.hparams), "optim_param_groups": groups, "agent_updates": self.num_updates}
 
@@ -408,8 +434,9 @@ class OffPolicyAgent(nn.Module):
     def is_state_key(cls, key: str) -> bool:
         return key.startswith(cls.STATE_PREFIXES)
 
-    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True,
-             optimizer: bool = True) -> None:
+    def load(
+        self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True, optimizer: bool = True
+    ) -> None:
         """Take over an agent's networks (online and target), statistics and, if ``optimizer``,
         its optimizers and update count (an agent that will only act skips them); its
         hyperparameters only if ``hparams``. Raises KeyError/RuntimeError/ValueError on a state
@@ -420,7 +447,7 @@ class OffPolicyAgent(nn.Module):
         tensors, meta = upgrade_twin_q_state(tensors, meta)
 
         def sub(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+            return {k[len(prefix) :]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
 
         self.net.load_state_dict(sub("net."))
         self.obs_rms.load_state_dict(sub("obs_rms."))
@@ -431,8 +458,12 @@ class OffPolicyAgent(nn.Module):
                 states.setdefault(name, {}).setdefault(int(pid), {})[key] = v
             groups = meta.get("optim_param_groups") or {}
             for name, opt in self.optimizers.items():
-                opt.load_state_dict({"state": states.get(name, {}),
-                                     "param_groups": groups.get(name) or opt.state_dict()["param_groups"]})
+                opt.load_state_dict(
+                    {
+                        "state": states.get(name, {}),
+                        "param_groups": groups.get(name) or opt.state_dict()["param_groups"],
+                    }
+                )
                 self._steppers[name].reset()
             self.num_updates = int(meta.get("agent_updates", 0))
         if hparams:

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from podracer_hpc.config import MUTABLE_HPARAMS, PPOConfig
 from podracer_hpc.agents.compiled import Compiled, FusedAdam, clip_grads, compiled
 from podracer_hpc.agents.ppo_grads import LOG_2PI, gaussian_mlp_grads
+from podracer_hpc.agents.settings import MUTABLE_HPARAMS, PPOConfig
 
 
 # ----------------------------------------------------------------------------------------
@@ -26,8 +26,13 @@ from podracer_hpc.agents.ppo_grads import LOG_2PI, gaussian_mlp_grads
 class RunningMeanStd(nn.Module):
     """Running mean and variance over a stream of batches (Chan et al.'s parallel update), float64."""
 
-    def __init__(self, shape: tuple[int, ...] = (), device: str | torch.device = "cpu", epsilon: float = 1e-4,
-                 tied: torch.Tensor | None = None):
+    def __init__(
+        self,
+        shape: tuple[int, ...] = (),
+        device: str | torch.device = "cpu",
+        epsilon: float = 1e-4,
+        tied: torch.Tensor | None = None,
+    ):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64, device=device))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64, device=device))
@@ -60,8 +65,9 @@ class RunningMeanStd(nn.Module):
 
 
 @torch.no_grad()
-def scale_by_return_std(reward: torch.Tensor, done: torch.Tensor, ret: torch.Tensor, rms: RunningMeanStd,
-                        gamma: float) -> torch.Tensor:
+def scale_by_return_std(
+    reward: torch.Tensor, done: torch.Tensor, ret: torch.Tensor, rms: RunningMeanStd, gamma: float
+) -> torch.Tensor:
     """Divide rewards by the running std of each env's discounted return (as SB3's VecNormalize).
 
     ``ret`` (float64, one per env) is the environments' running discounted return, updated in
@@ -318,8 +324,10 @@ class PPOAgent(nn.Module):
         tied = None
         if cfg.network == "per_asset":
             if asset_layout is None or discrete:
-                raise ValueError("agent.network=per_asset needs continuous actions, one per asset, and an env "
-                                 "whose observation has an asset layout (stock_trading); use agent.network=mlp")
+                raise ValueError(
+                    "agent.network=per_asset needs continuous actions, one per asset, and an env "
+                    "whose observation has an asset layout (stock_trading); use agent.network=mlp"
+                )
             glob = torch.as_tensor(asset_layout[0], dtype=torch.long).reshape(-1)
             tied = torch.as_tensor(asset_layout[1], dtype=torch.long)
             self.net = PerAssetActorCritic(act_dim, cfg, tied, glob).to(device)
@@ -338,17 +346,24 @@ class PPOAgent(nn.Module):
         on first use (importing torch._dynamo costs seconds: an agent that only acts skips it)."""
         if self._hot is None:
             mode, dev = self.cfg.compile, next(self.net.parameters()).device
-            # measured on a CPU (bench/RESULTS.md, 2026-12-03): the compiled policy and value steps
+            # measured on a CPU (bench/RESULTS.md): the compiled policy and value steps
             # ran 1.2-1.9x slower than eager ones at 16 to 4,096 rows (a compiled call's overhead
             # and inductor's loops against ATen's kernels), so a CPU pod compiles the loss only
             eager_here = self.CPU_EAGER if dev.type == "cpu" else ()
             # Gaussian MLPs: the gradients written out (ppo_grads); else the loss through autograd
             step = "grads" if self.written_out() else "loss"
-            fns = {"act": (self._act_noise, "the PPO policy step"), "value": (self.net.value, "the PPO value step"),
-                   step: ((self._minibatch_grads, "the PPO gradients") if step == "grads" else
-                          (self._minibatch_loss, "the PPO loss"))}
-            hot: dict[str, Any] = {k: fn if k in eager_here else compiled(fn, mode, dev, name)
-                                   for k, (fn, name) in fns.items()}
+            fns = {
+                "act": (self._act_noise, "the PPO policy step"),
+                "value": (self.net.value, "the PPO value step"),
+                step: (
+                    (self._minibatch_grads, "the PPO gradients")
+                    if step == "grads"
+                    else (self._minibatch_loss, "the PPO loss")
+                ),
+            }
+            hot: dict[str, Any] = {
+                k: fn if k in eager_here else compiled(fn, mode, dev, name) for k, (fn, name) in fns.items()
+            }
             hot["on"] = isinstance(hot[step], Compiled)
             self._hot = hot
         return self._hot
@@ -401,8 +416,9 @@ class PPOAgent(nn.Module):
     def is_state_key(cls, key: str) -> bool:
         return key.startswith(cls.STATE_PREFIXES)
 
-    def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True,
-             optimizer: bool = True) -> None:
+    def load(
+        self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], hparams: bool = True, optimizer: bool = True
+    ) -> None:
         """Take over an agent's networks, optimizer and statistics; its hyperparameters only if
         ``hparams`` (a pod's own stay otherwise); the optimizer's state only if ``optimizer`` (an
         agent that will only act skips it). Raises KeyError/RuntimeError/ValueError on a state
@@ -411,7 +427,7 @@ class PPOAgent(nn.Module):
         dev = next(self.net.parameters()).device
 
         def sub(prefix: str) -> dict[str, torch.Tensor]:
-            return {k[len(prefix):]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
+            return {k[len(prefix) :]: v.to(dev) for k, v in tensors.items() if k.startswith(prefix)}
 
         self.net.load_state_dict(sub("net."))
         self.obs_rms.load_state_dict(sub("obs_rms."))
@@ -535,32 +551,73 @@ class PPOAgent(nn.Module):
         metrics["learning_rate"] = torch.tensor(lr)
         return metrics
 
-    def _minibatch_grads(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
-                         advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                         clip_coef: torch.Tensor | float, vf_coef: torch.Tensor | float,
-                         ent_coef: torch.Tensor | float) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def _minibatch_grads(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        old_values: torch.Tensor,
+        returns: torch.Tensor,
+        clip_coef: torch.Tensor | float,
+        vf_coef: torch.Tensor | float,
+        ent_coef: torch.Tensor | float,
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """One minibatch's gradients (the order of ``net.parameters()``) and the statistics of
         :meth:`_minibatch_loss`, written out (:func:`.ppo_grads.gaussian_mlp_grads`; pure: compiled)."""
         cfg = self.cfg
-        return gaussian_mlp_grads(self.net, cfg.activation, cfg.norm_adv, cfg.clip_vloss, obs, actions, old_logp,
-                                  advantages, old_values, returns, clip_coef, vf_coef, ent_coef)
+        return gaussian_mlp_grads(
+            self.net,
+            cfg.activation,
+            cfg.norm_adv,
+            cfg.clip_vloss,
+            obs,
+            actions,
+            old_logp,
+            advantages,
+            old_values,
+            returns,
+            clip_coef,
+            vf_coef,
+            ent_coef,
+        )
 
-    def _minibatch_loss(self, obs: torch.Tensor, actions: torch.Tensor, old_logp: torch.Tensor,
-                        advantages: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-                        clip_coef: torch.Tensor | float, vf_coef: torch.Tensor | float,
-                        ent_coef: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _minibatch_loss(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        old_logp: torch.Tensor,
+        advantages: torch.Tensor,
+        old_values: torch.Tensor,
+        returns: torch.Tensor,
+        clip_coef: torch.Tensor | float,
+        vf_coef: torch.Tensor | float,
+        ent_coef: torch.Tensor | float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One minibatch's loss and its statistics ``[loss, policy_loss, value_loss, entropy,
         approx_kl, clipfrac]`` (detached): the forward part of an update step (pure: compiled)."""
         params = self.net.dist_params(obs)
         new_logp, ent = self.net.log_prob_entropy(params, actions)
         new_v = self.net.value(obs)
-        out = ppo_loss(new_logp, old_logp, advantages, new_v, old_values, returns, ent,
-                       clip_coef, vf_coef, ent_coef, self.cfg.clip_vloss, self.cfg.norm_adv)
+        out = ppo_loss(
+            new_logp,
+            old_logp,
+            advantages,
+            new_v,
+            old_values,
+            returns,
+            ent,
+            clip_coef,
+            vf_coef,
+            ent_coef,
+            self.cfg.clip_vloss,
+            self.cfg.norm_adv,
+        )
         stats = torch.stack([out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl, out.clipfrac])
         return out.loss, stats.detach()
 
 
-# Keys of state files written before the agent owned its state (2026-11-30): the reward
+# Keys of state files written before the agent owned its state: the reward
 # scaler's statistics were "reward_scaler.rms.*" and its per-env returns "reward_scaler.ret".
 _RENAMED = {"reward_scaler.rms.": "reward_rms."}
 
@@ -571,7 +628,7 @@ def upgrade_state_keys(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tens
     for k, v in tensors.items():
         for old, new in _RENAMED.items():
             if k.startswith(old):
-                k = new + k[len(old):]
+                k = new + k[len(old) :]
                 break
         out[k] = v
     return out

@@ -37,11 +37,21 @@ def _larger(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def gaussian_mlp_grads(net: Any, activation: str, norm_adv: bool, clip_vloss: bool, obs: torch.Tensor,
-                       actions: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                       old_values: torch.Tensor, returns: torch.Tensor, clip_coef: torch.Tensor | float,
-                       vf_coef: torch.Tensor | float, ent_coef: torch.Tensor | float
-                       ) -> tuple[list[torch.Tensor], torch.Tensor]:
+def gaussian_mlp_grads(
+    net: Any,
+    activation: str,
+    norm_adv: bool,
+    clip_vloss: bool,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    clip_coef: torch.Tensor | float,
+    vf_coef: torch.Tensor | float,
+    ent_coef: torch.Tensor | float,
+) -> tuple[list[torch.Tensor], torch.Tensor]:
     """The gradients of one minibatch's PPO loss for ``net``'s parameters, in the order of
     ``net.parameters()`` (``log_std``, the actor's layers, the critic's), and the statistics
     ``[loss, policy_loss, value_loss, entropy, approx_kl, clipfrac]`` as ``ppo.ppo_loss`` gives."""
@@ -80,6 +90,9 @@ def gaussian_mlp_grads(net: Any, activation: str, norm_adv: bool, clip_vloss: bo
     loss = policy_loss - ent_coef * entropy + vf_coef * value_loss
     approx_kl = ((ratio - 1) - logratio).mean()
     clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
-    grads = [g_log_std, *mlp_backward(actor, activation, a_in, a_pre, g_mu),
-             *mlp_backward(critic, activation, c_in, c_pre, g_v.unsqueeze(-1))]
+    grads = [
+        g_log_std,
+        *mlp_backward(actor, activation, a_in, a_pre, g_mu),
+        *mlp_backward(critic, activation, c_in, c_pre, g_v.unsqueeze(-1)),
+    ]
     return grads, torch.stack([loss, policy_loss, value_loss, entropy, approx_kl, clipfrac])

@@ -82,8 +82,9 @@ class ReplayBuffer:
         """``capacity`` in transitions (rows), rounded down to a multiple of ``num_envs``;
         at least one slot. All tensors are allocated here (zeros), nothing later."""
         if num_envs < 1 or capacity < num_envs:
-            raise ValueError(f"a replay buffer needs capacity >= num_envs >= 1, got capacity {capacity}, "
-                             f"num_envs {num_envs}")
+            raise ValueError(
+                f"a replay buffer needs capacity >= num_envs >= 1, got capacity {capacity}, num_envs {num_envs}"
+            )
         if n_step < 1:
             raise ValueError(f"n_step must be >= 1, got {n_step}")
         self.num_envs, self.obs_dim, self.act_dim = int(num_envs), int(obs_dim), int(act_dim)
@@ -159,11 +160,23 @@ class ReplayBuffer:
         flat = torch.randint(0, self.filled * N, (batch_size,), generator=generator, device=dev)
         t, env = flat // N, flat % N  # filled slots are 0..filled-1 until full, then all of them
         if self.n_step == 1:
-            return Batch(self.obs[t, env], self.action[t, env], self.reward[t, env], self.next_obs[t, env],
-                         self.terminated[t, env], torch.full((batch_size,), self.gamma, device=dev))
+            return Batch(
+                self.obs[t, env],
+                self.action[t, env],
+                self.reward[t, env],
+                self.next_obs[t, env],
+                self.terminated[t, env],
+                torch.full((batch_size,), self.gamma, device=dev),
+            )
         reward, last, k = self.n_step_returns(t, env)
-        return Batch(self.obs[t, env], self.action[t, env], reward, self.next_obs[last, env],
-                     self.terminated[last, env], self.gamma ** (k + 1).to(reward.dtype))
+        return Batch(
+            self.obs[t, env],
+            self.action[t, env],
+            reward,
+            self.next_obs[last, env],
+            self.terminated[last, env],
+            self.gamma ** (k + 1).to(reward.dtype),
+        )
 
     def n_step_returns(self, t: torch.Tensor, env: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For rows ``(t, env)`` (slot and env indices ``[B]``): the n-step return, the slot of
@@ -190,8 +203,16 @@ class ReplayBuffer:
         """
         f = self.filled
         t = {name: getattr(self, name)[:f] for name in self.FIELDS}
-        meta = {"pos": self.pos, "filled": self.filled, "slots": self.slots, "num_envs": self.num_envs,
-                "obs_dim": self.obs_dim, "act_dim": self.act_dim, "n_step": self.n_step, "gamma": self.gamma}
+        meta = {
+            "pos": self.pos,
+            "filled": self.filled,
+            "slots": self.slots,
+            "num_envs": self.num_envs,
+            "obs_dim": self.obs_dim,
+            "act_dim": self.act_dim,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+        }
         return t, meta
 
     def load(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -200,8 +221,9 @@ class ReplayBuffer:
         want = {"slots": self.slots, "num_envs": self.num_envs, "obs_dim": self.obs_dim, "act_dim": self.act_dim}
         got = {k: int(meta.get(k, -1)) for k in want}
         if got != want:
-            raise ValueError(f"replay buffer layout {got} does not fit this one {want} "
-                             "(were num_envs or buffer_size changed?)")
+            raise ValueError(
+                f"replay buffer layout {got} does not fit this one {want} (were num_envs or buffer_size changed?)"
+            )
         f, pos = int(meta["filled"]), int(meta["pos"])
         if not (0 <= f <= self.slots and 0 <= pos < self.slots and (f == self.slots or pos == f)):
             raise ValueError(f"replay buffer meta: filled {f}, pos {pos} inconsistent with {self.slots} slots")

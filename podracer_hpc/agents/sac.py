@@ -15,10 +15,10 @@ import math
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.settings import SAC_MUTABLE, SACConfig
 from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
 from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
 from podracer_hpc.agents.replay import ReplayBuffer
+from podracer_hpc.agents.settings import SAC_MUTABLE, SACConfig
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -79,16 +79,18 @@ class SquashedGaussianActor(nn.Module):
         return SquashedGaussianActor._squash(mean, log_std, torch.exp(log_std), eps)
 
     @staticmethod
-    def _squash(mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor,
-                eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _squash(
+        mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`squash` with ``std = exp(log_std)`` given."""
         u = mean + std * eps
         log_det = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
         return torch.tanh(u), (-0.5 * eps.square() - log_std - log_det).sum(-1) - HALF_LOG_2PI * eps.shape[-1]
 
     @torch.no_grad()
-    def saved_sample(self, obs: torch.Tensor, eps: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    def saved_sample(
+        self, obs: torch.Tensor, eps: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """:meth:`sample_from` of a batch ``[B, obs]``, keeping the record that
         :meth:`SACAgent._actor_grads` (the written-out backward) needs: each layer's input and
         pre-activation, ``tanh`` of the raw log std, the std. Returns (actions, log-probabilities,
@@ -159,8 +161,10 @@ class SACAgent(OffPolicyAgent):
         self._init_hparams()
 
     def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        opts = {"actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
-                "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr)}
+        opts = {
+            "actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
+            "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr),
+        }
         if self.cfg.autotune:
             opts["alpha"] = self._adam([self.net.log_alpha], self.cfg.alpha_lr)
         return opts
@@ -224,8 +228,9 @@ class SACAgent(OffPolicyAgent):
             # actor: maximize min Q - alpha log pi at its own reparameterized actions (the
             # gradient through the critics reaches the actions only); temperature: its loss
             # -exp(log alpha) mean(log pi + target) is its own gradient in log alpha
-            actor_loss, logp, grads = hot["actor loss"](o, eps[i][B:], alpha, pi[B:], pi_logp[B:],
-                                                        [x[B:] for x in record])
+            actor_loss, logp, grads = hot["actor loss"](
+                o, eps[i][B:], alpha, pi[B:], pi_logp[B:], [x[B:] for x in record]
+            )
             self._steppers["actor"].step(grads)
             if cfg.autotune:
                 with torch.no_grad():
@@ -249,12 +254,24 @@ class SACAgent(OffPolicyAgent):
     CPU_EAGER = ("policy step", "policy pass", "actor loss")
 
     def _hot_functions(self) -> dict:
-        return {"policy step": self.net.actor.sample_from, "policy pass": self.net.actor.saved_sample,
-                "critic loss": self._critic_loss, "actor loss": self._actor_grads}
+        return {
+            "policy step": self.net.actor.sample_from,
+            "policy pass": self.net.actor.saved_sample,
+            "critic loss": self._critic_loss,
+            "actor loss": self._actor_grads,
+        }
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
-                     next_obs: torch.Tensor, next_action: torch.Tensor, next_logp: torch.Tensor,
-                     alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _critic_loss(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        bootstrap: torch.Tensor,
+        next_obs: torch.Tensor,
+        next_action: torch.Tensor,
+        next_logp: torch.Tensor,
+        alpha: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
         discount * (1 - terminated)); ``next_action``, ``next_logp``: the policy's at ``next_obs``."""
         net = self.net
@@ -263,18 +280,25 @@ class SACAgent(OffPolicyAgent):
         return net.critic.loss_and_grads(obs, action, y)
 
     @torch.no_grad()
-    def _actor_grads(self, obs: torch.Tensor, eps: torch.Tensor, alpha: torch.Tensor, a: torch.Tensor,
-                     logp: torch.Tensor, record: list[torch.Tensor]
-                     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _actor_grads(
+        self,
+        obs: torch.Tensor,
+        eps: torch.Tensor,
+        alpha: torch.Tensor,
+        a: torch.Tensor,
+        logp: torch.Tensor,
+        record: list[torch.Tensor],
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """(actor loss, log-probabilities, the loss's gradients in the actor's parameters) at the
-        policy's actions ``a`` (``eps``: their draw; ``logp``, ``record``: :meth:`SquashedGaussianActor.saved_sample`'s),
+        policy's actions ``a`` (``eps``: their draw; ``logp``, ``record``:
+        :meth:`SquashedGaussianActor.saved_sample`'s),
         the backward pass written out (as the critics': :meth:`.TwinQ.backward`):
         ``d logp/du = 2 tanh(u)``, ``d logp/d log_std = -1``; through the critics (their weights
         unchanged) to the actions only."""
         net, act_name = self.net, self.cfg.activation
         layers = linears(net.actor.body)
         k = len(layers)
-        inputs, pre, (t, std) = record[:k], record[k:2 * k], record[2 * k:]
+        inputs, pre, (t, std) = record[:k], record[k : 2 * k], record[2 * k :]
         q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1))
         q_min = q.amin(0)
         rows = obs.shape[0]
@@ -282,7 +306,7 @@ class SACAgent(OffPolicyAgent):
         low = (q == q_min).to(q.dtype)  # amin's gradient: shared evenly by ties
         _, g_x = net.critic.backward(low * (-1.0 / rows) / low.sum(0), q_in, q_pre, params=False, to_input=True)
         g_logp = alpha / rows
-        g_u = g_x.sum(0)[:, self.obs_dim:] * (1.0 - a.square()) + (2.0 * g_logp) * a
+        g_u = g_x.sum(0)[:, self.obs_dim :] * (1.0 - a.square()) + (2.0 * g_logp) * a
         g_log_std = g_u * std * eps - g_logp
         g_raw = g_log_std * (0.5 * (LOG_STD_MAX - LOG_STD_MIN)) * (1.0 - t.square())
         grads = mlp_backward(layers, act_name, inputs, pre, torch.cat([g_u, g_raw], -1))

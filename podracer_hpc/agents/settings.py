@@ -11,13 +11,26 @@ from typing import Any, Mapping
 
 from podracer_hpc.docfield import ConfigError, F
 
-__all__ = ["ACTIVATION_NAMES", "COMPILE_MODES", "MUTABLE_HPARAMS", "OffPolicyConfig", "PPOConfig", "SACConfig", "SAC_MUTABLE", "TD3Config",
-           "TD3_MUTABLE", "agent_kind", "mutable_hparams"]
+__all__ = [
+    "ACTIVATION_NAMES",
+    "COMPILE_MODES",
+    "MUTABLE_HPARAMS",
+    "OffPolicyConfig",
+    "PPOConfig",
+    "SACConfig",
+    "SAC_MUTABLE",
+    "TD3Config",
+    "TD3_MUTABLE",
+    "agent_kind",
+    "mutable_hparams",
+]
 
 ACTIVATION_NAMES = ("relu", "tanh", "elu", "silu")
 COMPILE_MODES = ("off", "on", "cudagraphs")  # agent.compile (agents/compiled.py)
-_COMPILE_DOC = ("torch.compile the update, the torch env step and (on a GPU) the rollout's policy step: off | on | "
-                "cudagraphs (CUDA graphs too, on a GPU; as on elsewhere); eager with a notice where it cannot compile")
+_COMPILE_DOC = (
+    "torch.compile the update, the torch env step and (on a GPU) the rollout's policy step: off | on | "
+    "cudagraphs (CUDA graphs too, on a GPU; as on elsewhere); eager with a notice where it cannot compile"
+)
 # PPO's hyperparameters that a pod may change while it trains (PBT explores these)
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
 
@@ -56,17 +69,27 @@ class OffPolicyConfig:
     """Settings of an off-policy learner (SAC and TD3 add their own)."""
 
     algo: str = F("sac", "learner: ppo | sac | td3; each has its own keys (podracer config lists them)")
-    rollout_steps: int = F(8, "env steps per environment in one pod iteration (each followed by the updates due); "
-                              "an iteration is one log row, and evaluations, rounds and checkpoints fall between them")
+    rollout_steps: int = F(
+        8,
+        "env steps per environment in one pod iteration (each followed by the updates due); "
+        "an iteration is one log row, and evaluations, rounds and checkpoints fall between them",
+    )
     gamma: float = F(0.99, "discount factor")
     tau: float = F(0.005, "polyak step of the target networks: target <- (1 - tau) target + tau online")
     batch_size: int = F(256, "transitions per gradient update, sampled uniformly from the replay buffer")
-    buffer_size: int = F(1_000_000, "replay capacity in transitions (rounded down to a multiple of num_envs; "
-                                    "bytes per transition: ReplayBuffer.bytes_per_row)")
-    updates_per_step: float = F(1.0, "gradient updates per env step of the whole batch (num_envs transitions); "
-                                     "fractional (0.25: one every 4th step) or > 1")
-    learning_starts: int = F(10_000, "transitions (all envs together) stored with uniform random actions before "
-                                     "the first update")
+    buffer_size: int = F(
+        1_000_000,
+        "replay capacity in transitions (rounded down to a multiple of num_envs; "
+        "bytes per transition: ReplayBuffer.bytes_per_row)",
+    )
+    updates_per_step: float = F(
+        1.0,
+        "gradient updates per env step of the whole batch (num_envs transitions); "
+        "fractional (0.25: one every 4th step) or > 1",
+    )
+    learning_starts: int = F(
+        10_000, "transitions (all envs together) stored with uniform random actions before the first update"
+    )
     n_step: int = F(1, "n-step returns: rewards summed over up to n steps before bootstrapping (1 = TD(0))")
     hidden_sizes: list = F([256, 256], "hidden layer widths of actor and critics")
     activation: str = F("relu", "hidden activation: relu | tanh | elu | silu")
@@ -89,14 +112,23 @@ class OffPolicyConfig:
         need(0 < self.tau <= 1, "tau", f"must be in (0, 1], got {self.tau}")
         need(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         need(self.buffer_size >= 1, "buffer_size", f"must be >= 1, got {self.buffer_size}")
-        need(math.isfinite(self.updates_per_step) and self.updates_per_step > 0, "updates_per_step",
-             f"must be a finite number > 0, got {self.updates_per_step}")
+        need(
+            math.isfinite(self.updates_per_step) and self.updates_per_step > 0,
+            "updates_per_step",
+            f"must be a finite number > 0, got {self.updates_per_step}",
+        )
         need(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
         need(self.n_step >= 1, "n_step", f"must be >= 1, got {self.n_step}")
-        need(len(self.hidden_sizes) >= 1 and all(int(h) >= 1 for h in self.hidden_sizes), "hidden_sizes",
-             f"must be a non-empty list of widths >= 1, got {self.hidden_sizes}")
-        need(self.activation in ACTIVATION_NAMES, "activation",
-             f"must be one of {', '.join(ACTIVATION_NAMES)}, got {self.activation!r}")
+        need(
+            len(self.hidden_sizes) >= 1 and all(int(h) >= 1 for h in self.hidden_sizes),
+            "hidden_sizes",
+            f"must be a non-empty list of widths >= 1, got {self.hidden_sizes}",
+        )
+        need(
+            self.activation in ACTIVATION_NAMES,
+            "activation",
+            f"must be one of {', '.join(ACTIVATION_NAMES)}, got {self.activation!r}",
+        )
         need(self.clip_obs > 0, "clip_obs", f"must be > 0, got {self.clip_obs}")
         need(self.reward_scale > 0, "reward_scale", f"must be > 0, got {self.reward_scale}")
         need(self.actor_lr > 0, "actor_lr", f"must be > 0, got {self.actor_lr}")

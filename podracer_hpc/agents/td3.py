@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import copy
 
-
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.settings import TD3_MUTABLE, TD3Config
 from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
 from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
 from podracer_hpc.agents.replay import ReplayBuffer
+from podracer_hpc.agents.settings import TD3_MUTABLE, TD3Config
 
 
 # ----------------------------------------------------------------------------------------
@@ -37,8 +36,9 @@ class DeterministicActor(nn.Module):
         return torch.tanh(out)
 
 
-def smoothed_target_action(mu: torch.Tensor, policy_noise: float, noise_clip: float,
-                           gen: torch.Generator) -> torch.Tensor:
+def smoothed_target_action(
+    mu: torch.Tensor, policy_noise: float, noise_clip: float, gen: torch.Generator
+) -> torch.Tensor:
     """Target policy smoothing: ``clip(mu + clip(eps * policy_noise, -c, c), -1, 1)``."""
     eps = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype)
     return smooth(mu, eps, policy_noise, noise_clip)
@@ -97,8 +97,10 @@ class TD3Agent(OffPolicyAgent):
         self._init_hparams()
 
     def _build_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
-                "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr)}
+        return {
+            "actor": self._adam(list(self.net.actor.parameters()), self.cfg.actor_lr),
+            "critic": self._adam(list(self.net.critic.parameters()), self.cfg.critic_lr),
+        }
 
     # --- acting --------------------------------------------------------------------------
     @torch.no_grad()
@@ -153,8 +155,11 @@ class TD3Agent(OffPolicyAgent):
             qf.append(qf_loss)
             qm.append(q_mean)
         with torch.no_grad():
-            return {"qf_loss": torch.stack(qf).mean(), "q_mean": torch.stack(qm).mean(),
-                    "actor_loss": torch.stack(actor).mean() if actor else zero}
+            return {
+                "qf_loss": torch.stack(qf).mean(),
+                "q_mean": torch.stack(qm).mean(),
+                "actor_loss": torch.stack(actor).mean() if actor else zero,
+            }
 
     # --- the hot paths (pure tensor functions; agents/compiled.py compiles them) --------------
     def _hot_functions(self) -> dict:
@@ -164,9 +169,16 @@ class TD3Agent(OffPolicyAgent):
         """Exploration actions from the standard normal draw ``eps``."""
         return explore(self.net.actor(nobs), eps, std)
 
-    def _critic_loss(self, obs: torch.Tensor, action: torch.Tensor, reward: torch.Tensor, bootstrap: torch.Tensor,
-                     next_obs: torch.Tensor, eps: torch.Tensor,
-                     policy_noise: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    def _critic_loss(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        reward: torch.Tensor,
+        bootstrap: torch.Tensor,
+        next_obs: torch.Tensor,
+        eps: torch.Tensor,
+        policy_noise: torch.Tensor | float,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """(critic loss, mean Q, its gradients) of a sampled batch (normalized observations; ``bootstrap`` =
         discount * (1 - terminated)); ``eps`` the standard normal draw of the target policy smoothing."""
         net = self.net
@@ -185,7 +197,6 @@ class TD3Agent(OffPolicyAgent):
         out, inputs, pre = mlp_saved_forward(layers, act_name, obs)
         a = torch.tanh(out)
         q, q_in, q_pre = net.critic.saved_forward(torch.cat([obs, a], -1), first_only=True)  # Q2 takes no part
-        _, g_x = net.critic.backward(torch.full_like(q, -1.0 / obs.shape[0]), q_in, q_pre, params=False,
-                                     to_input=True)
-        g_out = g_x[0, :, self.obs_dim:] * (1.0 - a.square())
+        _, g_x = net.critic.backward(torch.full_like(q, -1.0 / obs.shape[0]), q_in, q_pre, params=False, to_input=True)
+        g_out = g_x[0, :, self.obs_dim :] * (1.0 - a.square())
         return td3_actor_loss(q[0]), mlp_backward(layers, act_name, inputs, pre, g_out)

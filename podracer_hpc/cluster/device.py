@@ -35,13 +35,25 @@ import torch
 
 from podracer_hpc.files.rundir import git_revision as code_revision  # one owner of the run's provenance
 
-__all__ = ["DeviceError", "SHARED", "resolve_device", "set_cpu_threads", "cpu_threads", "Threads", "start_line",
-           "node_caches", "code_revision", "gpus_requested", "CUDA_INSTALL_HINT"]
+__all__ = [
+    "DeviceError",
+    "SHARED",
+    "resolve_device",
+    "set_cpu_threads",
+    "cpu_threads",
+    "Threads",
+    "start_line",
+    "node_caches",
+    "code_revision",
+    "gpus_requested",
+    "CUDA_INSTALL_HINT",
+]
 
 CUDA_INSTALL_HINT = (
     "install a CUDA build of torch: with pip, `pip install torch --index-url https://download.pytorch.org/whl/cu126` "
     "(pick the cuXYZ your driver supports: nvidia-smi); with conda, `CONDA_OVERRIDE_CUDA=12.6 conda env create -f "
-    "environment.yml` (a login node without a GPU otherwise gets the CPU build; docs/slurm-templates.md)")
+    "environment.yml` (a login node without a GPU otherwise gets the CPU build; docs/slurm-templates.md)"
+)
 
 
 class DeviceError(RuntimeError):
@@ -76,8 +88,11 @@ def gpus_requested(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if _count(env.get("PODRACER_GPUS", "")) is not None:
         return f"PODRACER_GPUS={env['PODRACER_GPUS']}" if _count(env["PODRACER_GPUS"]) else ""
-    asked = [(k, env[k]) for k in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS")
-             if _count(env.get(k, "")) is not None]
+    asked = [
+        (k, env[k])
+        for k in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPUS")
+        if _count(env.get(k, "")) is not None
+    ]
     if asked:
         return next((f"{k}={v}" for k, v in asked if _count(v)), "")
     if _count(env.get("SLURM_GPUS_ON_NODE", "")):
@@ -90,8 +105,11 @@ def gpus_requested(environ: Mapping[str, str] | None = None) -> str:
 
 def _local(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
     """This process's rank and rank count on its node, as the launcher says (None: unknown)."""
-    for r, s in (("SLURM_LOCALID", None), ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-                 ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")):
+    for r, s in (
+        ("SLURM_LOCALID", None),
+        ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ):
         if environ.get(r, "").isdigit():
             size = environ.get(s, "") if s else ""
             if not s:  # Slurm: "8" or "8(x4)" or "2,1"
@@ -110,9 +128,13 @@ def _local(environ: Mapping[str, str]) -> tuple[int | None, int | None]:
 SHARED = "cuda:shared"  # device setting: pods share GPUs on purpose (no one-GPU-per-pod check)
 
 
-def resolve_device(spec: str, local_rank: int = 0, local_size: int | None = None,
-                   allgather: Callable[[Any], list[Any]] | None = None,
-                   environ: MutableMapping[str, str] | None = None) -> torch.device:
+def resolve_device(
+    spec: str,
+    local_rank: int = 0,
+    local_size: int | None = None,
+    allgather: Callable[[Any], list[Any]] | None = None,
+    environ: MutableMapping[str, str] | None = None,
+) -> torch.device:
     """The rank's device for ``device: spec``; sets it and checks the GPU binding.
 
     ``auto``: a GPU when one is visible (and an error when the job asked for GPUs but torch cannot
@@ -146,9 +168,11 @@ def resolve_device(spec: str, local_rank: int = 0, local_size: int | None = None
         if mine[1] and spec != SHARED:
             same = [r for r, (h, u, _) in enumerate(everyone) if h == mine[0] and u == mine[1]]
             if len(same) > 1:
-                raise DeviceError(f"ranks {same} on {mine[0]} share one GPU ({mine[1]}): one GPU per pod; ask for "
-                                  "--gpus-per-node = --tasks-per-node and bind them (srun --gpus-per-task=1); to share GPUs on "
-                                 "purpose: --set device=cuda:shared")
+                raise DeviceError(
+                    f"ranks {same} on {mine[0]} share one GPU ({mine[1]}): one GPU per pod; ask for "
+                    "--gpus-per-node = --tasks-per-node and bind them (srun --gpus-per-task=1); to share GPUs on "
+                    "purpose: --set device=cuda:shared"
+                )
     elif err:
         raise DeviceError(err)
     if dev.type == "cuda":
@@ -170,15 +194,19 @@ def _pick(spec: str, local_rank: int, local_size: int | None, env: Mapping[str, 
     why = f"device={spec!r}" if spec.startswith("cuda") else f"the job asked for GPUs ({asked})"
     if torch.version.cuda is None:
         if want:
-            raise DeviceError(f"{why}, but this torch ({torch.__version__}) is a CPU-only build; {CUDA_INSTALL_HINT}; "
-                              "or train on the CPU: --set device=cpu")
+            raise DeviceError(
+                f"{why}, but this torch ({torch.__version__}) is a CPU-only build; {CUDA_INSTALL_HINT}; "
+                "or train on the CPU: --set device=cpu"
+            )
         return torch.device("cpu")
     if not torch.cuda.is_available():
         if want:
-            raise DeviceError(f"{why}, but torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU on "
-                              f"{socket.gethostname()} (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}): "
-                              f"check `nvidia-smi` there, that the driver supports CUDA {torch.version.cuda}, and "
-                              "that the job asked for GPUs (--gpus-per-node)")
+            raise DeviceError(
+                f"{why}, but torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU on "
+                f"{socket.gethostname()} (CUDA_VISIBLE_DEVICES={env.get('CUDA_VISIBLE_DEVICES')!r}): "
+                f"check `nvidia-smi` there, that the driver supports CUDA {torch.version.cuda}, and "
+                "that the job asked for GPUs (--gpus-per-node)"
+            )
         return torch.device("cpu")
     count = torch.cuda.device_count()
     vis = env.get("CUDA_VISIBLE_DEVICES")
@@ -195,13 +223,16 @@ def _pick(spec: str, local_rank: int, local_size: int | None, env: Mapping[str, 
         raise DeviceError(
             f"each pod should see exactly one GPU (srun --gpus-per-task=1), but this one sees {count} "
             f"(CUDA_VISIBLE_DEVICES={vis!r}): Slurm did not bind the GPUs; check the site's gres.conf, or "
-            "submit with --gpu-bind none (each pod then takes GPU <local rank> of the node's)")
+            "submit with --gpu-bind none (each pod then takes GPU <local rank> of the node's)"
+        )
     if count == 1:
         return torch.device("cuda", 0)
     if local_size is not None and local_size > count:
-        raise DeviceError(f"{local_size} pods on {socket.gethostname()} but {count} GPUs visible: two pods would "
-                          "share a GPU; ask for one GPU per pod (--gpus-per-node = --tasks-per-node), or share them on "
-                          "purpose: --set device=cuda:shared")
+        raise DeviceError(
+            f"{local_size} pods on {socket.gethostname()} but {count} GPUs visible: two pods would "
+            "share a GPU; ask for one GPU per pod (--gpus-per-node = --tasks-per-node), or share them on "
+            "purpose: --set device=cuda:shared"
+        )
     return torch.device("cuda", local_rank % count)
 
 
@@ -215,8 +246,9 @@ def _gpu_uuid(idx: int) -> str:
             return f"cuda:{idx}"
 
 
-def describe_device(device: torch.device | str, threads: int | None = None,
-                    environ: Mapping[str, str] | None = None) -> str:
+def describe_device(
+    device: torch.device | str, threads: int | None = None, environ: Mapping[str, str] | None = None
+) -> str:
     """``GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3)`` or ``CPU x86_64, 16 threads``."""
     env = os.environ if environ is None else environ
     device = torch.device(device)
@@ -285,8 +317,12 @@ def idle_cpus(cpus: set[int] | None = None, seconds: float = 0.3) -> float | Non
     return idle
 
 
-def cpu_threads(threads: int = 0, ranks_on_node: int = 1, environ: Mapping[str, str] | None = None,
-                probe: Callable[[set[int]], float | None] = idle_cpus) -> Threads:
+def cpu_threads(
+    threads: int = 0,
+    ranks_on_node: int = 1,
+    environ: Mapping[str, str] | None = None,
+    probe: Callable[[set[int]], float | None] = idle_cpus,
+) -> Threads:
     """torch CPU threads for one pod: ``threads`` if set, else from the allocation.
 
     In order: ``SLURM_CPUS_PER_TASK`` (what Slurm gave the task, at most the CPUs it may run on);
@@ -371,9 +407,18 @@ def node_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, st
 # ------------------------------------------------------------------------------------------
 # Code revision and the start line
 # ------------------------------------------------------------------------------------------
-def start_line(rank: int, host: str, device: torch.device | str, threads: int, backend: str, *,
-               world_size: int | None = None, local_rank: int | None = None, revision: str | None = None,
-               environ: Mapping[str, str] | None = None) -> str:
+def start_line(
+    rank: int,
+    host: str,
+    device: torch.device | str,
+    threads: int,
+    backend: str,
+    *,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    revision: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
     """The one line a pod prints at start-up, e.g.
 
     ``pod 3/32 on dgx017 (local 3): GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3),
@@ -387,5 +432,7 @@ def start_line(rank: int, host: str, device: torch.device | str, threads: int, b
         who += f" (local {local_rank})"
     cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CUDA none (CPU-only build)"
     rev = revision if revision is not None else code_revision(environ)
-    return (f"{who}: {describe_device(device, threads, environ)} | env backend {backend} | "
-            f"torch {torch.__version__}, {cuda} | code {rev}")
+    return (
+        f"{who}: {describe_device(device, threads, environ)} | env backend {backend} | "
+        f"torch {torch.__version__}, {cuda} | code {rev}"
+    )

@@ -63,8 +63,9 @@ def parse_scontrol(text: str) -> dict[str, SlurmJobState]:
         if "JobId" not in f:
             continue
         restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else 0
-        st = SlurmJobState(f.get("JobState", "UNKNOWN"), f.get("Reason", ""), restarts, f.get("ExitCode", ""),
-                           "scontrol")
+        st = SlurmJobState(
+            f.get("JobState", "UNKNOWN"), f.get("Reason", ""), restarts, f.get("ExitCode", ""), "scontrol"
+        )
         array, tasks = f.get("ArrayJobId", ""), f.get("ArrayTaskId", "")
         if array and tasks and array != "(null)":
             for t in task_ids(tasks):
@@ -120,8 +121,18 @@ def slurm_job_states(job_ids: Iterable[str]) -> dict[str, SlurmJobState | None]:
     gone = [j for j in ids if j not in known and j.split("_")[0] not in unanswered]
     acct: dict[str, SlurmJobState] = {}
     if gone:
-        out = _run(["sacct", "-n", "-X", "-P", "-j", ",".join(dict.fromkeys(j.split("_")[0] for j in gone)),
-                    "-o", "JobID,State,ExitCode"])
+        out = _run(
+            [
+                "sacct",
+                "-n",
+                "-X",
+                "-P",
+                "-j",
+                ",".join(dict.fromkeys(j.split("_")[0] for j in gone)),
+                "-o",
+                "JobID,State,ExitCode",
+            ]
+        )
         if out is not None and out.returncode == 0:
             acct = parse_sacct(out.stdout)
     for j in ids:

@@ -26,10 +26,15 @@ import time
 import warnings
 from typing import Any, Callable
 
-__all__ = ["Comm", "get_comm", "launcher_env", "slurm_pmi2_netmod", "pypi_mpich", "clean_stale_mpich_segments",
-           "mpich_world_id", "stop_tree_fanout", "stop_tree_neighbours"]
+__all__ = [
+    "Comm",
+    "get_comm",
+    "launcher_env",
+    "stop_tree_fanout",
+    "stop_tree_neighbours",
+]
 
-# MPICH's own hygiene lives in mpich.py (re-exported here for the callers of before 2026-12-01)
+# MPICH's own hygiene (the PMI netmod, stale shared-memory segments) lives in mpich.py
 from podracer_hpc.cluster.mpich import clean_stale_mpich_segments, mpich_world_id, pypi_mpich, slurm_pmi2_netmod  # noqa: E402
 
 # Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
@@ -350,10 +355,7 @@ def get_comm(mode: str | None = None) -> Comm:
     except Exception as e:  # ImportError (no mpi4py), RuntimeError (no libmpi), MPI errors
         if mode == "mpi":
             raise RuntimeError(f"MPI requested (mode 'mpi') but unavailable: {type(e).__name__}: {e}") from e
-        note = (
-            f"world of one: launcher variable {var} is set but MPI is unavailable "
-            f"({type(e).__name__}: {e})"
-        )
+        note = f"world of one: launcher variable {var} is set but MPI is unavailable ({type(e).__name__}: {e})"
         if claimed is not None and claimed > 1:
             note += f"; the launcher started {claimed} processes that will each run alone"
             warnings.warn(note, RuntimeWarning, stacklevel=2)

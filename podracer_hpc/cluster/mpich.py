@@ -66,9 +66,12 @@ def slurm_pmi2_netmod(environ: dict[str, str] | None = None, wheel: bool | None 
         return None
     env["MPIR_CVAR_CH4_NETMOD"] = "ofi"
     if env.get("SLURM_PROCID", "0") == "0":
-        print("podracer: MPIR_CVAR_CH4_NETMOD=ofi (the PyPI mpich wheel under srun --mpi=pmi2: its UCX addresses "
-              "overflow Slurm's 1024-byte PMI-1 reads; set MPIR_CVAR_CH4_NETMOD to choose another)",
-              file=sys.stderr, flush=True)
+        print(
+            "podracer: MPIR_CVAR_CH4_NETMOD=ofi (the PyPI mpich wheel under srun --mpi=pmi2: its UCX addresses "
+            "overflow Slurm's 1024-byte PMI-1 reads; set MPIR_CVAR_CH4_NETMOD to choose another)",
+            file=sys.stderr,
+            flush=True,
+        )
     return "ofi"
 
 
@@ -85,7 +88,7 @@ def slurm_pmi2_netmod(environ: dict[str, str] | None = None, wheel: bool | None 
 # ``<job id>.<step id>`` (``PMI_JOBID``), the same again when a requeued job starts its step 0:
 # every rank of the new start then opens the old segment, none is root, the old ready flags
 # and queue state are taken for this start's, and MPI_Init spins forever (seen on the local
-# cluster: 100% CPU in PMPI_Init_thread from the first requeue of a killed job on; issue 11).
+# cluster: 100% CPU in PMPI_Init_thread from the first requeue of a killed job on).
 # Under mpiexec (Hydra) the kvs name holds mpiexec's pid, so a killed run only leaks 2 MB.
 #
 # So before MPI starts, each rank takes a POSIX record lock (fcntl) in a per-user lock file in
@@ -145,8 +148,12 @@ def _lock(fd: int, kind: int, offset: int) -> bool:
         return False
 
 
-def clean_stale_mpich_segments(environ: dict[str, str] | None = None, shm_dir: str = SHM_DIR,
-                               orphan_age_s: float = ORPHAN_AGE_S, wait_s: float = 60.0) -> list[str]:
+def clean_stale_mpich_segments(
+    environ: dict[str, str] | None = None,
+    shm_dir: str = SHM_DIR,
+    orphan_age_s: float = ORPHAN_AGE_S,
+    wait_s: float = 60.0,
+) -> list[str]:
     """Remove MPICH segments left by killed ranks before this rank starts MPI (see above).
 
     Returns the names removed. Keeps the lock file open (a shared lock on this job step's byte)
@@ -216,10 +223,17 @@ def clean_stale_mpich_segments(environ: dict[str, str] | None = None, shm_dir: s
     else:
         os.close(fd)
     if removed:
-        print(f"podracer: removed {len(removed)} MPICH shared-memory segment(s) left in {shm_dir} by killed "
-              f"ranks of earlier runs ({', '.join(removed)})", file=sys.stderr, flush=True)
+        print(
+            f"podracer: removed {len(removed)} MPICH shared-memory segment(s) left in {shm_dir} by killed "
+            f"ranks of earlier runs ({', '.join(removed)})",
+            file=sys.stderr,
+            flush=True,
+        )
     if kept_live:
-        print(f"podracer: warning: {', '.join(kept_live)} in {shm_dir} is from an earlier start of this job step "
-              "but a live process still maps it; MPI_Init may hang (kill the leftover ranks)", file=sys.stderr,
-              flush=True)
+        print(
+            f"podracer: warning: {', '.join(kept_live)} in {shm_dir} is from an earlier start of this job step "
+            "but a live process still maps it; MPI_Init may hang (kill the leftover ranks)",
+            file=sys.stderr,
+            flush=True,
+        )
     return removed

@@ -5,8 +5,8 @@ Why: MPICH's mpiexec (Hydra) starts its proxies, and they the ranks, each in a n
 (setsid), so a signal sent to "the job" of ``make quickstart`` or ``podracer submit --executor
 local`` reaches only mpiexec. Hydra forwards SIGTERM to every rank (which then finishes its
 update, checkpoints and exits 75), but it has no handler for SIGUSR2 (nor a useful one for
-USR1): the default action killed mpiexec and, with it, every rank without a checkpoint (exit 140,
-issue 11). Slurm's warning signal is USR2 (submitit) or USR1 (templates), so the same habit
+USR1): the default action killed mpiexec and, with it, every rank without a checkpoint (exit
+140). Slurm's warning signal is USR2 (submitit) or USR1 (templates), so the same habit
 that is right on a cluster lost the work here.
 
 So this process sits in front of mpiexec:
@@ -95,10 +95,13 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
             return
         if not state["told"]:
             state["told"] = True
-            print(f"podracer mpirun: {signal.Signals(signum).name}: asking every rank to finish its update, "
-                  "checkpoint and exit (75; run the same command again to resume)"
-                  + ("; Ctrl-C again ends them without checkpoints" if signum == signal.SIGINT else ""),
-                  file=out, flush=True)
+            print(
+                f"podracer mpirun: {signal.Signals(signum).name}: asking every rank to finish its update, "
+                "checkpoint and exit (75; run the same command again to resume)"
+                + ("; Ctrl-C again ends them without checkpoints" if signum == signal.SIGINT else ""),
+                file=out,
+                flush=True,
+            )
         proc.send_signal(signal.SIGTERM)
 
     def handler(signum: int, frame: Any) -> None:
@@ -115,8 +118,9 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
     try:
         prctl = _prctl()
         try:
-            state["proc"] = subprocess.Popen(cmd, preexec_fn=lambda: _child_setup(prctl), start_new_session=True,
-                                             stdin=subprocess.DEVNULL)
+            state["proc"] = subprocess.Popen(
+                cmd, preexec_fn=lambda: _child_setup(prctl), start_new_session=True, stdin=subprocess.DEVNULL
+            )
         except OSError as e:
             print(f"podracer mpirun: cannot start {cmd[0]}: {e}", file=out, flush=True)
             return 127

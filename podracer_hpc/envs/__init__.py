@@ -25,8 +25,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_env(name: str, num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0,
-             dtype: Any = None, **options: object) -> Any:
+def make_env(
+    name: str,
+    num_envs: int,
+    device: Any = "cpu",
+    seed: int = 0,
+    max_episode_steps: int = 0,
+    dtype: Any = None,
+    **options: object,
+) -> Any:
     """Build a batched environment of task ``name`` on ``device`` (``options``: task settings;
     ``dtype`` default float32).
 
@@ -35,8 +42,14 @@ def make_env(name: str, num_envs: int, device: Any = "cpu", seed: int = 0, max_e
     import torch
 
     task = registry.get(name)  # ValueError listing the known tasks
-    return task.build(num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps,
-                      dtype=torch.float32 if dtype is None else dtype, **options)
+    return task.build(
+        num_envs,
+        device=device,
+        seed=seed,
+        max_episode_steps=max_episode_steps,
+        dtype=torch.float32 if dtype is None else dtype,
+        **options,
+    )
 
 
 __all__ = ["TASKS", "VecEnv", "TorchVecEnv", "make_env", "build_env", "registry", "Pendulum", "CartPole"]

@@ -66,6 +66,7 @@ def split_step(env: Any) -> tuple[Callable[[torch.Tensor], None], Callable[[], S
 
     def recv() -> StepResult:
         return env.step(pending.pop())
+
     return send, recv
 
 
@@ -154,8 +155,9 @@ class TorchVecEnv:
                 self.state, self.t, self.ep_return = next_state, t, ep_return
                 info = {"final_obs": obs, "done": done, "episode_return": ep_return, "episode_length": t}
                 return obs, reward, terminated, truncated, info
-        return self._apply(self._finish(next_state, reward, terminated, t, self.ep_return, self.rng.key,
-                                        self.rng.counter))
+        return self._apply(
+            self._finish(next_state, reward, terminated, t, self.ep_return, self.rng.key, self.rng.counter)
+        )
 
     def pure_step(self, state, t, ep_return, key, counter, action):
         """The whole step as a pure function of the env's tensors (what ``compile`` compiles)."""
@@ -176,12 +178,36 @@ class TorchVecEnv:
         new_t = torch.where(done, 0, t)
         new_ep_return = torch.where(done, 0.0, ep_ret)
         obs = self.observe(new_state)
-        return (new_state, new_t, new_ep_return, counter, obs, reward, terminated, truncated,
-                final_obs, done, ep_ret, t)
+        return (
+            new_state,
+            new_t,
+            new_ep_return,
+            counter,
+            obs,
+            reward,
+            terminated,
+            truncated,
+            final_obs,
+            done,
+            ep_ret,
+            t,
+        )
 
     def _apply(self, out):
-        (self.state, self.t, self.ep_return, self.rng.counter, obs, reward, terminated, truncated,
-         final_obs, done, ep_ret, t) = out
+        (
+            self.state,
+            self.t,
+            self.ep_return,
+            self.rng.counter,
+            obs,
+            reward,
+            terminated,
+            truncated,
+            final_obs,
+            done,
+            ep_ret,
+            t,
+        ) = out
         info = {"final_obs": final_obs, "done": done, "episode_return": ep_ret, "episode_length": t}
         return obs, reward, terminated, truncated, info
 

@@ -11,8 +11,9 @@ contiguous) updated in place through views made once; the physics is 12 fused to
 is one gather; the exact bookkeeping (thresholds, clocks, flags, restarts) runs in numpy on the
 same memory (half torch's per-call cost at these sizes); and only the envs that finished draw
 their restart (``rng.draw_rows``: the same numbers the branch-free path draws, their streams'
-next four). ``env.state`` is the ``[N, 4]`` view of that buffer. CUDA and ``compile`` take the branch-free ``TorchVecEnv`` path through
-:meth:`CartPole.dynamics` (the same formulas: tests/envs/test_classic.py checks the two bit for bit).
+next four). ``env.state`` is the ``[N, 4]`` view of that buffer. CUDA and ``compile`` take the branch-free
+``TorchVecEnv`` path through
+:meth:`CartPole.dynamics` (the same formulas: tests/envs/test_base.py checks the two bit for bit).
 """
 
 from __future__ import annotations
@@ -45,8 +46,14 @@ class CartPole(TorchVecEnv):
     theta_threshold_radians = 12 * 2 * math.pi / 360
     x_threshold = 2.4
 
-    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ):
         self._soa: torch.Tensor | None = None
         # the CPU step below (numpy views of its tensors: not for bfloat16); else TorchVecEnv's
         self._cpu_step = torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64, torch.float16)
@@ -92,8 +99,9 @@ class CartPole(TorchVecEnv):
         sin, cos = torch.sin(theta), torch.cos(theta)
         temp = torch.addcmul(force, theta_dot * theta_dot, sin, value=self.polemass_length / self.total_mass)
         num = torch.addcmul(sin * self.gravity, cos, temp, value=-1.0)
-        den = torch.addcmul(self._den0.to(state.device, state.dtype), cos, cos,
-                            value=-self.length * self.masspole / self.total_mass)
+        den = torch.addcmul(
+            self._den0.to(state.device, state.dtype), cos, cos, value=-self.length * self.masspole / self.total_mass
+        )
         thetaacc = num / den
         xacc = torch.addcmul(temp, thetaacc, cos, value=-self.polemass_length / self.total_mass)
         tau = self.tau

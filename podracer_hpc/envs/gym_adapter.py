@@ -35,8 +35,10 @@ import numpy as np
 import torch
 
 VECTORIZATION = ("sync", "async", "vector_entry_point")
-NO_CHECKPOINT = ("gymnasium envs cannot be checkpointed exactly (their state lives in gymnasium objects); "
-                 "a resume restores the agent exactly and starts new episodes")
+NO_CHECKPOINT = (
+    "gymnasium envs cannot be checkpointed exactly (their state lives in gymnasium objects); "
+    "a resume restores the agent exactly and starts new episodes"
+)
 
 
 def spaces_problem(obs_space: Any, act_space: Any) -> str:
@@ -76,8 +78,13 @@ def _close_at_exit(ref: weakref.ref) -> None:
         env.close(terminate=False)
 
 
-def make_vector(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None, vectorization: str = "sync",
-                max_episode_steps: int = 0) -> Any:
+def make_vector(
+    env_id: str,
+    num_envs: int,
+    kwargs: dict[str, Any] | None = None,
+    vectorization: str = "sync",
+    max_episode_steps: int = 0,
+) -> Any:
     """``gymnasium.make_vec`` of ``env_id`` as the protocol needs it (same-step autoreset).
 
     ``kwargs`` go to the env's constructor; ``max_episode_steps`` (0: the spec's) to its time
@@ -92,20 +99,32 @@ def make_vector(env_id: str, num_envs: int, kwargs: dict[str, Any] | None = None
     if max_episode_steps:
         kw["max_episode_steps"] = int(max_episode_steps)
     if vectorization == "sync":
-        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
-                            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kw)
+        return gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+            **kw,
+        )
     if vectorization == "async":
-        env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="async",
-                           vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "worker": _async_worker}, **kw)
+        env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="async",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "worker": _async_worker},
+            **kw,
+        )
         atexit.register(_close_at_exit, weakref.ref(env))
         return env
     env = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kw)
     mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
     if mode != AutoresetMode.SAME_STEP:
         env.close()
-        raise ValueError(f"{env_id}'s own vector env resets finished envs with {mode} (a pod needs "
-                         f"{AutoresetMode.SAME_STEP}: the next episode's first observation on the step that ends one); "
-                         "use vectorization sync or async")
+        raise ValueError(
+            f"{env_id}'s own vector env resets finished envs with {mode} (a pod needs "
+            f"{AutoresetMode.SAME_STEP}: the next episode's first observation on the step that ends one); "
+            "use vectorization sync or async"
+        )
     return env
 
 
@@ -114,9 +133,17 @@ class GymVecEnv:
 
     backend = "gymnasium"
 
-    def __init__(self, env_id: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, kwargs: dict[str, Any] | None = None, vectorization: str = "sync",
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        kwargs: dict[str, Any] | None = None,
+        vectorization: str = "sync",
+        dtype: torch.dtype = torch.float32,
+    ):
         from gymnasium import spaces
 
         if num_envs < 1:
@@ -192,12 +219,18 @@ class GymVecEnv:
             final = obs.copy()
             for i in np.flatnonzero(info["_final_obs"]):
                 final[i] = self._obs(np.asarray(info["final_obs"][i])[None])[0]
-        return self._t(obs), self._t(reward), self._t(term, torch.bool), self._t(trunc, torch.bool), {
-            "final_obs": self._t(final),
-            "done": self._t(done, torch.bool),
-            "episode_return": self._t(ep_ret, torch.float64),
-            "episode_length": self._t(ep_len, torch.int64),
-        }
+        return (
+            self._t(obs),
+            self._t(reward),
+            self._t(term, torch.bool),
+            self._t(trunc, torch.bool),
+            {
+                "final_obs": self._t(final),
+                "done": self._t(done, torch.bool),
+                "episode_return": self._t(ep_ret, torch.float64),
+                "episode_length": self._t(ep_len, torch.int64),
+            },
+        )
 
     def close(self) -> None:
         """Close gymnasium's vector env (its worker processes, for ``async``: asked to end, not signalled)."""

@@ -36,11 +36,17 @@ class GymnasiumOptions:
 
     The config section ``env.gymnasium``, read when ``env.name`` is ``gymnasium``."""
 
-    id: str = F("", "gymnasium env id as gymnasium.make takes it, e.g. Acrobot-v1 or my_pkg:MyEnv-v0 "
-                    "(Box or Discrete observations, Discrete or bounded Box actions)")
+    id: str = F(
+        "",
+        "gymnasium env id as gymnasium.make takes it, e.g. Acrobot-v1 or my_pkg:MyEnv-v0 "
+        "(Box or Discrete observations, Discrete or bounded Box actions)",
+    )
     kwargs: dict = F({}, "keyword arguments of the env's constructor (gymnasium.make_vec(id, **kwargs))")
-    vectorization: str = F("sync", "sync | async | vector_entry_point: gymnasium's SyncVectorEnv, AsyncVectorEnv "
-                                   "(a worker process per env) or the env's own vector env")
+    vectorization: str = F(
+        "sync",
+        "sync | async | vector_entry_point: gymnasium's SyncVectorEnv, AsyncVectorEnv "
+        "(a worker process per env) or the env's own vector env",
+    )
 
     def check(self) -> None:
         """Raise OptionError for an unknown vectorization or keyword arguments that are not a mapping."""
@@ -61,8 +67,9 @@ def probe(options: GymnasiumOptions, max_episode_steps: int = 0) -> dict[str, An
 
     Raises ConfigError naming the key at fault (an unknown id, bad kwargs, a space a pod cannot
     take, an own vector env that does not reset on the same step)."""
-    key = json.dumps([options.id, options.kwargs, options.vectorization, max_episode_steps], sort_keys=True,
-                     default=repr)
+    key = json.dumps(
+        [options.id, options.kwargs, options.vectorization, max_episode_steps], sort_keys=True, default=repr
+    )
     if key in _PROBED:
         return _PROBED[key]
     from podracer_hpc.envs.gym_adapter import GymVecEnv  # torch and gymnasium: only when a gymnasium env is asked for
@@ -71,8 +78,10 @@ def probe(options: GymnasiumOptions, max_episode_steps: int = 0) -> dict[str, An
     try:
         env = GymVecEnv(options.id, 1, max_episode_steps=max_episode_steps, kwargs=options.kwargs, vectorization=mode)
     except ImportError as e:
-        raise ConfigError(f"env.gymnasium.id: {options.id!r} needs a package that is not installed ({e}); "
-                          "pip install it (gymnasium itself: pip install 'podracer-hpc[gym]')") from None
+        raise ConfigError(
+            f"env.gymnasium.id: {options.id!r} needs a package that is not installed ({e}); "
+            "pip install it (gymnasium itself: pip install 'podracer-hpc[gym]')"
+        ) from None
     except ValueError as e:
         which = "vectorization" if "vector env" in str(e) else "id"
         raise ConfigError(f"env.gymnasium.{which}: {e}") from None
@@ -80,8 +89,12 @@ def probe(options: GymnasiumOptions, max_episode_steps: int = 0) -> dict[str, An
         raise ConfigError(f"env.gymnasium.kwargs: {options.id!r} does not take {options.kwargs!r}: {e}") from None
     except Exception as e:  # gymnasium.error.Error and the env's own errors: one line, not a traceback
         raise ConfigError(f"env.gymnasium.id: gymnasium cannot make {options.id!r}: {type(e).__name__}: {e}") from None
-    info = {"discrete": env.discrete, "max_episode_steps": env.max_episode_steps, "obs_dim": env.obs_dim,
-            "act_dim": env.act_dim}
+    info = {
+        "discrete": env.discrete,
+        "max_episode_steps": env.max_episode_steps,
+        "obs_dim": env.obs_dim,
+        "act_dim": env.act_dim,
+    }
     env.close()
     _PROBED[key] = info
     return info
@@ -92,18 +105,29 @@ def verify(env: Any, algo: str) -> None:
     learner needs of the env: SAC and TD3 need continuous actions, evaluations a time limit."""
     o = env.gymnasium
     if not o.id:
-        raise ConfigError("env.gymnasium.id: set it to the id of an installed gymnasium env, e.g. Acrobot-v1 "
-                          "(env.name is gymnasium)")
+        raise ConfigError(
+            "env.gymnasium.id: set it to the id of an installed gymnasium env, e.g. Acrobot-v1 (env.name is gymnasium)"
+        )
     info = probe(o, env.max_episode_steps)
     if not info["max_episode_steps"]:
-        raise ConfigError(f"env.max_episode_steps: {o.id} has no time limit of its own (its spec's max_episode_steps "
-                          "is None) and an evaluation needs one: set env.max_episode_steps")
+        raise ConfigError(
+            f"env.max_episode_steps: {o.id} has no time limit of its own (its spec's max_episode_steps "
+            "is None) and an evaluation needs one: set env.max_episode_steps"
+        )
     if info["discrete"] and algo in ("sac", "td3"):
         raise ConfigError(f"agent.algo: {algo} needs continuous actions; {o.id} has discrete ones: use agent.algo ppo")
 
 
-def make_gymnasium_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0,
-                       dtype: Any = None, id: str = "", kwargs: dict | None = None, vectorization: str = "sync") -> Any:
+def make_gymnasium_env(
+    num_envs: int,
+    device: Any = "cpu",
+    seed: int = 0,
+    max_episode_steps: int = 0,
+    dtype: Any = None,
+    id: str = "",
+    kwargs: dict | None = None,
+    vectorization: str = "sync",
+) -> Any:
     """The ``gymnasium`` task's env: gymnasium env ``id`` as a VecEnv (:class:`.gym_adapter.GymVecEnv`),
     its ``backend`` ``gymnasium-<vectorization>``."""
     import torch
@@ -112,8 +136,16 @@ def make_gymnasium_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_ep
 
     if not id:
         raise ValueError("the gymnasium task needs an env id (env.gymnasium.id, e.g. Acrobot-v1)")
-    env = GymVecEnv(id, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, kwargs=kwargs,
-                    vectorization=vectorization, dtype=dtype or torch.float32)
+    env = GymVecEnv(
+        id,
+        num_envs,
+        device=device,
+        seed=seed,
+        max_episode_steps=max_episode_steps,
+        kwargs=kwargs,
+        vectorization=vectorization,
+        dtype=dtype or torch.float32,
+    )
     env.backend = f"gymnasium-{vectorization}"
     return env
 
@@ -122,11 +154,25 @@ class GymnasiumTask:
     """The registry's entry: called like a task class, it builds the env (:func:`make_gymnasium_env`),
     as the MuJoCo tasks' builders do (``TASKS`` holds classes)."""
 
-    def __new__(cls, num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0, dtype: Any = None,
-                **options: Any) -> Any:
+    def __new__(
+        cls,
+        num_envs: int,
+        device: Any = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: Any = None,
+        **options: Any,
+    ) -> Any:
         return make_gymnasium_env(num_envs, device, seed, max_episode_steps, dtype, **options)
 
 
-register(Task("gymnasium", build=GymnasiumTask, options=GymnasiumOptions, section="gymnasium",
-              doc="any installed gymnasium env (env.gymnasium.id; stepped on the host, not checkpointed exactly)",
-              verify=verify))
+register(
+    Task(
+        "gymnasium",
+        build=GymnasiumTask,
+        options=GymnasiumOptions,
+        section="gymnasium",
+        doc="any installed gymnasium env (env.gymnasium.id; stepped on the host, not checkpointed exactly)",
+        verify=verify,
+    )
+)

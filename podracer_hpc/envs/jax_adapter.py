@@ -40,7 +40,13 @@ from typing import Any
 
 import torch
 
-from podracer_hpc.envs.jax_task import DEFAULT_MAX_EPISODE_STEPS, INSTALL_HINT, env_sizes, prepare_jax_environ, resolve_factory
+from podracer_hpc.envs.jax_task import (
+    DEFAULT_MAX_EPISODE_STEPS,
+    INSTALL_HINT,
+    env_sizes,
+    prepare_jax_environ,
+    resolve_factory,
+)
 
 ONE_THREAD_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
@@ -51,6 +57,7 @@ def _backends_started() -> bool:
         return False
     try:
         from jax._src import xla_bridge
+
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):  # another jax: assume the worst
         return True
@@ -81,8 +88,10 @@ def jax_device(jax: Any, device: torch.device) -> Any:
         except RuntimeError:
             gpus = []
         if index >= len(gpus):
-            raise ValueError(f"the jax task on {device} needs a CUDA jax (this jax sees {len(gpus)} GPU(s): "
-                             f"{jax.devices()}); pip install 'jax[cuda12]'")
+            raise ValueError(
+                f"the jax task on {device} needs a CUDA jax (this jax sees {len(gpus)} GPU(s): "
+                f"{jax.devices()}); pip install 'jax[cuda12]'"
+            )
         return gpus[index]
     raise ValueError(f"the jax task runs on cpu or cuda, not {device}")
 
@@ -107,8 +116,16 @@ class JaxVecEnv:
     discrete = False
     num_actions = 0
 
-    def __init__(self, env: Any, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, obs_key: str = "state", dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        env: Any,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        obs_key: str = "state",
+        dtype: torch.dtype = torch.float32,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         jax = self._jax = import_jax()
@@ -183,19 +200,27 @@ class JaxVecEnv:
         self.ep_return.zero_()
         return self._t(obs).to(self.dtype)
 
-    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    def step(
+        self, action: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
         """One step of every env: same-step auto-reset, ``info["final_obs"]`` of the finished ones."""
         a = action.detach().to(self.device, torch.float32).reshape(self.num_envs, self.act_dim).contiguous()
         a = self._jax.dlpack.from_dlpack(a)  # a view of the torch tensor
-        self.state, self.keys, self.t, obs, final, reward, flags, length = self._step_fn(self.state, self.keys, self.t, a)
+        self.state, self.keys, self.t, obs, final, reward, flags, length = self._step_fn(
+            self.state, self.keys, self.t, a
+        )
         n = self.num_envs
         obs, final, reward = self._t(obs), self._t(final), self._t(reward)
         flags = self._t(flags).view(torch.bool)
-        term, trunc, done = flags[:n], flags[n:2 * n], flags[2 * n:]  # contiguous views
+        term, trunc, done = flags[:n], flags[n : 2 * n], flags[2 * n :]  # contiguous views
         ep_ret = self.ep_return + reward.to(torch.float64)
         self.ep_return = torch.where(done, 0.0, ep_ret)
-        info = {"final_obs": final.to(self.dtype), "done": done, "episode_return": ep_ret,
-                "episode_length": self._t(length).to(torch.int64)}
+        info = {
+            "final_obs": final.to(self.dtype),
+            "done": done,
+            "episode_return": ep_ret,
+            "episode_length": self._t(length).to(torch.int64),
+        }
         return obs.to(self.dtype), reward.to(self.dtype), term, trunc, info
 
     # --- checkpoints -----------------------------------------------------------------------
@@ -226,28 +251,52 @@ class JaxVecEnv:
         for i, old in enumerate(template):
             x = sd[f"leaf.{i}"].cpu().numpy()
             if tuple(x.shape) != tuple(old.shape):
-                raise ValueError(f"env state array {i} has shape {tuple(x.shape)}, expected {tuple(old.shape)} "
-                                 "(was num_envs changed since the checkpoint?)")
+                raise ValueError(
+                    f"env state array {i} has shape {tuple(x.shape)}, expected {tuple(old.shape)} "
+                    "(was num_envs changed since the checkpoint?)"
+                )
             leaves.append(jax.device_put(np.asarray(x, dtype=old.dtype), self.jax_device))
         self.state, self.keys, self.t = jax.tree_util.tree_unflatten(treedef, leaves)
         self.ep_return = sd["ep_return"].to(self.device, torch.float64).clone()
 
 
-def make_jax_env(num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0, dtype: Any = None,
-                 factory: str = "", kwargs: dict | None = None, obs_key: str = "state") -> JaxVecEnv:
+def make_jax_env(
+    num_envs: int,
+    device: Any = "cpu",
+    seed: int = 0,
+    max_episode_steps: int = 0,
+    dtype: Any = None,
+    factory: str = "",
+    kwargs: dict | None = None,
+    obs_key: str = "state",
+) -> JaxVecEnv:
     """The ``jax`` task's env: ``factory(**kwargs)`` (``"module:callable"``) as a :class:`JaxVecEnv`."""
     if not factory:
         raise ValueError("the jax task needs a factory (env.jax.factory, e.g. podracer_hpc.envs.jax_pendulum:make)")
     import_jax()  # before the factory's module imports jax itself
     env = resolve_factory(factory)(**(kwargs or {}))
-    return JaxVecEnv(env, num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, obs_key=obs_key,
-                     dtype=dtype or torch.float32)
+    return JaxVecEnv(
+        env,
+        num_envs,
+        device=device,
+        seed=seed,
+        max_episode_steps=max_episode_steps,
+        obs_key=obs_key,
+        dtype=dtype or torch.float32,
+    )
 
 
 class JaxTask:
     """The registry's entry: called like a task class, it builds the env (:func:`make_jax_env`), as
     the gymnasium and MuJoCo tasks' builders do (``TASKS`` holds classes)."""
 
-    def __new__(cls, num_envs: int, device: Any = "cpu", seed: int = 0, max_episode_steps: int = 0, dtype: Any = None,
-                **options: Any) -> Any:
+    def __new__(
+        cls,
+        num_envs: int,
+        device: Any = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: Any = None,
+        **options: Any,
+    ) -> Any:
         return make_jax_env(num_envs, device, seed, max_episode_steps, dtype, **options)

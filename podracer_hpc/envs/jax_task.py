@@ -39,11 +39,17 @@ class JaxOptions:
 
     The config section ``env.jax``, read when ``env.name`` is ``jax``."""
 
-    factory: str = F("", "module:callable returning one JAX env with reset(rng)/step(state, action), e.g. "
-                         "mujoco_playground:registry.load or podracer_hpc.envs.jax_pendulum:make")
+    factory: str = F(
+        "",
+        "module:callable returning one JAX env with reset(rng)/step(state, action), e.g. "
+        "mujoco_playground:registry.load or podracer_hpc.envs.jax_pendulum:make",
+    )
     kwargs: dict = F({}, "keyword arguments of the factory (Playground: {env_name: CartpoleBalance})")
-    obs_key: str = F("state", "the entry of a dict observation the policy sees (Playground's 'state'); "
-                              "ignored when the observation is one array")
+    obs_key: str = F(
+        "state",
+        "the entry of a dict observation the policy sees (Playground's 'state'); "
+        "ignored when the observation is one array",
+    )
 
     def check(self) -> None:
         """Raise OptionError for a factory that is not ``module:attribute`` or kwargs that are not a mapping."""
@@ -68,8 +74,11 @@ def split_factory(factory: str) -> tuple[str, list[str]]:
     module, sep, attr = factory.partition(":")
     parts = attr.split(".")
     if not sep or not all(p.isidentifier() for p in module.split(".")) or not all(p.isidentifier() for p in parts):
-        raise OptionError("factory", f"must be 'module:callable' (e.g. podracer_hpc.envs.jax_pendulum:make or "
-                                     f"mujoco_playground:registry.load), got {factory!r}")
+        raise OptionError(
+            "factory",
+            f"must be 'module:callable' (e.g. podracer_hpc.envs.jax_pendulum:make or "
+            f"mujoco_playground:registry.load), got {factory!r}",
+        )
     return module, parts
 
 
@@ -103,8 +112,10 @@ def env_sizes(env: Any, obs_key: str) -> tuple[int, int]:
     one); a shape counts its elements (a pod flattens the observation). Raises ValueError."""
     for attr in ("reset", "step", "observation_size", "action_size"):
         if not hasattr(env, attr):
-            raise ValueError(f"the env ({type(env).__name__}) has no {attr!r}: a JAX env needs reset(rng), "
-                             "step(state, action), observation_size and action_size (docs/jax.md)")
+            raise ValueError(
+                f"the env ({type(env).__name__}) has no {attr!r}: a JAX env needs reset(rng), "
+                "step(state, action), observation_size and action_size (docs/jax.md)"
+            )
     size = env.observation_size
     if isinstance(size, dict) or hasattr(size, "keys"):
         if obs_key not in size:
@@ -155,11 +166,20 @@ def probe(options: JaxOptions) -> dict[str, Any]:
 def verify(env: Any, algo: str) -> None:
     """The config's checks when ``env.name`` is ``jax``: a factory is set and makes an env (:func:`probe`)."""
     if not env.jax.factory:
-        raise ConfigError("env.jax.factory: set it to 'module:callable' of a JAX env, e.g. "
-                          "podracer_hpc.envs.jax_pendulum:make (env.name is jax)")
+        raise ConfigError(
+            "env.jax.factory: set it to 'module:callable' of a JAX env, e.g. "
+            "podracer_hpc.envs.jax_pendulum:make (env.name is jax)"
+        )
     probe(env.jax)
 
 
-register(Task("jax", build=Lazy("podracer_hpc.envs.jax_adapter", "JaxTask"), options=JaxOptions, section="jax",
-              doc="a functional JAX env (MuJoCo Playground, Brax; env.jax.factory), jit+vmap, tensors through DLPack",
-              verify=verify))
+register(
+    Task(
+        "jax",
+        build=Lazy("podracer_hpc.envs.jax_adapter", "JaxTask"),
+        options=JaxOptions,
+        section="jax",
+        doc="a functional JAX env (MuJoCo Playground, Brax; env.jax.factory), jit+vmap, tensors through DLPack",
+        verify=verify,
+    )
+)

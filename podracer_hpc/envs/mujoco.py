@@ -43,15 +43,13 @@ whole state is device arrays and tensors, so its ``state_dict`` is exact.
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from podracer_hpc.docfield import F
 from podracer_hpc.envs.gym_adapter import GymVecEnv
-from podracer_hpc.envs.mujoco_tasks import BACKENDS, GYM_IDS, MujocoOptions  # noqa: F401  (the declarations, no torch)
+from podracer_hpc.envs.mujoco_tasks import BACKENDS, GYM_IDS
 
 _NO_CHECKPOINT = (
     "MuJoCo envs on the {} backend cannot be checkpointed exactly (the simulator state and RNG "
@@ -84,8 +82,15 @@ class GymnasiumMujoco(GymVecEnv):
 
     backend = "gymnasium"
 
-    def __init__(self, task: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         super().__init__(GYM_IDS[task], num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps)
@@ -114,15 +119,24 @@ class EnvPoolMujoco:
     discrete = False
     num_actions = 0
 
-    def __init__(self, task: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, num_threads: int = 0):
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: torch.dtype = torch.float32,
+        num_threads: int = 0,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         try:
-            import envpool  # noqa: F401
+            import envpool  # noqa: F401  (is it installed?)
         except ImportError as e:
-            raise ImportError(f"backend 'envpool' needs the envpool package ({e}); "
-                              "pip install envpool, or use backend 'gymnasium'") from None
+            raise ImportError(
+                f"backend 'envpool' needs the envpool package ({e}); pip install envpool, or use backend 'gymnasium'"
+            ) from None
         self.task = task
         self.gym_id = GYM_IDS[task]
         self.num_envs = int(num_envs)
@@ -149,8 +163,15 @@ class EnvPoolMujoco:
         mes = self.max_episode_steps if max_episode_steps is None else max_episode_steps
         if mes:
             kwargs["max_episode_steps"] = int(mes)
-        self.env = envpool.make(self.gym_id, env_type="gymnasium", num_envs=self.num_envs,
-                                batch_size=self.num_envs, seed=int(seed), num_threads=self.num_threads, **kwargs)
+        self.env = envpool.make(
+            self.gym_id,
+            env_type="gymnasium",
+            num_envs=self.num_envs,
+            batch_size=self.num_envs,
+            seed=int(seed),
+            num_threads=self.num_threads,
+            **kwargs,
+        )
         self.seed = seed
         self._fresh = True  # built and not stepped: reset(seed) with this seed needs no rebuild
 
@@ -206,12 +227,18 @@ class EnvPoolMujoco:
             obs[r_info["env_id"]] = r_obs
             self._ep_return[done] = 0
             self._ep_len[done] = 0
-        return self._t(obs), self._t(reward), self._t(term, torch.bool), self._t(trunc, torch.bool), {
-            "final_obs": self._t(final),
-            "done": self._t(done, torch.bool),
-            "episode_return": self._t(ep_ret, torch.float64),
-            "episode_length": self._t(ep_len, torch.int64),
-        }
+        return (
+            self._t(obs),
+            self._t(reward),
+            self._t(term, torch.bool),
+            self._t(trunc, torch.bool),
+            {
+                "final_obs": self._t(final),
+                "done": self._t(done, torch.bool),
+                "episode_return": self._t(ep_ret, torch.float64),
+                "episode_length": self._t(ep_len, torch.int64),
+            },
+        )
 
     def close(self) -> None:
         if self.env is not None:
@@ -224,9 +251,17 @@ class EnvPoolMujoco:
         raise NotImplementedError(_NO_CHECKPOINT.format(self.backend))
 
 
-def make_mujoco_env(task: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                    max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, backend: str = "auto",
-                    num_threads: int = 0, **warp_options: Any):
+def make_mujoco_env(
+    task: str,
+    num_envs: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    max_episode_steps: int = 0,
+    dtype: torch.dtype = torch.float32,
+    backend: str = "auto",
+    num_threads: int = 0,
+    **warp_options: Any,
+):
     """A MuJoCo v5 task on ``backend`` (auto | envpool | gymnasium | warp).
 
     ``num_threads`` is envpool's (ignored elsewhere); ``warp_options`` (``graph``, ``nconmax``,
@@ -252,8 +287,15 @@ def _task(name: str) -> type:
     class Builder:
         gym_id = GYM_IDS[name]
 
-        def __new__(cls, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                    max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, **options: Any):
+        def __new__(
+            cls,
+            num_envs: int,
+            device: str | torch.device = "cpu",
+            seed: int = 0,
+            max_episode_steps: int = 0,
+            dtype: torch.dtype = torch.float32,
+            **options: Any,
+        ):
             return make_mujoco_env(name, num_envs, device, seed, max_episode_steps, dtype, **options)
 
     Builder.__name__ = Builder.__qualname__ = f"Mujoco_{name}"

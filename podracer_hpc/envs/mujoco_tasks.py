@@ -27,8 +27,11 @@ class MujocoOptions:
 
     The config section ``env.mujoco``, shared by ant, humanoid, halfcheetah, hopper and walker2d."""
 
-    backend: str = F("auto", "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
-                             "installed, else envpool if installed, else gymnasium)")
+    backend: str = F(
+        "auto",
+        "auto | envpool | gymnasium | warp (auto: warp on a CUDA device if mujoco-warp is "
+        "installed, else envpool if installed, else gymnasium)",
+    )
     num_threads: int = F(0, "envpool worker threads; 0 = envpool's default")
 
     def check(self) -> None:
@@ -40,5 +43,12 @@ class MujocoOptions:
 
 
 for _name, _gym_id in GYM_IDS.items():
-    register(Task(_name, build=Lazy("podracer_hpc.envs.mujoco", "MUJOCO_TASKS", _name), options=MujocoOptions,
-                  section="mujoco", doc=f"MuJoCo {_gym_id}"))
+    register(
+        Task(
+            _name,
+            build=Lazy("podracer_hpc.envs.mujoco", "MUJOCO_TASKS", _name),
+            options=MujocoOptions,
+            section="mujoco",
+            doc=f"MuJoCo {_gym_id}",
+        )
+    )

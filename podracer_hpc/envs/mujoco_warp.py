@@ -41,8 +41,10 @@ import torch
 
 from podracer_hpc.envs.rng import BatchRNG
 
-INSTALL_HINT = ("pip install 'podracer-hpc[warp]' (warp-lang==1.19.0 mujoco-warp==4.0.0; gymnasium for the "
-                "v5 models), or use backend 'envpool' or 'gymnasium'")
+INSTALL_HINT = (
+    "pip install 'podracer-hpc[warp]' (warp-lang==1.19.0 mujoco-warp==4.0.0; gymnasium for the "
+    "v5 models), or use backend 'envpool' or 'gymnasium'"
+)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,13 @@ class _Task:
 _TASKS: dict[str, _Task] = {
     "halfcheetah": _Task("HalfCheetah-v5", "half_cheetah.xml", 5, 1.0, 0.1, 0.1, "normal", 1),
     "hopper": _Task("Hopper-v5", "hopper.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0, clip_qvel=10.0),
-    "walker2d": _Task("Walker2d-v5", "walker2d_v5.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0,
-                      clip_qvel=10.0),
+    "walker2d": _Task(
+        "Walker2d-v5", "walker2d_v5.xml", 4, 1.0, 1e-3, 5e-3, "uniform", 1, healthy_reward=1.0, clip_qvel=10.0
+    ),
     "ant": _Task("Ant-v5", "ant.xml", 5, 1.0, 0.5, 0.1, "normal", 2, healthy_reward=1.0, contact_cost_weight=5e-4),
-    "humanoid": _Task("Humanoid-v5", "humanoid.xml", 5, 1.25, 0.1, 1e-2, "uniform", 2, healthy_reward=5.0,
-                      contact_cost_weight=5e-7),
+    "humanoid": _Task(
+        "Humanoid-v5", "humanoid.xml", 5, 1.25, 0.1, 1e-2, "uniform", 2, healthy_reward=5.0, contact_cost_weight=5e-7
+    ),
 }
 # Task-specific thresholds of the v5 defaults (used in ``_healthy``).
 _HOPPER_STATE, _HOPPER_Z, _HOPPER_ANGLE = 100.0, 0.7, 0.2  # healthy_state_range, healthy_z_range, angle range
@@ -82,8 +86,8 @@ def _import_warp():
     """``(warp, mujoco, mujoco_warp)``, or an ImportError that says what to install."""
     try:
         import mujoco
-        import warp as wp
         import mujoco_warp as mjw
+        import warp as wp
     except ImportError as e:
         raise ImportError(f"backend 'warp' needs MuJoCo Warp ({e}); {INSTALL_HINT}") from None
     if not os.environ.get("PODRACER_WARP_VERBOSE"):
@@ -132,9 +136,18 @@ class WarpMujoco:
     discrete = False
     num_actions = 0
 
-    def __init__(self, task: str, num_envs: int, device: str | torch.device = "cpu", seed: int = 0,
-                 max_episode_steps: int = 0, dtype: torch.dtype = torch.float32, graph: bool = True,
-                 nconmax: int = 0, njmax: int = 0):
+    def __init__(
+        self,
+        task: str,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        max_episode_steps: int = 0,
+        dtype: torch.dtype = torch.float32,
+        graph: bool = True,
+        nconmax: int = 0,
+        njmax: int = 0,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if task not in _TASKS:
@@ -229,8 +242,12 @@ class WarpMujoco:
                 with wp.ScopedCapture(device=self._wpdev) as cap:
                     fn()
         except Exception as e:  # noqa: BLE001 - any capture failure: step eagerly instead
-            warnings.warn(f"MuJoCo Warp: graph capture failed on {self._wpdev} ({type(e).__name__}: {e}); "
-                          "stepping without a graph (slower)", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"MuJoCo Warp: graph capture failed on {self._wpdev} ({type(e).__name__}: {e}); "
+                "stepping without a graph (slower)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return fn
         return cap.graph
 
@@ -256,13 +273,17 @@ class WarpMujoco:
         """The v5 observation of every world from the simulator's current arrays ``[N, obs_dim]``."""
         s = self.spec
         qvel = self._qvel.clamp(-s.clip_qvel, s.clip_qvel) if s.clip_qvel else self._qvel
-        parts = [self._qpos[:, s.skip_qpos:], qvel]
+        parts = [self._qpos[:, s.skip_qpos :], qvel]
         n = self.num_envs
         if self.task == "ant":  # contact_forces = clip(cfrc_ext, -1, 1), bodies 1..
             parts.append(self._cfrc_ext[:, 1:].clamp(-_ANT_CONTACT_FORCE, _ANT_CONTACT_FORCE).reshape(n, -1))
         elif self.task == "humanoid":
-            parts += [self._cinert[:, 1:].reshape(n, -1), self._cvel[:, 1:].reshape(n, -1),
-                      self._qfrc_act[:, 6:], self._cfrc_ext[:, 1:].reshape(n, -1)]
+            parts += [
+                self._cinert[:, 1:].reshape(n, -1),
+                self._cvel[:, 1:].reshape(n, -1),
+                self._qfrc_act[:, 6:],
+                self._cfrc_ext[:, 1:].reshape(n, -1),
+            ]
         return torch.cat(parts, dim=1).to(self.dtype)
 
     def _position(self) -> torch.Tensor:
@@ -282,11 +303,19 @@ class WarpMujoco:
         t = self.task
         if t == "hopper":
             state = torch.cat([q[:, 2:], qd], dim=1)
-            return (((state > -_HOPPER_STATE) & (state < _HOPPER_STATE)).all(1) & (q[:, 1] > _HOPPER_Z)
-                    & (q[:, 2] > -_HOPPER_ANGLE) & (q[:, 2] < _HOPPER_ANGLE))
+            return (
+                ((state > -_HOPPER_STATE) & (state < _HOPPER_STATE)).all(1)
+                & (q[:, 1] > _HOPPER_Z)
+                & (q[:, 2] > -_HOPPER_ANGLE)
+                & (q[:, 2] < _HOPPER_ANGLE)
+            )
         if t == "walker2d":
-            return ((q[:, 1] > _WALKER_Z[0]) & (q[:, 1] < _WALKER_Z[1])
-                    & (q[:, 2] > -_WALKER_ANGLE) & (q[:, 2] < _WALKER_ANGLE))
+            return (
+                (q[:, 1] > _WALKER_Z[0])
+                & (q[:, 1] < _WALKER_Z[1])
+                & (q[:, 2] > -_WALKER_ANGLE)
+                & (q[:, 2] < _WALKER_ANGLE)
+            )
         if t == "ant":
             finite = torch.isfinite(q).all(1) & torch.isfinite(qd).all(1)
             return finite & (q[:, 2] >= _ANT_Z[0]) & (q[:, 2] <= _ANT_Z[1])
@@ -316,7 +345,7 @@ class WarpMujoco:
         sc = s.reset_noise_scale
         qpos = self._qpos0.double() + sc * (2 * u[:, :nq] - 1)
         if normal:  # Box-Muller on two uniforms per dof (1 - u is in (0, 1]: the log is finite)
-            u1, u2 = u[:, nq:nq + nv], u[:, nq + nv:]
+            u1, u2 = u[:, nq : nq + nv], u[:, nq + nv :]
             qvel = sc * torch.sqrt(-2 * torch.log1p(-u1)) * torch.cos(2 * torch.pi * u2)
         else:
             qvel = sc * (2 * u[:, nq:] - 1)
@@ -390,8 +419,12 @@ class WarpMujoco:
             self._pos = torch.where(done[:, None], self._position(), pos)
         self.t = torch.where(done, 0, t)
         self.ep_return = torch.where(done, 0.0, ep_ret)
-        info = {"final_obs": self._out(final_obs), "done": self._out(done),
-                "episode_return": self._out(ep_ret), "episode_length": self._out(t)}
+        info = {
+            "final_obs": self._out(final_obs),
+            "done": self._out(done),
+            "episode_return": self._out(ep_ret),
+            "episode_length": self._out(t),
+        }
         return self._out(obs), self._out(reward), self._out(terminated), self._out(truncated), info
 
     def close(self) -> None:
@@ -401,19 +434,33 @@ class WarpMujoco:
     # --- exact checkpoints ----------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Everything the next step depends on: physics state, warm start, clocks, RNG streams."""
-        sd = {"qpos": self._qpos.clone(), "qvel": self._qvel.clone(), "qacc_warmstart": self._warm.clone(),
-              "time": self._time.clone(), "pos": self._pos.clone(), "t": self.t.clone(),
-              "ep_return": self.ep_return.clone(), **{f"rng.{k}": v for k, v in self.rng.state_dict().items()}}
+        sd = {
+            "qpos": self._qpos.clone(),
+            "qvel": self._qvel.clone(),
+            "qacc_warmstart": self._warm.clone(),
+            "time": self._time.clone(),
+            "pos": self._pos.clone(),
+            "t": self.t.clone(),
+            "ep_return": self.ep_return.clone(),
+            **{f"rng.{k}": v for k, v in self.rng.state_dict().items()},
+        }
         if self._act is not None:
             sd["act"] = self._act.clone()
         return sd
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         if tuple(sd["qpos"].shape) != tuple(self._qpos.shape):
-            raise ValueError(f"env state has shape {tuple(sd['qpos'].shape)}, expected {tuple(self._qpos.shape)} "
-                             "(was num_envs changed since the checkpoint?)")
-        for name, dst in (("qpos", self._qpos), ("qvel", self._qvel), ("qacc_warmstart", self._warm),
-                          ("time", self._time), ("act", self._act)):
+            raise ValueError(
+                f"env state has shape {tuple(sd['qpos'].shape)}, expected {tuple(self._qpos.shape)} "
+                "(was num_envs changed since the checkpoint?)"
+            )
+        for name, dst in (
+            ("qpos", self._qpos),
+            ("qvel", self._qvel),
+            ("qacc_warmstart", self._warm),
+            ("time", self._time),
+            ("act", self._act),
+        ):
             if dst is not None:
                 dst.copy_(sd[name].to(dst.device, dst.dtype))
         self._ctrl.zero_()
@@ -423,4 +470,3 @@ class WarpMujoco:
         self.t = sd["t"].to(self._tdev).clone()
         self.ep_return = sd["ep_return"].to(self._tdev).clone()
         self.rng.load_state_dict({"key": sd["rng.key"], "counter": sd["rng.counter"]})
-

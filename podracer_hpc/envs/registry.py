@@ -166,8 +166,11 @@ def load_plugins() -> dict[str, str]:
                 register(task)
         except Exception as e:  # a broken plugin must not break every other task
             _PLUGIN_ERRORS[ep.name] = f"{ep.value} (package {dist}): {type(e).__name__}: {e}"
-            print(f"podracer: the task plugin {ep.name!r} ({_PLUGIN_ERRORS[ep.name]}) did not load; "
-                  "its tasks are missing", file=sys.stderr)
+            print(
+                f"podracer: the task plugin {ep.name!r} ({_PLUGIN_ERRORS[ep.name]}) did not load; "
+                "its tasks are missing",
+                file=sys.stderr,
+            )
         _PLUGIN_TASKS.update(set(_TASKS) - before)
     return dict(_PLUGIN_ERRORS)
 
@@ -182,11 +185,14 @@ def register(task: Task) -> Task:
         raise ValueError(f"task name {task.name!r}: use lower-case letters, digits and '_'")
     old = _TASKS.get(task.name)
     if old is not None and old != task:
-        raise ValueError(f"task {task.name!r} is already registered (by {_DECLARED_IN.get(task.name, '?')}); "
-                         "choose another name or unregister it first")
+        raise ValueError(
+            f"task {task.name!r} is already registered (by {_DECLARED_IN.get(task.name, '?')}); "
+            "choose another name or unregister it first"
+        )
     if (task.options is None) != (not task.section):
-        raise ValueError(f"task {task.name!r}: options and section go together (options {task.options}, "
-                         f"section {task.section!r})")
+        raise ValueError(
+            f"task {task.name!r}: options and section go together (options {task.options}, section {task.section!r})"
+        )
     if task.options is not None:
         if not (isinstance(task.options, type) and dataclasses.is_dataclass(task.options)):
             raise ValueError(f"task {task.name!r}: options must be a dataclass, got {task.options!r}")
@@ -198,8 +204,10 @@ def register(task: Task) -> Task:
                 raise ValueError(f"{task.options.__name__}.{f.name}: declare it with F(default, 'a one-line doc')")
         for other in _TASKS.values():
             if other.section == task.section and other.options is not task.options:
-                raise ValueError(f"task {task.name!r}: section env.{task.section} belongs to {other.options.__name__} "
-                                 f"(task {other.name!r}); choose another section")
+                raise ValueError(
+                    f"task {task.name!r}: section env.{task.section} belongs to {other.options.__name__} "
+                    f"(task {other.name!r}); choose another section"
+                )
     _TASKS[task.name] = task
     _DECLARED_IN.setdefault(task.name, sys._getframe(1).f_globals.get("__name__", ""))  # the declaring module
     return task
@@ -228,8 +236,9 @@ def _ordered() -> list[Task]:
     _load()
     rank = {m: i for i, m in enumerate(TASK_MODULES)}
     last = len(rank)  # a plugin's tasks, and those registered some other way, in the order they came
-    return sorted(_TASKS.values(), key=lambda t: last if t.name in _PLUGIN_TASKS
-                  else rank.get(_DECLARED_IN.get(t.name, ""), last))
+    return sorted(
+        _TASKS.values(), key=lambda t: last if t.name in _PLUGIN_TASKS else rank.get(_DECLARED_IN.get(t.name, ""), last)
+    )
 
 
 def names() -> list[str]:
@@ -286,15 +295,23 @@ def as_kwargs(options: Any) -> dict[str, Any]:
     """The fields of an options instance as keyword options of its env (lists copied)."""
     if options is None:
         return {}
-    return {f.name: (list(v) if isinstance(v := getattr(options, f.name), list) else v)
-            for f in dataclasses.fields(options)}
+    return {
+        f.name: (list(v) if isinstance(v := getattr(options, f.name), list) else v) for f in dataclasses.fields(options)
+    }
 
 
 def option_rows(cls: type) -> list[tuple[str, Any, Any, str]]:
     """``(name, type, default, doc)`` of every field of an options dataclass."""
     hints = typing.get_type_hints(cls)
-    return [(f.name, hints[f.name], f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
-             f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+    return [
+        (
+            f.name,
+            hints[f.name],
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default,
+            f.metadata.get("doc", ""),
+        )
+        for f in dataclasses.fields(cls)
+    ]
 
 
 def options_of(env: Any) -> Any:
@@ -340,5 +357,23 @@ class TaskTable(Mapping):
         return f"TaskTable({', '.join(names())})"
 
 
-__all__ = ["TASK_MODULES", "ENTRY_POINT_GROUP", "OptionError", "Task", "register", "unregister", "load_plugins", "get",
-           "names", "sections", "check", "verify", "options_from", "as_kwargs", "option_rows", "options_of", "build_env", "TaskTable"]
+__all__ = [
+    "TASK_MODULES",
+    "ENTRY_POINT_GROUP",
+    "OptionError",
+    "Task",
+    "register",
+    "unregister",
+    "load_plugins",
+    "get",
+    "names",
+    "sections",
+    "check",
+    "verify",
+    "options_from",
+    "as_kwargs",
+    "option_rows",
+    "options_of",
+    "build_env",
+    "TaskTable",
+]

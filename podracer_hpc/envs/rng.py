@@ -78,9 +78,7 @@ _PHI_STEPS: dict[tuple[int, torch.device], torch.Tensor] = {}
 _U64 = {name: np.uint64(v & ((1 << 64) - 1)) for name, v in (("phi", _PHI), ("m1", _M1), ("m2", _M2))}
 
 
-def draw_rows(
-    key: torch.Tensor, counter: torch.Tensor, idx: torch.Tensor, k: int, dtype: torch.dtype
-) -> torch.Tensor:
+def draw_rows(key: torch.Tensor, counter: torch.Tensor, idx: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``[len(idx), k]`` uniforms that ``draw(key, counter, k, mask, dtype)`` gives the rows
     ``idx`` of ``mask``, bit for bit, computed on those rows only; advances ``counter[idx]`` by
     ``k`` in place. For a CPU step that restarts a few of many envs: on the CPU it runs in numpy

@@ -10,7 +10,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from podracer_hpc.files.h5log import _read_attrs
+from podracer_hpc.files.h5log import read_attrs
 
 __all__ = ["ArrayFileError", "read_arrays", "write_arrays"]
 
@@ -30,16 +30,20 @@ def write_arrays(path: str | Path, arrays: dict[str, np.ndarray], attrs: dict[st
         for name, a in arrays.items():
             a = np.asarray(a)
             if a.dtype.kind in "OU":
-                f.create_dataset(name, data=np.array([str(x) for x in a.reshape(-1)], dtype=object).reshape(a.shape),
-                                 dtype=h5py.string_dtype("utf-8"))
+                f.create_dataset(
+                    name,
+                    data=np.array([str(x) for x in a.reshape(-1)], dtype=object).reshape(a.shape),
+                    dtype=h5py.string_dtype("utf-8"),
+                )
             else:
                 f.create_dataset(name, data=np.ascontiguousarray(a))
         for k, v in (attrs or {}).items():
             f.attrs[k] = v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
 
 
-def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "", mmap: bool = False
-                ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def read_arrays(
+    path: str | Path, names: list[str] | None = None, group: str = "", mmap: bool = False
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """(arrays, attributes) of an HDF5 file: the datasets of ``group`` (default the root), all or ``names``.
 
     With ``mmap``, a contiguous numeric dataset comes back as a copy-on-write memory map of the file
@@ -72,5 +76,5 @@ def read_arrays(path: str | Path, names: list[str] | None = None, group: str = "
                 out[name] = np.memmap(path, dtype=ds.dtype, mode="c", offset=offset, shape=ds.shape)
             else:
                 out[name] = ds[()]
-        attrs = _read_attrs(f)
+        attrs = read_attrs(f)
     return out, attrs

@@ -29,10 +29,10 @@ SCHEMA_VERSION = 4
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
 # source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
 # rows get empty source columns, which records.read_records reads from the legacy ``source``).
-# Version 3 (2026-12-01) added what a comparison on common start states used: the evaluation's
+# Version 3 added what a comparison on common start states used: the evaluation's
 # seed and standard error (/eval, /tournament) and the paired difference (/tournament); older
 # rows get NaN / -1.
-# Version 4 (2026-12-01) added the off-policy learners' columns (/train q_mean, alpha) and the
+# Version 4 added the off-policy learners' columns (/train q_mean, alpha) and the
 # pod's learner (/tournament algo); older rows get NaN / ''.
 READABLE_VERSIONS = (1, 2, 3, 4)
 
@@ -95,7 +95,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 
 
-def _read_attrs(obj: Any) -> dict[str, Any]:
+def read_attrs(obj: Any) -> dict[str, Any]:
     """An HDF5 object's attributes as Python values (JSON text decoded, numpy scalars unwrapped)."""
     attrs: dict[str, Any] = {}
     for k, v in obj.attrs.items():
@@ -112,7 +112,7 @@ def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _fill(dtype: Any, n: int) -> Any:
+def fill_value(dtype: Any, n: int) -> Any:
     """``n`` empty values of a column: NaN, -1 or ''."""
     if dtype is np.float64:
         return np.full(n, np.nan)
@@ -121,7 +121,7 @@ def _fill(dtype: Any, n: int) -> Any:
     return [""] * n
 
 
-def _attr(v: Any) -> Any:
+def to_attr(v: Any) -> Any:
     """An attribute value as stored: numbers and strings as they are, anything else as JSON."""
     return v if isinstance(v, (int, float, str, np.integer, np.floating)) else json.dumps(v)
 
@@ -133,8 +133,14 @@ class LogError(ValueError):
 class H5Writer:
     """Appends rows to one rank's log; reopening an existing log continues it (resume)."""
 
-    def __init__(self, path: str | Path, attrs: dict[str, Any], flush_interval_s: float = 2.0,
-                 say: Callable[[str], None] | None = None, recover: Callable[[Path], int] | None = None):
+    def __init__(
+        self,
+        path: str | Path,
+        attrs: dict[str, Any],
+        flush_interval_s: float = 2.0,
+        say: Callable[[str], None] | None = None,
+        recover: Callable[[Path], int] | None = None,
+    ):
         """Open (or create) the log at ``path``. A log that a killed writer left marked open is
         rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
         ``say`` reports; without it such a log is a :class:`LogError`."""
@@ -160,13 +166,13 @@ class H5Writer:
                 if name not in g:  # a column this version added: old rows get its empty value
                     ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
                     if rows:
-                        ds[...] = _fill(dtype, rows)
+                        ds[...] = fill_value(dtype, rows)
             n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
             for name in cols:
                 if g[name].shape[0] != n:
                     g[name].resize((n,))
         for k, v in attrs.items():
-            self.f.attrs[k] = _attr(v)
+            self.f.attrs[k] = to_attr(v)
         self.f.attrs["schema_version"] = SCHEMA_VERSION
         self.f.swmr_mode = True
         self._last_flush = time.monotonic()
@@ -177,23 +183,31 @@ class H5Writer:
             return h5py.File(self.path, "a", libver="latest")
         except (OSError, RuntimeError) as e:  # h5py raises RuntimeError for some corrupt superblocks
             if self.path.is_dir():
-                raise LogError(f"{self.path}: is a directory, not a log file; move it away or use a new --run-dir") from None
+                raise LogError(
+                    f"{self.path}: is a directory, not a log file; move it away or use a new --run-dir"
+                ) from None
             first = e
         # A writer killed with the file open (SIGKILL, node failure) leaves the superblock's
         # "open for write / SWMR write" flags set, and HDF5 then refuses to open it for writing.
         # What it flushed is intact (SWMR keeps the file consistent for readers at every
         # moment): the recovery reads that, writes it to a fresh file and puts it in its place.
         if self._recover is None:
-            raise LogError(f"{self.path}: cannot be opened for writing ({first}); if a killed writer left it open, "
-                           "podracer_hpc.files.h5recover.open_log rebuilds it")
+            raise LogError(
+                f"{self.path}: cannot be opened for writing ({first}); if a killed writer left it open, "
+                "podracer_hpc.files.h5recover.open_log rebuilds it"
+            )
         try:
             rows = self._recover(self.path)
         except LogError as e:
-            raise LogError(f"{e}; it cannot be continued (opening it for writing said: {first}). "
-                           "Move it away or use a new --run-dir") from None
+            raise LogError(
+                f"{e}; it cannot be continued (opening it for writing said: {first}). "
+                "Move it away or use a new --run-dir"
+            ) from None
         if say is not None:
-            say(f"{self.path} was left open by a killed writer: recovered {rows} rows "
-                f"(the original is kept as {self.path.name}.unclean)")
+            say(
+                f"{self.path} was left open by a killed writer: recovered {rows} rows "
+                f"(the original is kept as {self.path.name}.unclean)"
+            )
         return h5py.File(self.path, "a", libver="latest")
 
     def truncate_after(self, env_steps: int) -> int:
@@ -245,7 +259,7 @@ class H5Writer:
         for name, dtype in cols.items():
             ds = g[name]
             ds.resize((n + 1,))
-            ds[n] = row[name] if name in row else _fill(dtype, 1)[0]
+            ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
@@ -265,7 +279,7 @@ class H5Writer:
         for name, dtype in cols.items():
             ds = g[name]
             ds.resize((n + k_rows,))
-            ds[n:] = columns[name] if name in columns else _fill(dtype, k_rows)
+            ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
@@ -305,7 +319,7 @@ def read_log(path: str | Path) -> dict[str, Any]:
                 f"{path}: log schema version {version}, this podracer-hpc reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
-        out: dict[str, Any] = {"attrs": _read_attrs(f)}
+        out: dict[str, Any] = {"attrs": read_attrs(f)}
         for group in GROUPS:
             g = f.get(group)
             cols: dict[str, np.ndarray] = {}
@@ -363,9 +377,11 @@ class LogTail:
             if self.attrs is None or reset:
                 version = _scalar(f.attrs.get("schema_version"))
                 if version not in READABLE_VERSIONS:
-                    raise LogError(f"{self.path}: log schema version {version}, this podracer-hpc reads "
-                                   f"{', '.join(map(str, READABLE_VERSIONS))}")
-                self.attrs = _read_attrs(f)
+                    raise LogError(
+                        f"{self.path}: log schema version {version}, this podracer-hpc reads "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}"
+                    )
+                self.attrs = read_attrs(f)
             sets: dict[str, dict[str, Any]] = {}
             counts: dict[str, int] = {}
             for group in self.rows:
@@ -394,8 +410,10 @@ class LogTail:
                 for name in names:
                     ds = dsets.get(name)
                     if ds is None:
-                        arr = np.asarray(_fill(GROUPS[group][name], hi - lo), dtype=object
-                                         if GROUPS[group][name] not in (np.float64, np.int64) else None)
+                        arr = np.asarray(
+                            fill_value(GROUPS[group][name], hi - lo),
+                            dtype=object if GROUPS[group][name] not in (np.float64, np.int64) else None,
+                        )
                     else:
                         arr = ds[lo:hi] if hi > lo else ds[0:0]
                         if arr.dtype.kind == "O":

@@ -12,13 +12,14 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-from podracer_hpc.files.h5log import GROUPS, H5Writer, LogError, _attr, _fill, read_log
+from podracer_hpc.files.h5log import GROUPS, H5Writer, LogError, fill_value, read_log, to_attr
 
 __all__ = ["clear_open_flags", "lookup3", "open_log", "recover"]
 
 
-def open_log(path: str | Path, attrs: dict[str, Any], say: Callable[[str], None] | None = None,
-             flush_interval_s: float = 2.0) -> H5Writer:
+def open_log(
+    path: str | Path, attrs: dict[str, Any], say: Callable[[str], None] | None = None, flush_interval_s: float = 2.0
+) -> H5Writer:
     """The rank's log writer, a log left open by a killed writer rebuilt first (``say`` says so)."""
     return H5Writer(path, attrs, flush_interval_s=flush_interval_s, say=say, recover=recover)
 
@@ -37,11 +38,11 @@ def lookup3(data: bytes, initval: int = 0) -> int:
 
     def add(block: bytes) -> None:
         for j in range(3):
-            v[j] = (v[j] + int.from_bytes(block[4 * j:4 * j + 4], "little")) & _M32
+            v[j] = (v[j] + int.from_bytes(block[4 * j : 4 * j + 4], "little")) & _M32
 
     i = 0
     while n - i > 12:  # every full 12-byte block but the last: add, then mix
-        add(data[i:i + 12])
+        add(data[i : i + 12])
         for x, y, z, k in ((0, 2, 1, 4), (1, 0, 2, 6), (2, 1, 0, 8), (0, 2, 1, 16), (1, 0, 2, 19), (2, 1, 0, 4)):
             v[x] = ((v[x] - v[y]) & _M32) ^ _rot(v[y], k)
             v[y] = (v[y] + v[z]) & _M32
@@ -127,7 +128,7 @@ def recover(path: str | Path) -> int:
     tmp = path.with_name(f".{path.name}.recover.tmp")
     with h5py.File(tmp, "w", libver="latest") as f:
         for k, v in log["attrs"].items():
-            f.attrs[k] = _attr(v)
+            f.attrs[k] = to_attr(v)
         for group, cols in GROUPS.items():
             g = f.create_group(group)
             have = log.get(group, {})
@@ -135,10 +136,15 @@ def recover(path: str | Path) -> int:
             for name, dtype in cols.items():
                 data = have.get(name)
                 if data is None:  # a column this version added: fill it like append() does
-                    data = _fill(dtype, n)
-                g.create_dataset(name, data=list(data[:n]) if dtype not in (np.float64, np.int64)
-                                 else np.asarray(data[:n], dtype=dtype),
-                                 shape=(n,), maxshape=(None,), dtype=dtype, chunks=(256,))
+                    data = fill_value(dtype, n)
+                g.create_dataset(
+                    name,
+                    data=list(data[:n]) if dtype not in (np.float64, np.int64) else np.asarray(data[:n], dtype=dtype),
+                    shape=(n,),
+                    maxshape=(None,),
+                    dtype=dtype,
+                    chunks=(256,),
+                )
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     unclean = path.with_name(path.name + ".unclean")

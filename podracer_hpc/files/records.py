@@ -105,19 +105,35 @@ class RoundRecord:
     tournament_s: float = math.nan  # seconds spent in the round's collectives and file I/O
     fs_ops: int = -1  # leaderboard filesystem operations of this pod in the round (-1: not counted)
     compared: Comparison = field(default_factory=lambda: Comparison())  # the numbers the decision used
-    algo: str = ""  # the pod's learner (agent.algo); "" in a log written before 2026-12-01
+    algo: str = ""  # the pod's learner (agent.algo); "" in a log of an older schema
 
     def to_row(self) -> dict[str, Any]:
         """The HDF5 columns (h5log.TOURNAMENT_COLUMNS)."""
         c = self.compared
-        return {"round": self.round, "env_steps": self.env_steps, "wall_s": self.wall_s, "fitness": self.fitness,
-                "action": self.action, "source": self.source.legacy(), "source_kind": self.source.kind,
-                "source_id": self.source.id, "source_rejected": int(self.source.rejected),
-                "old_hparams": json.dumps(self.old_hparams), "new_hparams": json.dumps(self.new_hparams),
-                "tournament_s": self.tournament_s, "fs_ops": self.fs_ops, "fitness_se": c.fitness_se,
-                "eval_seed": c.eval_seed, "episodes": c.episodes, "source_score": c.source_score,
-                "diff_mean": c.diff_mean, "diff_se": c.diff_se, "margin_se": c.margin_se, "verified": int(c.verified),
-                "algo": self.algo}
+        return {
+            "round": self.round,
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "fitness": self.fitness,
+            "action": self.action,
+            "source": self.source.legacy(),
+            "source_kind": self.source.kind,
+            "source_id": self.source.id,
+            "source_rejected": int(self.source.rejected),
+            "old_hparams": json.dumps(self.old_hparams),
+            "new_hparams": json.dumps(self.new_hparams),
+            "tournament_s": self.tournament_s,
+            "fs_ops": self.fs_ops,
+            "fitness_se": c.fitness_se,
+            "eval_seed": c.eval_seed,
+            "episodes": c.episodes,
+            "source_score": c.source_score,
+            "diff_mean": c.diff_mean,
+            "diff_se": c.diff_se,
+            "margin_se": c.margin_se,
+            "verified": int(c.verified),
+            "algo": self.algo,
+        }
 
 
 def _hparams(s: Any) -> dict[str, float]:
@@ -125,8 +141,11 @@ def _hparams(s: Any) -> dict[str, float]:
         d = json.loads(s) if s else {}
     except (TypeError, json.JSONDecodeError):
         return {}
-    return {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
-        if isinstance(d, dict) else {}
+    return (
+        {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if isinstance(d, dict)
+        else {}
+    )
 
 
 def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
@@ -140,26 +159,39 @@ def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
             src = Source(kind, str(columns["source_id"][i]), bool(int(columns["source_rejected"][i])))
         else:  # a schema-1 row (or a row appended to an upgraded schema-1 file before the upgrade)
             src = Source.from_legacy(str(columns.get("source", [""] * n)[i]))
-        out.append(RoundRecord(
-            round=int(columns["round"][i]), env_steps=int(columns["env_steps"][i]),
-            wall_s=float(columns["wall_s"][i]), fitness=float(columns["fitness"][i]),
-            action=str(columns["action"][i]), source=src,
-            old_hparams=_hparams(columns["old_hparams"][i]), new_hparams=_hparams(columns["new_hparams"][i]),
-            tournament_s=float(columns["tournament_s"][i]) if "tournament_s" in columns else math.nan,
-            fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
-            compared=_comparison(columns, i, n),
-            algo=str(columns["algo"][i]) if "algo" in columns and len(columns["algo"]) == n else "",
-        ))
+        out.append(
+            RoundRecord(
+                round=int(columns["round"][i]),
+                env_steps=int(columns["env_steps"][i]),
+                wall_s=float(columns["wall_s"][i]),
+                fitness=float(columns["fitness"][i]),
+                action=str(columns["action"][i]),
+                source=src,
+                old_hparams=_hparams(columns["old_hparams"][i]),
+                new_hparams=_hparams(columns["new_hparams"][i]),
+                tournament_s=float(columns["tournament_s"][i]) if "tournament_s" in columns else math.nan,
+                fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
+                compared=_comparison(columns, i, n),
+                algo=str(columns["algo"][i]) if "algo" in columns and len(columns["algo"]) == n else "",
+            )
+        )
     return out
 
 
 def _comparison(columns: Mapping[str, Sequence[Any]], i: int, n: int) -> Comparison:
     """Row ``i``'s comparison columns (schema 3); the defaults for a log written before them."""
+
     def col(name: str, default: Any, kind: type) -> Any:
         c = columns.get(name)
         return kind(c[i]) if c is not None and len(c) == n else default
 
-    return Comparison(col("fitness_se", math.nan, float), col("eval_seed", -1, int), col("episodes", -1, int),
-                      col("source_score", math.nan, float), col("diff_mean", math.nan, float),
-                      col("diff_se", math.nan, float), col("margin_se", math.nan, float),
-                      bool(col("verified", 0, int)))
+    return Comparison(
+        col("fitness_se", math.nan, float),
+        col("eval_seed", -1, int),
+        col("episodes", -1, int),
+        col("source_score", math.nan, float),
+        col("diff_mean", math.nan, float),
+        col("diff_se", math.nan, float),
+        col("margin_se", math.nan, float),
+        bool(col("verified", 0, int)),
+    )

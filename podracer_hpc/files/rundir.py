@@ -71,11 +71,15 @@ class PoolPart:
                 task, count = int(env["SLURM_ARRAY_TASK_ID"]), int(env["SLURM_ARRAY_TASK_COUNT"])
                 lo, hi = int(env.get("SLURM_ARRAY_TASK_MIN", 0)), int(env.get("SLURM_ARRAY_TASK_MAX", count - 1))
             except (KeyError, ValueError):
-                raise ValueError("--pool-part auto takes the part from a Slurm job array (sbatch --array=0-<N-1>), "
-                                 "but this is not an array task; give INDEX/COUNT") from None
+                raise ValueError(
+                    "--pool-part auto takes the part from a Slurm job array (sbatch --array=0-<N-1>), "
+                    "but this is not an array task; give INDEX/COUNT"
+                ) from None
             if (lo, hi) != (0, count - 1):
-                raise ValueError(f"--pool-part auto: the array's tasks are {lo}-{hi} ({count} of them); a pool's parts "
-                                 f"are 0..N-1: submit with --array=0-{count - 1}")
+                raise ValueError(
+                    f"--pool-part auto: the array's tasks are {lo}-{hi} ({count} of them); a pool's parts "
+                    f"are 0..N-1: submit with --array=0-{count - 1}"
+                )
             text = f"{task}/{count}"
         a, sep, b = str(text).partition("/")
         if not sep or not a.strip().isdigit() or not b.strip().isdigit():
@@ -108,8 +112,16 @@ class PoolPart:
 def slurm_ids(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The Slurm ids of this process (job, array task, step, rank, node, restart count)."""
     env = os.environ if environ is None else environ
-    keys = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID",
-            "SLURM_PROCID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT")
+    keys = (
+        "SLURM_JOB_ID",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_STEP_ID",
+        "SLURM_PROCID",
+        "SLURM_NODEID",
+        "SLURM_JOB_NODELIST",
+        "SLURM_RESTART_COUNT",
+    )
     return {k: env[k] for k in keys if k in env}
 
 
@@ -129,11 +141,16 @@ def git_revision(environ: Mapping[str, str] | None = None) -> str:
         except (OSError, ValueError, KeyError):
             pass
     try:
-        rev = subprocess.run(["git", "-C", str(pkg), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(
+            ["git", "-C", str(pkg), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         if rev:
-            dirty = subprocess.run(["git", "-C", str(pkg), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", str(pkg), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            ).stdout.strip()
             return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass

@@ -47,8 +47,7 @@ def write_record(rundir: RunDir, pod: int, record: dict[str, Any]) -> None:
         clean["verdict"] = [_finite(mean), _finite(se), [_finite(lo), _finite(hi)]]
     clean.update(pod=pod, written=time.time())
     rundir.pods_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(rundir.pod_record(pod), (json.dumps(clean) + "\n").encode(), mode=0o644,
-                              sync_dir=False)
+    atomic_write_bytes(rundir.pod_record(pod), (json.dumps(clean) + "\n").encode(), mode=0o644, sync_dir=False)
 
 
 def clear_record(rundir: RunDir, pod: int) -> None:
@@ -86,8 +85,16 @@ def _ranges(pods: list[int]) -> str:
     return ", ".join(out)
 
 
-def assemble(records: dict[int, dict[str, Any]], pool_size: int, *, task: str, revision: str,
-             tournament: bool, final_episodes: int = 0, final_eval_seed: int | None = None) -> dict[str, Any]:
+def assemble(
+    records: dict[int, dict[str, Any]],
+    pool_size: int,
+    *,
+    task: str,
+    revision: str,
+    tournament: bool,
+    final_episodes: int = 0,
+    final_eval_seed: int | None = None,
+) -> dict[str, Any]:
     """The run's summary from the pods' records (pool indices 0..``pool_size``-1): totals over the
     pods that left a record, the best pod, the verdict on common start states when every pod is
     done with one, and which pods are missing or stopped (then ``"complete": false``)."""
@@ -104,8 +111,9 @@ def assemble(records: dict[int, dict[str, Any]], pool_size: int, *, task: str, r
         "pods": pool_size,
         "env_steps": int(sum(_num(p, "env_steps") for p in parts if math.isfinite(_num(p, "env_steps")))),
         "wall_s": round(max((_num(p, "wall_s") for p in parts if math.isfinite(_num(p, "wall_s"))), default=0.0), 3),
-        "steps_per_s": round(sum(_num(p, "run_steps") for p in parts if math.isfinite(_num(p, "run_steps")))
-                             / max(run_wall, 1e-9), 1),
+        "steps_per_s": round(
+            sum(_num(p, "run_steps") for p in parts if math.isfinite(_num(p, "run_steps"))) / max(run_wall, 1e-9), 1
+        ),
         "best_return": max(bests) if bests else None,
         "final_return": max(finals) if finals else None,
         "git_revision": revision,
@@ -119,14 +127,21 @@ def assemble(records: dict[int, dict[str, Any]], pool_size: int, *, task: str, r
     best_pod = max(records, key=key_best) if records else None
     verdicts = {i: records[i].get("verdict") for i in records}
     if complete and final_episodes and all(isinstance(v, list) for v in verdicts.values()):
+
         def key_verdict(i: int) -> float:
             m = verdicts[i][0]
             return float(m) if isinstance(m, (int, float)) else -math.inf
 
         best_pod = max(verdicts, key=key_verdict)
         mean, se, (lo, hi) = verdicts[best_pod]
-        summary.update(peak_return=summary["best_return"], best_return=mean, best_return_se=se,
-                       best_return_ci95=[lo, hi], final_episodes=final_episodes, final_eval_seed=final_eval_seed)
+        summary.update(
+            peak_return=summary["best_return"],
+            best_return=mean,
+            best_return_se=se,
+            best_return_ci95=[lo, hi],
+            final_episodes=final_episodes,
+            final_eval_seed=final_eval_seed,
+        )
     if not complete:
         summary["complete"] = False
         if missing:

@@ -10,7 +10,8 @@ file, the resource request, the partition as ``sinfo`` knows it), then starts th
 
 The parts, one job each: :mod:`.request` (every option of ``podracer submit`` declared once, with
 its doc, its check and its sbatch option; the argparse, the checks, the sbatch parameters and the
-dry-run derive from it), :mod:`.checks` (``validate``), :mod:`.snapshot` (the code a job runs), :mod:`.slurm` (submitit, the
+dry-run derive from it), :mod:`.checks` (``validate``), :mod:`.snapshot` (the code a job runs), :mod:`.slurm`
+(submitit, the
 rank task, sbatch, Slurm's job states), :mod:`.local` (mpiexec here), :mod:`.watch` (progress and
 an end that is never a hang). ``--dry-run`` needs no Slurm: without ``sbatch``/``sinfo`` the
 request is checked as far as it can be here and the script is printed.
@@ -22,16 +23,37 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from podracer_hpc.config import Config, ConfigError
 from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_job_states
+from podracer_hpc.config import Config
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.launch import local, pooljobs
 from podracer_hpc.launch.checks import validate
 from podracer_hpc.launch.errors import JobError, LaunchError, SlurmUnreachable
 from podracer_hpc.launch.local import find_mpiexec, start_command
-from podracer_hpc.launch.request import ACTIONS, Request, add_arguments, from_args, own_sbatch, parse_array, parse_sbatch, run_dir_for, slurm_minutes, task_overrides
+from podracer_hpc.launch.request import (
+    ACTIONS,
+    Request,
+    add_arguments,
+    from_args,
+    own_sbatch,
+    parse_array,
+    parse_sbatch,
+    run_dir_for,
+    slurm_minutes,
+    task_overrides,
+)
 from podracer_hpc.launch.snapshot import Snapshot, make_snapshot, plan_snapshot
-from podracer_hpc.launch.watch import ACTIVE_STATES, Job, Launched, progress_line, read_summary, still_active, summary_signature, wait
+from podracer_hpc.launch.watch import (
+    ACTIVE_STATES,
+    Job,
+    Launched,
+    progress_line,
+    read_summary,
+    still_active,
+    summary_signature,
+    wait,
+)
 
 # From .slurm, which imports submitit: loaded on first use, so that `podracer --help`, `podracer
 # config` and a local submit do not pay for it.
@@ -46,13 +68,45 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["ACTIONS", "ACTIVE_STATES", "ConfigError", "Job", "JobError", "Launched", "LaunchError", "RankProgram",
-           "Request", "Snapshot", "SlurmJobState", "SlurmUnreachable", "add_arguments", "find_mpiexec", "from_args",
-           "launch_line", "make_snapshot", "own_sbatch", "parse_array", "parse_sbatch", "plan_snapshot",
-           "progress_line", "read_summary", "run_dir_for", "sbatch_text", "slurm_job_state", "slurm_job_states",
-           "slurm_minutes", "start_command", "still_active", "submit_local", "submit_slurm", "summary_signature",
-           "task_overrides",
-           "validate", "wait"]
+
+__all__ = [
+    "ACTIONS",
+    "ACTIVE_STATES",
+    "ConfigError",
+    "Job",
+    "JobError",
+    "Launched",
+    "LaunchError",
+    "RankProgram",
+    "Request",
+    "Snapshot",
+    "SlurmJobState",
+    "SlurmUnreachable",
+    "add_arguments",
+    "find_mpiexec",
+    "from_args",
+    "launch_line",
+    "make_snapshot",
+    "own_sbatch",
+    "parse_array",
+    "parse_sbatch",
+    "plan_snapshot",
+    "progress_line",
+    "read_summary",
+    "run_dir_for",
+    "sbatch_text",
+    "slurm_job_state",
+    "slurm_job_states",
+    "slurm_minutes",
+    "start_command",
+    "still_active",
+    "submit_local",
+    "submit_slurm",
+    "summary_signature",
+    "task_overrides",
+    "validate",
+    "wait",
+]
 
 
 def submit_slurm(req: Request, cfg: Config) -> Launched:
@@ -64,14 +118,20 @@ def submit_slurm(req: Request, cfg: Config) -> Launched:
     if plan is not None and not plan.start:
         return Launched("slurm", [], pool_jobs=req.jobs)
     jobs, dirs, snap, stale = importlib.import_module(f"{__name__}.slurm").submit(
-        req, cfg, parts=plan.start if plan is not None else None)
+        req, cfg, parts=plan.start if plan is not None else None
+    )
     handles = [Job(str(j.job_id), Path(str(j.paths.stderr))) for j in jobs]
-    launched = Launched("slurm", dirs, jobs=handles, logs=[h.log for h in handles], stale_summaries=stale,
-                        snapshot=snap)
+    launched = Launched(
+        "slurm", dirs, jobs=handles, logs=[h.log for h in handles], stale_summaries=stale, snapshot=snap
+    )
     if plan is not None:
         launched.parts, launched.pool_jobs = [_pods(req, g) for g in plan.start], req.jobs
-        pooljobs.record(RunDir(run_dir_for(req, cfg)), req.jobs, req.job_ranks,
-                        {g: {"executor": "slurm", "job": h.job_id} for g, h in zip(plan.start, handles)})
+        pooljobs.record(
+            RunDir(run_dir_for(req, cfg)),
+            req.jobs,
+            req.job_ranks,
+            {g: {"executor": "slurm", "job": h.job_id} for g, h in zip(plan.start, handles)},
+        )
     return launched
 
 
@@ -85,8 +145,12 @@ def submit_local(req: Request, cfg: Config) -> Launched:
         return Launched("local", [], pool_jobs=req.jobs)
     launched = local.submit(req, cfg, parts=plan.start)
     launched.pool_jobs = req.jobs
-    pooljobs.record(RunDir(run_dir_for(req, cfg)), req.jobs, req.job_ranks,
-                    {g: pooljobs.local_job(p.pid) for g, p in zip(plan.start, launched.procs)})
+    pooljobs.record(
+        RunDir(run_dir_for(req, cfg)),
+        req.jobs,
+        req.job_ranks,
+        {g: pooljobs.local_job(p.pid) for g, p in zip(plan.start, launched.procs)},
+    )
     return launched
 
 

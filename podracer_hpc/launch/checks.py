@@ -38,9 +38,11 @@ def validate(req: Request, dry_run: bool = False) -> Config:
         _check_pool_jobs(req)
     check_run_dir(run_dir_for(req, cfg))
     if req.executor == "slurm" and req.array and req.array != list(range(len(req.array))) and req.array_parallelism:
-        raise LaunchError(f"--array {','.join(map(str, req.array))}%{req.array_parallelism}: tasks other than 0..N-1 go "
-                          "to Slurm as one job each (submitit numbers an array from 0, and the task's directory and "
-                          "Slurm's index must agree), so a %P throttle cannot hold; drop %P or use --array N")
+        raise LaunchError(
+            f"--array {','.join(map(str, req.array))}%{req.array_parallelism}: tasks other than 0..N-1 go "
+            "to Slurm as one job each (submitit numbers an array from 0, and the task's directory and "
+            "Slurm's index must agree), so a %P throttle cannot hold; drop %P or use --array N"
+        )
     if cfg.tournament.mode != "none" and req.ranks < 2 and not req.array:
         print(f"note: a tournament of {req.ranks} pod; ask for more tasks to make it a pool", file=sys.stderr)
     if req.executor == "slurm":
@@ -57,14 +59,20 @@ def _check_pool_jobs(req: Request) -> None:
     separate runs; a pool of jobs is one)."""
     m = req.pods_per_job
     if req.array:
-        raise LaunchError("--pods-per-job runs one pool as several jobs (one run directory); --array runs separate "
-                          "runs: use one or the other")
+        raise LaunchError(
+            "--pods-per-job runs one pool as several jobs (one run directory); --array runs separate "
+            "runs: use one or the other"
+        )
     if req.ranks % m:
-        raise LaunchError(f"--pods-per-job {m}: the pool's {req.ranks} pods (--nodes {req.nodes} x --tasks-per-node "
-                          f"{req.tasks_per_node}) do not split into jobs of {m}; use a divisor of {req.ranks}")
+        raise LaunchError(
+            f"--pods-per-job {m}: the pool's {req.ranks} pods (--nodes {req.nodes} x --tasks-per-node "
+            f"{req.tasks_per_node}) do not split into jobs of {m}; use a divisor of {req.ranks}"
+        )
     if req.executor == "slurm" and m % req.tasks_per_node:
-        raise LaunchError(f"--pods-per-job {m}: a job is whole nodes of --tasks-per-node {req.tasks_per_node} pods; "
-                          f"use a multiple of {req.tasks_per_node}")
+        raise LaunchError(
+            f"--pods-per-job {m}: a job is whole nodes of --tasks-per-node {req.tasks_per_node} pods; "
+            f"use a multiple of {req.tasks_per_node}"
+        )
 
 
 def check_run_dir(path: Path) -> None:
@@ -79,5 +87,7 @@ def check_run_dir(path: Path) -> None:
         raise LaunchError(f"--run-dir {path}: {anc} is a file, not a directory; choose another --run-dir")
     if not os.access(anc, os.W_OK | os.X_OK):
         what = "write in" if anc == path else f"create {path} under"
-        raise LaunchError(f"--run-dir {path}: no permission to {what} {anc}; choose a --run-dir you can write to "
-                          "(on the cluster's shared filesystem)")
+        raise LaunchError(
+            f"--run-dir {path}: no permission to {what} {anc}; choose a --run-dir you can write to "
+            "(on the cluster's shared filesystem)"
+        )

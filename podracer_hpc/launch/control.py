@@ -69,8 +69,10 @@ def _run_dir_or_job(target: str) -> tuple[Path | None, dict[str, str]]:
         raise LaunchError(f"{target}: neither a run directory nor a Slurm job id (12345 or 12345_7)")
     jobs = jobs_of(d)
     if not jobs:
-        raise LaunchError(f"{d}: no Slurm job of this run directory is known (no slurm/<job>/ folder, "
-                          "slurm-<job>.out or pool.json): was it run on this machine (--executor local)?")
+        raise LaunchError(
+            f"{d}: no Slurm job of this run directory is known (no slurm/<job>/ folder, "
+            "slurm-<job>.out or pool.json): was it run on this machine (--executor local)?"
+        )
     return d, jobs
 
 
@@ -120,7 +122,12 @@ def cancel(target: str, requeue: bool) -> list[str]:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise LaunchError(f"{' '.join(cmd)} failed: {(r.stderr or r.stdout).strip()}")
-        out.append(f"job {j}: " + ("warning signal sent: its ranks checkpoint, then it is requeued and resumes"
-                                   if requeue else "cancelled: its ranks checkpoint and end (exit 75); the same "
-                                   "submit command resumes the run"))
+        out.append(
+            f"job {j}: "
+            + (
+                "warning signal sent: its ranks checkpoint, then it is requeued and resumes"
+                if requeue
+                else "cancelled: its ranks checkpoint and end (exit 75); the same submit command resumes the run"
+            )
+        )
     return out

@@ -21,7 +21,8 @@ __all__ = ["find_mpiexec", "start_command", "stop", "submit"]
 
 def find_mpiexec() -> str:
     """The mpiexec next to this interpreter (the venv's mpich wheel), else the one on PATH."""
-    from podracer_hpc.cluster.mpirun import MpiexecNotFound, find_mpiexec as find
+    from podracer_hpc.cluster.mpirun import MpiexecNotFound
+    from podracer_hpc.cluster.mpirun import find_mpiexec as find
 
     try:
         return find()
@@ -29,8 +30,9 @@ def find_mpiexec() -> str:
         raise LaunchError(str(e)) from None
 
 
-def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[str, str] | None = None,
-                  log: Path | None = None) -> None:
+def start_command(
+    cmd: list[str], run_dir: Path, launched: Launched, env: dict[str, str] | None = None, log: Path | None = None
+) -> None:
     """Start ``cmd`` in its own session, its output appended to ``log`` (default
     ``<run_dir>/launch.log``); add it to ``launched`` (watched by :func:`watch.wait` like a job)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -39,9 +41,16 @@ def start_command(cmd: list[str], run_dir: Path, launched: Launched, env: dict[s
     with open(log, "ab") as f:
         f.write(f"$ {shlex.join(cmd)}\n".encode())
         f.flush()
-        launched.procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                               stdin=subprocess.DEVNULL,
-                                               env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}))
+        launched.procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            )
+        )
     launched.run_dirs.append(run_dir)
     launched.logs.append(log)
 
@@ -59,17 +68,47 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None) -> Launche
     if parts is not None:
         base = RunDir(run_dir_for(req, cfg))
         for g in parts:
-            cmd = [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", mpiexec, "-n", str(req.job_ranks),
-                   sys.executable, "-m", "podracer_hpc.cli", "train", str(Path(req.job_file).resolve()), "--run-dir",
-                   str(base.root), "--pool-part", f"{g}/{req.jobs}", *sum((["--set", s] for s in req.overrides), [])]
+            cmd = [
+                sys.executable,
+                "-m",
+                "podracer_hpc.cluster.mpirun",
+                "--mpiexec",
+                mpiexec,
+                "-n",
+                str(req.job_ranks),
+                sys.executable,
+                "-m",
+                "podracer_hpc.cli",
+                "train",
+                str(Path(req.job_file).resolve()),
+                "--run-dir",
+                str(base.root),
+                "--pool-part",
+                f"{g}/{req.jobs}",
+                *sum((["--set", s] for s in req.overrides), []),
+            ]
             start_command(cmd, base.root, launched, log=base.part_launch_log(g))
             launched.parts.append(range(g * req.job_ranks, (g + 1) * req.job_ranks))
         return launched
     for t in req.array or [None]:
         sets, d = task_overrides(req, cfg, t)
-        cmd = [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", mpiexec, "-n", str(req.ranks),
-               sys.executable, "-m", "podracer_hpc.cli", "train", str(Path(req.job_file).resolve()), "--run-dir",
-               str(d), *sum((["--set", s] for s in sets), [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cluster.mpirun",
+            "--mpiexec",
+            mpiexec,
+            "-n",
+            str(req.ranks),
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "train",
+            str(Path(req.job_file).resolve()),
+            "--run-dir",
+            str(d),
+            *sum((["--set", s] for s in sets), []),
+        ]
         if req.array_parallelism:
             while sum(p.poll() is None for p in launched.procs) >= req.array_parallelism:
                 time.sleep(0.2)

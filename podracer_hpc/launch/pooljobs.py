@@ -20,8 +20,8 @@ from typing import Any
 
 from podracer_hpc.cluster import jobstate
 from podracer_hpc.files.atomic import atomic_write_bytes
-from podracer_hpc.files.summary import read_records
 from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.summary import read_records
 from podracer_hpc.launch.errors import LaunchError
 from podracer_hpc.launch.watch import still_active
 
@@ -42,8 +42,10 @@ def _read(rundir: RunDir) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise LaunchError(f"{rundir.pool_file} is unreadable ({e}): move it away (the run resumes without it; parts "
-                          "still running would then be started twice), or use a new --run-dir") from None
+        raise LaunchError(
+            f"{rundir.pool_file} is unreadable ({e}): move it away (the run resumes without it; parts "
+            "still running would then be started twice), or use a new --run-dir"
+        ) from None
     return d if isinstance(d, dict) else None
 
 
@@ -81,14 +83,18 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
     if old is None:
         ranks = rundir.checkpoint_ranks()  # one listing of the checkpoints directory
         if ranks and ranks[-1] >= jobs * pods_per_job:
-            raise LaunchError(f"{rundir.root} holds the checkpoints of a bigger run (pod {ranks[-1]}); use a new "
-                              "--run-dir or the same pool size")
+            raise LaunchError(
+                f"{rundir.root} holds the checkpoints of a bigger run (pod {ranks[-1]}); use a new "
+                "--run-dir or the same pool size"
+            )
         return Plan(list(range(jobs)))
     shape = (old.get("jobs"), old.get("pods_per_job"))
     if shape != (jobs, pods_per_job):
-        raise LaunchError(f"{rundir.root} holds a pool of {shape[0]} jobs x {shape[1]} pods ({rundir.pool_file}); "
-                          f"this submission asks for {jobs} x {pods_per_job}: submit it with the same --nodes, "
-                          "--tasks-per-node and --pods-per-job to resume it, or use a new --run-dir")
+        raise LaunchError(
+            f"{rundir.root} holds a pool of {shape[0]} jobs x {shape[1]} pods ({rundir.pool_file}); "
+            f"this submission asks for {jobs} x {pods_per_job}: submit it with the same --nodes, "
+            "--tasks-per-node and --pods-per-job to resume it, or use a new --run-dir"
+        )
     parts: dict[str, Any] = old.get("parts") or {}
     slurm_ids = [str(p["job"]) for p in parts.values() if p.get("executor") == "slurm" and p.get("job")]
     states = jobstate.slurm_job_states(slurm_ids) if slurm_ids else {}
@@ -100,8 +106,10 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
         if all(records.get(i, {}).get("state") == "done" for i in pods):
             out.notes.append(f"part {g} (pods {pods.start}-{pods.stop - 1}): done")
         elif job and _alive(job, states):
-            out.notes.append(f"part {g} (pods {pods.start}-{pods.stop - 1}): still running or queued as "
-                             f"{job.get('executor', 'slurm')} job {job.get('job') or job.get('pid')}; left alone")
+            out.notes.append(
+                f"part {g} (pods {pods.start}-{pods.stop - 1}): still running or queued as "
+                f"{job.get('executor', 'slurm')} job {job.get('job') or job.get('pid')}; left alone"
+            )
         else:
             out.start.append(g)
     return out
@@ -113,8 +121,11 @@ def record(rundir: RunDir, jobs: int, pods_per_job: int, started: dict[int, dict
     parts = dict(old.get("parts") or {})
     parts.update({str(g): job for g, job in started.items()})
     rundir.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(rundir.pool_file, (json.dumps(
-        {"jobs": jobs, "pods_per_job": pods_per_job, "parts": parts}, indent=1) + "\n").encode(), mode=0o644)
+    atomic_write_bytes(
+        rundir.pool_file,
+        (json.dumps({"jobs": jobs, "pods_per_job": pods_per_job, "parts": parts}, indent=1) + "\n").encode(),
+        mode=0o644,
+    )
 
 
 def local_job(pid: int) -> dict[str, Any]:

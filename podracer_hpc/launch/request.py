@@ -20,15 +20,47 @@ from podracer_hpc.config import Config, job_file
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.launch.errors import LaunchError
 
-__all__ = ["ACTIONS", "Request", "add_arguments", "check_fields", "from_args", "own_sbatch", "parse_array",
-           "parse_sbatch", "parse_srun", "run_dir_for", "slurm_minutes", "task_overrides"]
+__all__ = [
+    "ACTIONS",
+    "Request",
+    "add_arguments",
+    "check_fields",
+    "from_args",
+    "own_sbatch",
+    "parse_array",
+    "parse_sbatch",
+    "parse_srun",
+    "run_dir_for",
+    "slurm_minutes",
+    "task_overrides",
+]
 
-MAIL_TYPES = {"NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
-              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS"}
+MAIL_TYPES = {
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+}
 HDF5_LOCKING = {"best-effort": "BEST_EFFORT", "true": "TRUE", "false": "FALSE"}
 # sbatch options that the launcher sets itself (--sbatch may not), beyond those of the options below
-LAUNCHER_SBATCH = {"output": "", "error": "", "open-mode": "", "signal": "", "requeue": "",
-                   "ntasks": "--nodes and --tasks-per-node", "gpus-per-task": "--gpus-per-node (one bound GPU per pod)"}
+LAUNCHER_SBATCH = {
+    "output": "",
+    "error": "",
+    "open-mode": "",
+    "signal": "",
+    "requeue": "",
+    "ntasks": "--nodes and --tasks-per-node",
+    "gpus-per-task": "--gpus-per-node (one bound GPU per pod)",
+}
 
 
 def _min(n: int) -> Callable[[Any], str]:
@@ -53,20 +85,39 @@ def _time_arg(text: str) -> int:
     """``--time``: minutes (``90``) or Slurm's syntax (``1:30:00``, ``2-00:00:00``, ``45:30``), in minutes."""
     minutes = slurm_minutes(text)
     if minutes is None or not re.fullmatch(r"[0-9]+(-[0-9]+(:[0-9]+){0,2})?|[0-9]+(:[0-9]+){1,2}", text.strip()):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected minutes (90) or Slurm's time syntax (1:30:00, "
-                                         "2-00:00:00, 45:30); a pod job needs a finite limit")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected minutes (90) or Slurm's time syntax (1:30:00, "
+            "2-00:00:00, 45:30); a pod job needs a finite limit"
+        )
     return minutes
 
 
-def opt(default: Any, doc: str, flag: str = "", *, check: Callable[[Any], str] | None = None,
-        sbatch: str = "", choices: tuple[str, ...] = (), metavar: str | None = None, cli: str = "value",
-        parse: Callable[[str], Any] | None = None) -> Any:
+def opt(
+    default: Any,
+    doc: str,
+    flag: str = "",
+    *,
+    check: Callable[[Any], str] | None = None,
+    sbatch: str = "",
+    choices: tuple[str, ...] = (),
+    metavar: str | None = None,
+    cli: str = "value",
+    parse: Callable[[str], Any] | None = None,
+) -> Any:
     """One ``podracer submit`` option: a Request field with its flag (``""``: no flag), its doc, a
     check (returns "" or what is wrong), the sbatch option it sets (``sbatch``: submitit's name of
     it) and how argparse reads it (``cli``: value | flag (true when given) | inverted (false when
     given) | append | none)."""
-    meta = {"doc": doc, "flag": flag, "check": check, "sbatch": sbatch, "choices": choices, "metavar": metavar,
-            "cli": cli, "parse": parse}
+    meta = {
+        "doc": doc,
+        "flag": flag,
+        "check": check,
+        "sbatch": sbatch,
+        "choices": choices,
+        "metavar": metavar,
+        "cli": cli,
+        "parse": parse,
+    }
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -77,73 +128,165 @@ class Request:
     """What ``podracer submit`` was asked for (the resolved, validated form)."""
 
     job_file: str = opt("", "job file, e.g. jobs/quickstart.yaml", cli="none")
-    overrides: list[str] = opt([], "override a config key (dotted), repeatable", "--set", cli="append",
-                               metavar="KEY=VALUE")
-    executor: str = opt("local", "local: mpiexec here; slurm: submitit (auto: slurm when sbatch exists)", "--executor",
-                        choices=("local", "slurm"))
-    nodes: int = opt(1, "nodes (one MPI world over all of them, unless --pods-per-job splits the pool into jobs)",
-                     "--nodes", check=_min(1), sbatch="nodes")
-    tasks_per_node: int = opt(1, "pod ranks per node (one per GPU)", "--tasks-per-node", check=_min(1),
-                              sbatch="ntasks_per_node")
-    gpus_per_node: int = opt(0, "GPUs per node (one bound GPU per pod)", "--gpus-per-node", check=_min(0),
-                             sbatch="gpus_per_node")
-    pods_per_job: int = opt(0, "run the pool of --nodes x --tasks-per-node pods as several jobs of this many pods each "
-                                "(each its own MPI world and failure domain, requeued alone; one run directory and "
-                                "leaderboard); 0 = one job", "--pods-per-job", check=_min(0), metavar="M")
-    array: list[int] = opt([], "job array: N (tasks 0..N-1), A-B or A,B,C tasks (run dirs task<i>), at most P at once "
-                               "(A[%P]); ids other than 0..N-1 go as one job each (submitit numbers an array from 0)",
-                           "--array",
-                           metavar="A[%P]", sbatch="array")
+    overrides: list[str] = opt(
+        [], "override a config key (dotted), repeatable", "--set", cli="append", metavar="KEY=VALUE"
+    )
+    executor: str = opt(
+        "local",
+        "local: mpiexec here; slurm: submitit (auto: slurm when sbatch exists)",
+        "--executor",
+        choices=("local", "slurm"),
+    )
+    nodes: int = opt(
+        1,
+        "nodes (one MPI world over all of them, unless --pods-per-job splits the pool into jobs)",
+        "--nodes",
+        check=_min(1),
+        sbatch="nodes",
+    )
+    tasks_per_node: int = opt(
+        1, "pod ranks per node (one per GPU)", "--tasks-per-node", check=_min(1), sbatch="ntasks_per_node"
+    )
+    gpus_per_node: int = opt(
+        0, "GPUs per node (one bound GPU per pod)", "--gpus-per-node", check=_min(0), sbatch="gpus_per_node"
+    )
+    pods_per_job: int = opt(
+        0,
+        "run the pool of --nodes x --tasks-per-node pods as several jobs of this many pods each "
+        "(each its own MPI world and failure domain, requeued alone; one run directory and "
+        "leaderboard); 0 = one job",
+        "--pods-per-job",
+        check=_min(0),
+        metavar="M",
+    )
+    array: list[int] = opt(
+        [],
+        "job array: N (tasks 0..N-1), A-B or A,B,C tasks (run dirs task<i>), at most P at once "
+        "(A[%P]); ids other than 0..N-1 go as one job each (submitit numbers an array from 0)",
+        "--array",
+        metavar="A[%P]",
+        sbatch="array",
+    )
     array_parallelism: int = opt(0, "the %P throttle of --array; 0 = no limit", cli="none", sbatch="array_parallelism")
     partition: str = opt("", "Slurm partition", "--partition", check=_no_spaces, sbatch="partition")
     account: str = opt("", "Slurm account", "--account", check=_no_spaces, sbatch="account")
-    time_min: int = opt(60, "time limit: minutes, or Slurm's syntax (1:30:00, 2-00:00:00)", "--time", check=_min(1),
-                        sbatch="time", metavar="TIME", parse=_time_arg)
-    mpi: str = opt("pmix", "srun --mpi plugin matching the MPI of mpi4py: pmix (default; a site's Open MPI/HPC-X, as "
-                           "slurm_templates/site.sh), pmi2 (the PyPI mpich wheel of .venv, MPICH, MVAPICH)", "--mpi",
-                   choices=("pmix", "pmi2", "none"))
+    time_min: int = opt(
+        60,
+        "time limit: minutes, or Slurm's syntax (1:30:00, 2-00:00:00)",
+        "--time",
+        check=_min(1),
+        sbatch="time",
+        metavar="TIME",
+        parse=_time_arg,
+    )
+    mpi: str = opt(
+        "pmix",
+        "srun --mpi plugin matching the MPI of mpi4py: pmix (default; a site's Open MPI/HPC-X, as "
+        "slurm_templates/site.sh), pmi2 (the PyPI mpich wheel of .venv, MPICH, MVAPICH)",
+        "--mpi",
+        choices=("pmix", "pmi2", "none"),
+    )
     run_dir: str = opt("", "default runs/<name>; array task i uses <run-dir>/task<i>", "--run-dir")
-    shared_leaderboard: bool = opt(True, "array tasks get a leaderboard each (default: one shared, so later tasks "
-                                         "join)", "--separate-leaderboards", cli="inverted")
+    shared_leaderboard: bool = opt(
+        True,
+        "array tasks get a leaderboard each (default: one shared, so later tasks join)",
+        "--separate-leaderboards",
+        cli="inverted",
+    )
     signal_delay_s: int = opt(90, "seconds before the time limit that Slurm sends the warning signal", cli="none")
-    cpus_per_task: int = opt(0, "CPUs per pod (sbatch and srun; a pod's torch threads follow it); default Slurm's, one",
-                             "--cpus-per-task", check=_min(0), sbatch="cpus_per_task", metavar="N")
+    cpus_per_task: int = opt(
+        0,
+        "CPUs per pod (sbatch and srun; a pod's torch threads follow it); default Slurm's, one",
+        "--cpus-per-task",
+        check=_min(0),
+        sbatch="cpus_per_task",
+        metavar="N",
+    )
     mem: str = opt("", "memory per node, sbatch syntax: 64G, 0 = all of it", "--mem", check=_mem, sbatch="mem")
     exclusive: bool = opt(False, "whole nodes (no other jobs on them)", "--exclusive", sbatch="exclusive", cli="flag")
     qos: str = opt("", "Slurm quality of service", "--qos", check=_no_spaces, sbatch="qos")
-    constraint: str = opt("", "node features, sbatch syntax (e.g. h100)", "--constraint", check=_no_spaces,
-                          sbatch="constraint")
+    constraint: str = opt(
+        "", "node features, sbatch syntax (e.g. h100)", "--constraint", check=_no_spaces, sbatch="constraint"
+    )
     job_name: str = opt("", "default podracer-<config name>", "--job-name", check=_no_spaces, sbatch="job_name")
     mail_type: str = opt("", "e.g. END,FAIL", "--mail-type", check=_mail, sbatch="mail_type")
     mail_user: str = opt("", "where Slurm mails", "--mail-user", check=_no_spaces, sbatch="mail_user")
     dependency: str = opt("", "e.g. afterok:12345", "--dependency", check=_no_spaces, sbatch="dependency")
-    sbatch: list[str] = opt([], "any other sbatch option, repeatable: --sbatch reservation=dgx --sbatch "
-                                "hint=nomultithread (a bare KEY is a flag); no wckey is sent unless given here",
-                            "--sbatch", cli="append", metavar="KEY=VALUE")
-    gpu_bind: str = opt("per-task", "per-task (default): srun --gpus-per-task=1, each pod sees and checks its one GPU; "
-                                    "none: each pod sees the node's GPUs and takes GPU <local rank>", "--gpu-bind",
-                        choices=("per-task", "none"))
-    hdf5_locking: str = opt("", "HDF5_USE_FILE_LOCKING of the ranks (default: the environment's, else best-effort, "
-                                "which works on Lustre mounted without flock)", "--hdf5-locking",
-                            choices=("", "best-effort", "true", "false"))
-    cache_dir: str = opt("", "per-node compile caches (Warp kernels, torch.compile) go under DIR/<host>; default "
-                             "/tmp/podracer-cache-$USER on each node", "--cache-dir")
-    container_image: str = opt("", "run every rank in this container image (pyxis: an enroot .sqsh or docker://...; "
-                                   "charliecloud: an image directory or .sqsh); the run directory is mounted at its own "
-                                   "path", "--container-image", check=_no_spaces, metavar="IMAGE")
-    container_mounts: str = opt("", "more bind mounts for the container, SRC:DST[,SRC:DST...]", "--container-mounts",
-                                check=_no_spaces, metavar="MOUNTS")
-    container_runtime: str = opt("pyxis", "pyxis (srun --container-image, enroot), or charliecloud (ch-run IMAGE -- "
-                                          "python3, unprivileged, for sites without pyxis)", "--container-runtime",
-                                 choices=("pyxis", "charliecloud"))
-    srun: list[str] = opt([], "any other srun option for the ranks, repeatable: --srun cpu-bind=cores --srun "
-                              "network=... (a bare KEY is a flag)", "--srun", cli="append", metavar="KEY=VALUE")
+    sbatch: list[str] = opt(
+        [],
+        "any other sbatch option, repeatable: --sbatch reservation=dgx --sbatch "
+        "hint=nomultithread (a bare KEY is a flag); no wckey is sent unless given here",
+        "--sbatch",
+        cli="append",
+        metavar="KEY=VALUE",
+    )
+    gpu_bind: str = opt(
+        "per-task",
+        "per-task (default): srun --gpus-per-task=1, each pod sees and checks its one GPU; "
+        "none: each pod sees the node's GPUs and takes GPU <local rank>",
+        "--gpu-bind",
+        choices=("per-task", "none"),
+    )
+    hdf5_locking: str = opt(
+        "",
+        "HDF5_USE_FILE_LOCKING of the ranks (default: the environment's, else best-effort, "
+        "which works on Lustre mounted without flock)",
+        "--hdf5-locking",
+        choices=("", "best-effort", "true", "false"),
+    )
+    cache_dir: str = opt(
+        "",
+        "per-node compile caches (Warp kernels, torch.compile) go under DIR/<host>; default "
+        "/tmp/podracer-cache-$USER on each node",
+        "--cache-dir",
+    )
+    container_image: str = opt(
+        "",
+        "run every rank in this container image (pyxis: an enroot .sqsh or docker://...; "
+        "charliecloud: an image directory or .sqsh); the run directory is mounted at its own "
+        "path",
+        "--container-image",
+        check=_no_spaces,
+        metavar="IMAGE",
+    )
+    container_mounts: str = opt(
+        "",
+        "more bind mounts for the container, SRC:DST[,SRC:DST...]",
+        "--container-mounts",
+        check=_no_spaces,
+        metavar="MOUNTS",
+    )
+    container_runtime: str = opt(
+        "pyxis",
+        "pyxis (srun --container-image, enroot), or charliecloud (ch-run IMAGE -- "
+        "python3, unprivileged, for sites without pyxis)",
+        "--container-runtime",
+        choices=("pyxis", "charliecloud"),
+    )
+    srun: list[str] = opt(
+        [],
+        "any other srun option for the ranks, repeatable: --srun cpu-bind=cores --srun "
+        "network=... (a bare KEY is a flag)",
+        "--srun",
+        cli="append",
+        metavar="KEY=VALUE",
+    )
     modules: str = opt("", "environment modules the batch script loads before srun (module load ...)", cli="none")
-    site: str = opt("", "a site file (slurm_templates/site.sh syntax, the templates' own): its partition, account, "
-                        "QoS, CPUs, memory, MPI, modules, sbatch and srun extras and container, under the options "
-                        "given here", "--site", metavar="FILE")
-    snapshot: bool = opt(True, "run the live checkout instead of a copy of the code made at submission (a requeue "
-                               "then runs whatever is checked out at that moment)", "--no-snapshot", cli="inverted")
+    site: str = opt(
+        "",
+        "a site file (slurm_templates/site.sh syntax, the templates' own): its partition, account, "
+        "QoS, CPUs, memory, MPI, modules, sbatch and srun extras and container, under the options "
+        "given here",
+        "--site",
+        metavar="FILE",
+    )
+    snapshot: bool = opt(
+        True,
+        "run the live checkout instead of a copy of the code made at submission (a requeue "
+        "then runs whatever is checked out at that moment)",
+        "--no-snapshot",
+        cli="inverted",
+    )
 
     @property
     def ranks(self) -> int:
@@ -168,13 +311,31 @@ class Request:
 
 # What podracer submit does with the request (not part of it): declared here beside the options.
 ACTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("--dry-run", dict(action="store_true", help="print the sbatch script (with its srun line) and the resolved "
-                       "config; submit nothing; needs no Slurm (checks against the cluster only where sinfo exists)")),
-    ("--wait", dict(action="store_true", help="show progress until the job ends (requeues included), then its summary; "
-                    "exit 0 only when it completed its training, 1 when it failed, was cancelled or vanished, 75 when "
-                    "a local run was stopped with checkpoints")),
-    ("--timeout", dict(type=float, default=0, help="seconds --wait waits at most (default: as long as the job is "
-                       "queued or running)")),
+    (
+        "--dry-run",
+        dict(
+            action="store_true",
+            help="print the sbatch script (with its srun line) and the resolved "
+            "config; submit nothing; needs no Slurm (checks against the cluster only where sinfo exists)",
+        ),
+    ),
+    (
+        "--wait",
+        dict(
+            action="store_true",
+            help="show progress until the job ends (requeues included), then its summary; "
+            "exit 0 only when it completed its training, 1 when it failed, was cancelled or vanished, 75 when "
+            "a local run was stopped with checkpoints",
+        ),
+    ),
+    (
+        "--timeout",
+        dict(
+            type=float,
+            default=0,
+            help="seconds --wait waits at most (default: as long as the job is queued or running)",
+        ),
+    ),
 )
 
 
@@ -198,8 +359,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             kind = m["parse"] or (int if isinstance(f.default, int) and not isinstance(f.default, bool) else str)
             choices = ("auto", *m["choices"]) if f.name == "executor" else (m["choices"] or None)
             default = "auto" if f.name == "executor" else "" if f.name == "array" else f.default
-            p.add_argument(m["flag"], dest=dest, type=kind, default=default, choices=choices,
-                           metavar=m["metavar"] or (None if choices else m["flag"].lstrip("-").upper()), help=m["doc"])
+            p.add_argument(
+                m["flag"],
+                dest=dest,
+                type=kind,
+                default=default,
+                choices=choices,
+                metavar=m["metavar"] or (None if choices else m["flag"].lstrip("-").upper()),
+                help=m["doc"],
+            )
     for flag, kw in ACTIONS:
         p.add_argument(flag, **kw)
 
@@ -215,15 +383,21 @@ def from_args(args: argparse.Namespace, slurm_here: bool) -> Request:
     if kw["site"]:
         from podracer_hpc.launch.site import apply_site
 
-        kw = apply_site(kw, kw["site"], {f.name: [] if f.default is dataclasses.MISSING else f.default
-                                         for f in dataclasses.fields(Request)})
+        kw = apply_site(
+            kw,
+            kw["site"],
+            {f.name: [] if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(Request)},
+        )
     return Request(**kw)
 
 
 def own_sbatch() -> dict[str, str]:
     """sbatch option -> the submit option to use instead ("" : set by the launcher itself)."""
-    out = {f.metadata["sbatch"].replace("_", "-"): f.metadata["flag"] for f in dataclasses.fields(Request)
-           if f.metadata["sbatch"] and f.metadata["flag"]}
+    out = {
+        f.metadata["sbatch"].replace("_", "-"): f.metadata["flag"]
+        for f in dataclasses.fields(Request)
+        if f.metadata["sbatch"] and f.metadata["flag"]
+    }
     return {**out, **LAUNCHER_SBATCH}
 
 
@@ -263,12 +437,20 @@ def _option_items(items: list[str], flag: str, own: dict[str, str], example: str
         key, eq, value = item.partition("=")
         key = key.strip().lstrip("-").replace("_", "-").lower()
         if not re.fullmatch(r"[a-z][a-z0-9-]+", key):
-            raise LaunchError(f"{flag} {item!r}: expected a long {flag[2:]} option name, KEY=VALUE or KEY (e.g. {example})")
+            raise LaunchError(
+                f"{flag} {item!r}: expected a long {flag[2:]} option name, KEY=VALUE or KEY (e.g. {example})"
+            )
         if key in own:
             use = own[key]
-            raise LaunchError(f"{flag} {item!r}: " + (f"use podracer submit {use} instead" if use else
-                              f"--{key} is set by podracer submit itself (logs in the run dir, the signal that "
-                              "checkpoints, requeue, the ranks' MPI world)"))
+            raise LaunchError(
+                f"{flag} {item!r}: "
+                + (
+                    f"use podracer submit {use} instead"
+                    if use
+                    else f"--{key} is set by podracer submit itself (logs in the run dir, the signal that "
+                    "checkpoints, requeue, the ranks' MPI world)"
+                )
+            )
         out.append((key, value if eq else True))
     return out
 
@@ -280,10 +462,19 @@ def parse_sbatch(items: list[str]) -> dict[str, Any]:
 
 
 # srun options the launcher sets itself (--srun may not): what to use instead
-OWN_SRUN = {"kill-on-bad-exit": "", "mpi": "--mpi", "cpus-per-task": "--cpus-per-task",
-            "gpus-per-task": "--gpu-bind", "container-image": "--container-image",
-            "container-mounts": "--container-mounts", "container-workdir": "", "ntasks": "--nodes and --tasks-per-node",
-            "output": "", "error": "", "unbuffered": ""}
+OWN_SRUN = {
+    "kill-on-bad-exit": "",
+    "mpi": "--mpi",
+    "cpus-per-task": "--cpus-per-task",
+    "gpus-per-task": "--gpu-bind",
+    "container-image": "--container-image",
+    "container-mounts": "--container-mounts",
+    "container-workdir": "",
+    "ntasks": "--nodes and --tasks-per-node",
+    "output": "",
+    "error": "",
+    "unbuffered": "",
+}
 
 
 def parse_srun(items: list[str]) -> list[str]:
@@ -306,13 +497,13 @@ def slurm_minutes(text: str) -> int | None:
         return None
     if days:  # days-hours[:minutes[:seconds]]
         parts = parts + [0] * (3 - len(parts))
-        h, m, sec = parts[:3]
+        h, m, _sec = parts[:3]
     elif len(parts) == 3:
-        h, m, sec = parts
+        h, m, _sec = parts
     elif len(parts) == 2:
-        h, m, sec = 0, parts[0], parts[1]
+        h, m, _sec = 0, parts[0], parts[1]
     else:
-        h, m, sec = 0, parts[0], 0
+        h, m = 0, parts[0]
     return d * 1440 + h * 60 + m  # seconds dropped: a limit of 45:30 admits --time 45, not 46
 
 

@@ -22,14 +22,22 @@ __all__ = ["SITE_KEYS", "apply_site", "read_site"]
 
 # site variable -> Request field (how its text becomes the value: int, list of KEY=VALUE, flag)
 SITE_KEYS: dict[str, tuple[str, str]] = {
-    "PODRACER_PARTITION": ("partition", "str"), "PODRACER_ACCOUNT": ("account", "str"),
-    "PODRACER_QOS": ("qos", "str"), "PODRACER_CPUS_PER_TASK": ("cpus_per_task", "int"),
-    "PODRACER_MEM": ("mem", "str"), "PODRACER_CONSTRAINT": ("constraint", "str"),
-    "PODRACER_MAIL_TYPE": ("mail_type", "str"), "PODRACER_MAIL_USER": ("mail_user", "str"),
-    "PODRACER_MPI": ("mpi", "str"), "PODRACER_GPU_BIND": ("gpu_bind", "str"),
-    "PODRACER_IMAGE": ("container_image", "str"), "PODRACER_CONTAINER_MOUNTS": ("container_mounts", "str"),
-    "PODRACER_SBATCH_ARGS": ("sbatch", "options"), "PODRACER_SRUN_ARGS": ("srun", "options"),
-    "PODRACER_MODULES": ("modules", "str"), "PODRACER_SNAPSHOT": ("snapshot", "flag"),
+    "PODRACER_PARTITION": ("partition", "str"),
+    "PODRACER_ACCOUNT": ("account", "str"),
+    "PODRACER_QOS": ("qos", "str"),
+    "PODRACER_CPUS_PER_TASK": ("cpus_per_task", "int"),
+    "PODRACER_MEM": ("mem", "str"),
+    "PODRACER_CONSTRAINT": ("constraint", "str"),
+    "PODRACER_MAIL_TYPE": ("mail_type", "str"),
+    "PODRACER_MAIL_USER": ("mail_user", "str"),
+    "PODRACER_MPI": ("mpi", "str"),
+    "PODRACER_GPU_BIND": ("gpu_bind", "str"),
+    "PODRACER_IMAGE": ("container_image", "str"),
+    "PODRACER_CONTAINER_MOUNTS": ("container_mounts", "str"),
+    "PODRACER_SBATCH_ARGS": ("sbatch", "options"),
+    "PODRACER_SRUN_ARGS": ("srun", "options"),
+    "PODRACER_MODULES": ("modules", "str"),
+    "PODRACER_SNAPSHOT": ("snapshot", "flag"),
 }
 
 
@@ -39,11 +47,15 @@ def read_site(path: str | os.PathLike) -> dict[str, str]:
     if not p.is_file():
         raise LaunchError(f"--site {path}: no such file (a site file like slurm_templates/site.sh)")
     names = " ".join(SITE_KEYS)
-    script = f'PODRACER_ROOT=${{PODRACER_ROOT:-$PWD}}; source {shlex.quote(str(p.resolve()))} >/dev/null || exit 3; ' \
-             f'for v in {names}; do printf "%s=%s\\0" "$v" "${{!v}}"; done'
+    script = (
+        f"PODRACER_ROOT=${{PODRACER_ROOT:-$PWD}}; source {shlex.quote(str(p.resolve()))} >/dev/null || exit 3; "
+        f'for v in {names}; do printf "%s=%s\\0" "$v" "${{!v}}"; done'
+    )
     try:
         env = {**os.environ, "PATH": os.environ.get("PATH", "") + ":/usr/bin:/bin"}  # the file may call id, hostname
-        r = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", script], capture_output=True, timeout=30, env=env)
+        r = subprocess.run(
+            [shutil.which("bash") or "/bin/bash", "-c", script], capture_output=True, timeout=30, env=env
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise LaunchError(f"--site {path}: could not be read with bash ({e})") from None
     if r.returncode != 0:

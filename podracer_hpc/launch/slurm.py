@@ -22,12 +22,23 @@ from typing import Any
 
 import submitit
 
-from podracer_hpc.config import Config, load_config
-from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_job_states  # re-exported: what Slurm says
+from podracer_hpc.cluster.jobstate import (
+    SlurmJobState,
+    slurm_job_state,
+)  # re-exported: what Slurm says
 from podracer_hpc.cluster.mpich import pypi_mpich
+from podracer_hpc.config import Config, load_config
 from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
 from podracer_hpc.launch.errors import LaunchError, SlurmUnreachable
-from podracer_hpc.launch.request import HDF5_LOCKING, Request, parse_sbatch, parse_srun, run_dir_for, slurm_minutes, task_overrides
+from podracer_hpc.launch.request import (
+    HDF5_LOCKING,
+    Request,
+    parse_sbatch,
+    parse_srun,
+    run_dir_for,
+    slurm_minutes,
+    task_overrides,
+)
 from podracer_hpc.launch.snapshot import Snapshot, make_snapshot, plan_snapshot
 
 try:  # submitit's own script writer is private: guarded, and pyproject bounds submitit below 2
@@ -35,8 +46,17 @@ try:  # submitit's own script writer is private: guarded, and pyproject bounds s
 except ImportError:  # pragma: no cover  (a submitit that renamed it)
     _make_sbatch_string = None
 
-__all__ = ["RankProgram", "SlurmJobState", "check_request", "launch_line", "parameters", "sbatch_text",
-           "slurm_job_state", "submit", "submit_script"]
+__all__ = [
+    "RankProgram",
+    "SlurmJobState",
+    "check_request",
+    "launch_line",
+    "parameters",
+    "sbatch_text",
+    "slurm_job_state",
+    "submit",
+    "submit_script",
+]
 
 
 # ------------------------------------------------------------------------------------------
@@ -64,24 +84,36 @@ def check_request(req: Request, cfg: Config, dry_run: bool) -> None:
     """The Slurm side of ``validate``: GPUs asked for where the job needs them, the MPI plugin
     that matches mpi4py, and the cluster itself where Slurm is here."""
     if not slurm_here() and not dry_run:
-        raise LaunchError("--executor slurm, but there is no sbatch here: run on a login node, or use "
-                          "--executor local (--dry-run shows the script without Slurm)")
+        raise LaunchError(
+            "--executor slurm, but there is no sbatch here: run on a login node, or use "
+            "--executor local (--dry-run shows the script without Slurm)"
+        )
     if cfg.device.startswith("cuda") and not req.gpus_per_node:
-        raise LaunchError(f"the job file says device: {cfg.device}, but --gpus-per-node is 0: ask for one GPU per "
-                          f"pod (--gpus-per-node {req.tasks_per_node}) or --set device=auto")
+        raise LaunchError(
+            f"the job file says device: {cfg.device}, but --gpus-per-node is 0: ask for one GPU per "
+            f"pod (--gpus-per-node {req.tasks_per_node}) or --set device=auto"
+        )
     if req.gpus_per_node > req.tasks_per_node:
-        print(f"note: {req.gpus_per_node} GPUs per node for {req.tasks_per_node} pod(s) per node: "
-              f"{req.gpus_per_node - req.tasks_per_node} stay idle (one GPU per pod)", file=sys.stderr)
+        print(
+            f"note: {req.gpus_per_node} GPUs per node for {req.tasks_per_node} pod(s) per node: "
+            f"{req.gpus_per_node - req.tasks_per_node} stay idle (one GPU per pod)",
+            file=sys.stderr,
+        )
     if req.mpi == "pmix" and pypi_mpich():
-        message = ("--mpi pmix, but mpi4py here loads the PyPI mpich wheel, which speaks PMI-1/2 only: each rank "
-                   "would start alone. Use --mpi pmi2 with the wheel, or a site MPI (Open MPI/HPC-X) with pmix "
-                   "(docs/slurm-templates.md, 'MPI')")
+        message = (
+            "--mpi pmix, but mpi4py here loads the PyPI mpich wheel, which speaks PMI-1/2 only: each rank "
+            "would start alone. Use --mpi pmi2 with the wheel, or a site MPI (Open MPI/HPC-X) with pmix "
+            "(docs/slurm-templates.md, 'MPI')"
+        )
         if not dry_run:
             raise LaunchError(message)
         print(f"note: {message}", file=sys.stderr)
     if not slurm_here():
-        print("note: no Slurm here: the script is not checked against a cluster (partition, nodes, CPUs, GPUs, "
-              "time limit, MPI plugins)", file=sys.stderr)
+        print(
+            "note: no Slurm here: the script is not checked against a cluster (partition, nodes, CPUs, GPUs, "
+            "time limit, MPI plugins)",
+            file=sys.stderr,
+        )
         return
     try:
         _check_against_slurm(req)
@@ -109,38 +141,57 @@ def _check_partition(req: Request, part: str) -> None:
         raise LaunchError(f"--nodes {req.nodes}: partition {part!r} has only {total} nodes")
     limits = [m for m in (slurm_minutes(x) for x in _sinfo("%l", part)) if m is not None]
     if limits and req.time_min > max(limits):
-        raise LaunchError(f"--time {req.time_min}: partition {part!r} allows at most {max(limits)} minutes "
-                          "(sinfo -o %l); the job would never start")
+        raise LaunchError(
+            f"--time {req.time_min}: partition {part!r} allows at most {max(limits)} minutes "
+            "(sinfo -o %l); the job would never start"
+        )
     cpus = [int(re.sub(r"[^0-9]", "", x)) for x in _sinfo("%c", part) if re.sub(r"[^0-9]", "", x)]
     want = req.tasks_per_node * max(1, req.cpus_per_task)
     if cpus and want > max(cpus):
-        raise LaunchError(f"--tasks-per-node {req.tasks_per_node} x --cpus-per-task {max(1, req.cpus_per_task)} = "
-                          f"{want} CPUs per node: the nodes of partition {part!r} have at most {max(cpus)} "
-                          "(sinfo -o %c); the job would never start")
+        raise LaunchError(
+            f"--tasks-per-node {req.tasks_per_node} x --cpus-per-task {max(1, req.cpus_per_task)} = "
+            f"{want} CPUs per node: the nodes of partition {part!r} have at most {max(cpus)} "
+            "(sinfo -o %c); the job would never start"
+        )
     gpus = [_gres_gpus(x) for x in _sinfo("%G", part)]
     if gpus and req.gpus_per_node > max(gpus):
-        raise LaunchError(f"--gpus-per-node {req.gpus_per_node}: the nodes of partition {part!r} have at most "
-                          f"{max(gpus)} GPUs (sinfo -o %G); the job would never start")
+        raise LaunchError(
+            f"--gpus-per-node {req.gpus_per_node}: the nodes of partition {part!r} have at most "
+            f"{max(gpus)} GPUs (sinfo -o %G); the job would never start"
+        )
     if gpus and max(gpus) and not req.gpus_per_node:
         if req.exclusive:
-            raise LaunchError(f"--exclusive on partition {part!r}, whose nodes have {max(gpus)} GPUs each, but no "
-                              f"--gpus-per-node: the job would hold the GPUs and its pods would run on the CPU. Ask for "
-                              f"them (--gpus-per-node {min(max(gpus), req.tasks_per_node)}), or drop --exclusive")
-        print(f"note: the nodes of partition {part!r} have {max(gpus)} GPUs each, but the job asks for none "
-              f"(--gpus-per-node): its pods run on the CPU", file=sys.stderr)
+            raise LaunchError(
+                f"--exclusive on partition {part!r}, whose nodes have {max(gpus)} GPUs each, but no "
+                f"--gpus-per-node: the job would hold the GPUs and its pods would run on the CPU. Ask for "
+                f"them (--gpus-per-node {min(max(gpus), req.tasks_per_node)}), or drop --exclusive"
+            )
+        print(
+            f"note: the nodes of partition {part!r} have {max(gpus)} GPUs each, but the job asks for none "
+            f"(--gpus-per-node): its pods run on the CPU",
+            file=sys.stderr,
+        )
 
 
 def _check_mpi_plugin(mpi: str) -> None:
     try:
         out = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True, timeout=30)
         text = out.stdout + out.stderr  # "MPI plugin types are...", one per line; "...available: pmix_v4"
-        plugins = ({ln.strip() for ln in text.splitlines() if re.fullmatch(r"[a-z0-9_]+", ln.strip())}
-                   | set(re.findall(r"\bpmix_v[0-9]+\b", text))) if out.returncode == 0 else set()
+        plugins = (
+            (
+                {ln.strip() for ln in text.splitlines() if re.fullmatch(r"[a-z0-9_]+", ln.strip())}
+                | set(re.findall(r"\bpmix_v[0-9]+\b", text))
+            )
+            if out.returncode == 0
+            else set()
+        )
     except (OSError, subprocess.TimeoutExpired):
         plugins = set()
     if plugins and not any(p == mpi or p.startswith(mpi + "_") for p in plugins):
-        raise LaunchError(f"--mpi {mpi}: this Slurm has no such MPI plugin (srun --mpi=list: "
-                          f"{', '.join(sorted(plugins))}); use the one that matches the MPI of mpi4py")
+        raise LaunchError(
+            f"--mpi {mpi}: this Slurm has no such MPI plugin (srun --mpi=list: "
+            f"{', '.join(sorted(plugins))}); use the one that matches the MPI of mpi4py"
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -169,11 +220,13 @@ def launch_line() -> str:
         cpus = "?"
     e = os.environ
     pkg = Path(__file__).resolve().parents[1]
-    return (f"podracer task {e.get('SLURM_PROCID', '?')} (local {e.get('SLURM_LOCALID', '?')}) on "
-            f"{e.get('SLURMD_NODENAME', os.uname().nodename)}: code {pkg} (revision {git_revision()}), "
-            f"SLURM_CPUS_PER_TASK={e.get('SLURM_CPUS_PER_TASK', '')}, CPUs {cpus}, "
-            f"CUDA_VISIBLE_DEVICES={e.get('CUDA_VISIBLE_DEVICES', '')}, "
-            f"HDF5_USE_FILE_LOCKING={e.get('HDF5_USE_FILE_LOCKING', '')}")
+    return (
+        f"podracer task {e.get('SLURM_PROCID', '?')} (local {e.get('SLURM_LOCALID', '?')}) on "
+        f"{e.get('SLURMD_NODENAME', os.uname().nodename)}: code {pkg} (revision {git_revision()}), "
+        f"SLURM_CPUS_PER_TASK={e.get('SLURM_CPUS_PER_TASK', '')}, CPUs {cpus}, "
+        f"CUDA_VISIBLE_DEVICES={e.get('CUDA_VISIBLE_DEVICES', '')}, "
+        f"HDF5_USE_FILE_LOCKING={e.get('HDF5_USE_FILE_LOCKING', '')}"
+    )
 
 
 def requeue(run_dir: str) -> None:
@@ -188,8 +241,11 @@ def requeue(run_dir: str) -> None:
     if st is None or st.state == "RUNNING":
         subprocess.run(["scontrol", "requeue", job], check=False, timeout=60)
     else:
-        print(f"job {job} is {st.state}: not requeued; run the same job again to resume from {run_dir}",
-              file=sys.stderr, flush=True)
+        print(
+            f"job {job} is {st.state}: not requeued; run the same job again to resume from {run_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class RankProgram:
@@ -204,8 +260,9 @@ class RankProgram:
         from podracer_hpc.files.rundir import PoolPart
         from podracer_hpc.rank.program import train
 
-        result = train(load_config(self.job_file, self.overrides), self.run_dir,
-                       part=PoolPart.parse(getattr(self, "part", "0/1")))
+        result = train(
+            load_config(self.job_file, self.overrides), self.run_dir, part=PoolPart.parse(getattr(self, "part", "0/1"))
+        )
         if result.complete:
             return result.summary
         # Stopped by Slurm's warning: every rank has checkpointed. Rank 0 requeues the job; the
@@ -218,8 +275,9 @@ class RankProgram:
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
         """submitit's hook (a signal before training started): resubmit as is; the run dir resumes."""
-        return submitit.helpers.DelayedSubmission(RankProgram(self.job_file, self.overrides, self.run_dir,
-                                                              getattr(self, "part", "0/1")))
+        return submitit.helpers.DelayedSubmission(
+            RankProgram(self.job_file, self.overrides, self.run_dir, getattr(self, "part", "0/1"))
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -230,32 +288,45 @@ def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
     q = shlex.quote
     # A warning signal to the whole job (`scancel --signal=USR2 --full`, a site's preemption that
     # signals everything) reaches this batch shell too: without a trap bash dies of it, the job
-    # ends FAILED and cannot be requeued (issue 23). Trapped, the shell waits for srun while the
+    # ends FAILED and cannot be requeued. Trapped, the shell waits for srun while the
     # ranks checkpoint and rank 0 requeues. (srun resets the disposition and relays the signal.)
     # (A trap's command runs only once srun has ended, after the requeue has killed this shell: no echo.)
-    lines = ["trap : USR1 USR2  # a warning signal to the whole job (scancel --full) must not end this shell",
-             "export PYTHONUNBUFFERED=1"]
+    lines = [
+        "trap : USR1 USR2  # a warning signal to the whole job (scancel --full) must not end this shell",
+        "export PYTHONUNBUFFERED=1",
+    ]
     if req.modules:
         lines.append(f"module load {req.modules}  # the site's modules (--site: PODRACER_MODULES)")
     if snap is not None:
-        lines += [f"export PYTHONPATH={q(str(snap.path))}${{PYTHONPATH:+:$PYTHONPATH}}",
-                  "export PYTHONSAFEPATH=1  # the snapshot, not a checkout in the working directory",
-                  f"export PODRACER_CODE={q(str(snap.path))}",
-                  f"export PODRACER_GIT_REVISION={q(snap.revision)}"]
+        lines += [
+            f"export PYTHONPATH={q(str(snap.path))}${{PYTHONPATH:+:$PYTHONPATH}}",
+            "export PYTHONSAFEPATH=1  # the snapshot, not a checkout in the working directory",
+            f"export PODRACER_CODE={q(str(snap.path))}",
+            f"export PODRACER_GIT_REVISION={q(snap.revision)}",
+        ]
     if req.cpus_per_task:
         # Slurm 22.05-23.02: srun does not inherit sbatch's --cpus-per-task (it is also on the srun line)
         lines += [f"export SRUN_CPUS_PER_TASK={req.cpus_per_task}", f"export OMP_NUM_THREADS={req.cpus_per_task}"]
-    lines.append(f"export PODRACER_GPUS={req.gpus_per_node}  # per node; pods fail without a GPU they asked for"
-                 if req.gpus_per_node else "export PODRACER_GPUS=0  # no GPU asked for (even if --exclusive holds some)")
+    lines.append(
+        f"export PODRACER_GPUS={req.gpus_per_node}  # per node; pods fail without a GPU they asked for"
+        if req.gpus_per_node
+        else "export PODRACER_GPUS=0  # no GPU asked for (even if --exclusive holds some)"
+    )
     if req.gpus_per_node and req.gpu_bind == "per-task":
         lines.append("export PODRACER_GPU_BIND=per-task  # each pod checks it sees exactly one GPU")
     lock = HDF5_LOCKING.get(req.hdf5_locking.lower(), "") if req.hdf5_locking else ""
-    lines.append(f"export HDF5_USE_FILE_LOCKING={lock}" if lock else
-                 "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}  # Lustre without flock")
-    lines.append(f"export PODRACER_CACHE_DIR={q(req.cache_dir)}" if req.cache_dir else
-                 "export PODRACER_CACHE_DIR=${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}")
+    lines.append(
+        f"export HDF5_USE_FILE_LOCKING={lock}"
+        if lock
+        else "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}  # Lustre without flock"
+    )
+    lines.append(
+        f"export PODRACER_CACHE_DIR={q(req.cache_dir)}"
+        if req.cache_dir
+        else "export PODRACER_CACHE_DIR=${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}"
+    )
     if snap is not None:
-        lines.append(f"echo \"podracer: job $SLURM_JOB_ID runs code {snap.path} (revision {snap.revision})\"")
+        lines.append(f'echo "podracer: job $SLURM_JOB_ID runs code {snap.path} (revision {snap.revision})"')
     return lines
 
 
@@ -272,8 +343,11 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
     if req.container_image and req.container_runtime == "pyxis":
         base = str(run_dir_for(req, cfg))
         mounts = ",".join(m for m in (f"{base}:{base}", req.container_mounts) if m)
-        srun += [f"--container-image={req.container_image}", f"--container-mounts={mounts}",
-                 f"--container-workdir={base}"]
+        srun += [
+            f"--container-image={req.container_image}",
+            f"--container-mounts={mounts}",
+            f"--container-workdir={base}",
+        ]
     srun += parse_srun(req.srun)
     extra: dict[str, Any] = {"requeue": True}
     if sys.version_info < (3, 11):  # no PYTHONSAFEPATH: a checkout in the working directory would come first
@@ -308,16 +382,27 @@ def rank_python(req: Request, cfg: Config) -> str:
         return "python3"
     base = str(run_dir_for(req, cfg))
     binds = [f"{base}:{base}"] + [m for m in req.container_mounts.split(",") if m]
-    return " ".join(["ch-run", *sum((["-b", shlex.quote(b)] for b in binds), []), "--cd", shlex.quote(base),
-                     shlex.quote(req.container_image), "--", "python3"])
+    return " ".join(
+        [
+            "ch-run",
+            *sum((["-b", shlex.quote(b)] for b in binds), []),
+            "--cd",
+            shlex.quote(base),
+            shlex.quote(req.container_image),
+            "--",
+            "python3",
+        ]
+    )
 
 
 def sbatch_text(req: Request, cfg: Config) -> str:
     """The sbatch script submitit will submit for this request (shown by --dry-run; the code
     snapshot is named, not written)."""
     if _make_sbatch_string is None:
-        raise LaunchError(f"this submitit ({submitit.__version__}) has no _make_sbatch_string, which --dry-run uses to "
-                          "show the script: install a submitit the project supports (pyproject: >=1.5,<2)")
+        raise LaunchError(
+            f"this submitit ({submitit.__version__}) has no _make_sbatch_string, which --dry-run uses to "
+            "show the script: install a submitit the project supports (pyproject: >=1.5,<2)"
+        )
     base = run_dir_for(req, cfg)
     folder = RunDir(base).slurm_folder
     snap = plan_snapshot(base, req.job_file) if req.snapshot else None
@@ -325,12 +410,14 @@ def sbatch_text(req: Request, cfg: Config) -> str:
     if (req.array and req.array == list(range(len(req.array)))) or req.jobs > 1:
         params["map_count"] = len(req.array) or req.jobs
     python = rank_python(req, cfg)
-    return _make_sbatch_string(command=f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}",
-                               folder=folder, **params)
+    return _make_sbatch_string(
+        command=f"{python} -u -m submitit.core._submit {shlex.quote(str(folder))}", folder=folder, **params
+    )
 
 
-def submit(req: Request, cfg: Config, parts: list[int] | None = None
-           ) -> tuple[list[Any], list[Path], Snapshot | None, list[Any]]:
+def submit(
+    req: Request, cfg: Config, parts: list[int] | None = None
+) -> tuple[list[Any], list[Path], Snapshot | None, list[Any]]:
     """Submit the request's job (or array; ``parts``: those parts of a pool of several jobs, as
     one array); returns submitit's jobs, their run dirs, the snapshot and each run dir's summary
     signature from before the submission (RunDir.summary_signature)."""
@@ -346,7 +433,9 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None
     try:
         ex = submitit.SlurmExecutor(folder=RunDir(base).slurm_folder, max_num_timeout=30, python=rank_python(req, cfg))
     except OSError as e:
-        raise LaunchError(f"cannot create the job's log folder in {base}: {e}; choose a --run-dir you can write to") from e
+        raise LaunchError(
+            f"cannot create the job's log folder in {base}: {e}; choose a --run-dir you can write to"
+        ) from e
     params = parameters(req, cfg, snap)
     ex.update_parameters(**params)
     calls, dirs = [], []
@@ -374,8 +463,13 @@ def submit(req: Request, cfg: Config, parts: list[int] | None = None
 def submit_script(args: list[str], env: dict[str, str] | None = None) -> str:
     """``sbatch --parsable ARGS`` (a template script and its arguments); returns the job id."""
     try:
-        out = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **(env or {})})
+        out = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, **(env or {})},
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise LaunchError(f"sbatch {' '.join(args)}: {e}") from None
     if out.returncode != 0:

@@ -42,8 +42,14 @@ class Snapshot:
 
 
 def _package_files(pkg: Path) -> list[Path]:
-    return sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix not in (".pyc", ".pyo") and not p.name.startswith(".nfs"))
+    return sorted(
+        p
+        for p in pkg.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix not in (".pyc", ".pyo")
+        and not p.name.startswith(".nfs")
+    )
 
 
 def plan_snapshot(base: Path, job_file: str) -> Snapshot:
@@ -57,8 +63,9 @@ def plan_snapshot(base: Path, job_file: str) -> Snapshot:
     h.update(job_name.encode() + b"\0" + job_text)
     revision = git_revision({})
     sid = h.hexdigest()[:12]
-    return Snapshot(RunDir(base).code_dir / sid, sid, revision, revision.endswith("-dirty"), PACKAGE, files,
-                    job_text, job_name)
+    return Snapshot(
+        RunDir(base).code_dir / sid, sid, revision, revision.endswith("-dirty"), PACKAGE, files, job_text, job_name
+    )
 
 
 def make_snapshot(snap: Snapshot) -> Snapshot:
@@ -72,8 +79,14 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest)
     (tmp / snap.job_name).write_bytes(snap.job_text)
-    meta = {"revision": snap.revision, "dirty": snap.dirty, "id": snap.id, "source": str(snap.source),
-            "files": len(snap.files), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    meta = {
+        "revision": snap.revision,
+        "dirty": snap.dirty,
+        "id": snap.id,
+        "source": str(snap.source),
+        "files": len(snap.files),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
     (tmp / "SNAPSHOT.json").write_text(json.dumps(meta, indent=2) + "\n")
     try:
         os.rename(tmp, snap.path)

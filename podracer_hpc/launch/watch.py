@@ -17,13 +17,39 @@ from podracer_hpc.cluster import jobstate
 from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir
 from podracer_hpc.launch.errors import JobError
 
-__all__ = ["ACTIVE_STATES", "Job", "Launched", "NEVER_STARTS", "part_done", "progress_line", "read_summary",
-           "state_counts", "still_active", "summary_signature", "wait"]
+__all__ = [
+    "ACTIVE_STATES",
+    "Job",
+    "Launched",
+    "NEVER_STARTS",
+    "part_done",
+    "progress_line",
+    "read_summary",
+    "state_counts",
+    "still_active",
+    "summary_signature",
+    "wait",
+]
 
 # States in which a job will still run, or run again (a requeued job is PENDING again).
-ACTIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-                 "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED",
-                 "POWER_UP_NODE", "UPDATE_DB"}
+ACTIVE_STATES = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESV_DEL_HOLD",
+    "SPECIAL_EXIT",
+    "STOPPED",
+    "POWER_UP_NODE",
+    "UPDATE_DB",
+}
 # Pending reasons that no amount of waiting resolves: the request exceeds a partition's, QOS's or
 # association's limit, or names something that does not exist (slurm/src/common/slurm_protocol_defs.c).
 NEVER_STARTS = {
@@ -87,28 +113,34 @@ class Launched:
     def describe(self) -> str:
         if not self.run_dirs:
             return "nothing to start: every part of the pool is done, or still queued or running (notes above)"
-        pool = (f" ({len(self.parts)} of the pool's {self.pool_jobs} jobs of {len(self.parts[0])} pods, one MPI world "
-                f"each)" if self.parts else "")
+        pool = (
+            f" ({len(self.parts)} of the pool's {self.pool_jobs} jobs of {len(self.parts[0])} pods, one MPI world each)"
+            if self.parts
+            else ""
+        )
         if self.executor == "slurm":
             ids = ", ".join(j.job_id for j in self.jobs)
-            code = (f"; code snapshot {self.snapshot.path} (revision {self.snapshot.revision})" if self.snapshot
-                    else "")
+            code = f"; code snapshot {self.snapshot.path} (revision {self.snapshot.revision})" if self.snapshot else ""
             one_dir = len(set(self.run_dirs)) == 1
-            return (f"submitted Slurm job {ids}{pool}; logs {self.logs[0].parent}; run dir "
-                    f"{self.run_dirs[0] if one_dir else self.run_dirs[0].parent}{code}")
-        return (f"started {len(self.procs)} local mpiexec run(s){pool} (pid {', '.join(str(p.pid) for p in self.procs)}: "
-                f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}")
+            return (
+                f"submitted Slurm job {ids}{pool}; logs {self.logs[0].parent}; run dir "
+                f"{self.run_dirs[0] if one_dir else self.run_dirs[0].parent}{code}"
+            )
+        return (
+            f"started {len(self.procs)} local mpiexec run(s){pool} (pid {', '.join(str(p.pid) for p in self.procs)}: "
+            f"kill -USR2 <pid> stops it with a checkpoint); output in {', '.join(map(str, self.logs))}"
+        )
 
 
-_MONITORS: dict[str, Any] = {}  # run dir -> status.Monitor: each progress line reads only the rows appended since
+_MONITORS: dict[str, Any] = {}  # run dir -> live.Monitor: each progress line reads only the rows appended since
 MONITORS_KEPT = 256
 
 
 def progress_line(run_dir: Path) -> str:
     """Pods (running, done, ...), env steps, median and best evaluation, rounds and steps/s of a
     run, from its HDF5 logs: only the rows appended since the last line for the same run
-    directory are read (a :class:`status.Monitor` is kept per run directory)."""
-    from podracer_hpc.tools.status import Monitor, StatusError, pod_state
+    directory are read (a :class:`live.Monitor` is kept per run directory)."""
+    from podracer_hpc.files.live import Monitor, StatusError, pod_state
 
     key = str(run_dir)
     m = _MONITORS.get(key)
@@ -138,10 +170,15 @@ def progress_line(run_dir: Path) -> str:
     else:
         best_text = "best eval n/a"
     pct = f" ({100 * steps / (total * len(pods)):.0f}%)" if total else ""
-    breakdown = "" if set(states) == {"running"} else \
-        ", ".join(f"{n} {k}" for k, n in sorted(states.items(), key=lambda kv: -kv[1])) + " | "
-    return (f"{run_dir.name}: {len(pods)} pods | {breakdown}{steps:,} env steps{pct} | {sps / 1e3:.0f}k steps/s | "
-            f"rounds {rounds} | {best_text}")
+    breakdown = (
+        ""
+        if set(states) == {"running"}
+        else ", ".join(f"{n} {k}" for k, n in sorted(states.items(), key=lambda kv: -kv[1])) + " | "
+    )
+    return (
+        f"{run_dir.name}: {len(pods)} pods | {breakdown}{steps:,} env steps{pct} | {sps / 1e3:.0f}k steps/s | "
+        f"rounds {rounds} | {best_text}"
+    )
 
 
 def summary_signature(run_dir: Path) -> tuple[int, int, int] | None:
@@ -167,9 +204,12 @@ def _complete(summary: dict[str, Any] | None) -> bool:
 def _incomplete_text(summary: dict[str, Any] | None, run_dir: Path) -> str:
     if summary is None:
         return f"it wrote no summary ({RunDir(run_dir).summary})"
-    return (f"its summary says it stopped early ({summary.get('env_steps', '?'):,} env steps; \"complete\": false; "
-            f"the checkpoints in {run_dir} resume it)" if isinstance(summary.get("env_steps"), int)
-            else f"its summary says it stopped early (\"complete\": false; {RunDir(run_dir).summary})")
+    return (
+        f'its summary says it stopped early ({summary.get("env_steps", "?"):,} env steps; "complete": false; '
+        f"the checkpoints in {run_dir} resume it)"
+        if isinstance(summary.get("env_steps"), int)
+        else f'its summary says it stopped early ("complete": false; {RunDir(run_dir).summary})'
+    )
 
 
 @dataclass
@@ -216,8 +256,9 @@ def state_counts(states: dict[str, Any], restarts: int = 0) -> str:
 Done = Callable[[Any], bool]  # a summary (or None) -> whether the run needs no more work
 
 
-def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: float, done: Done, st: Any,
-                each: bool = True) -> bool:
+def _slurm_step(
+    launched: Launched, i: int, w: _Watch, out: Any, confirm_s: float, done: Done, st: Any, each: bool = True
+) -> bool:
     """One poll of Slurm job i, whose state this poll's one scheduler call gave (``st``; None:
     slurmctld did not answer): True when it completed its training; raises JobError when it will not."""
     job, d = launched.jobs[i], launched.run_dirs[i]
@@ -229,8 +270,10 @@ def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: floa
     if still_active(st.state):
         w.ended_at = None
         if st.state == "PENDING" and st.reason in NEVER_STARTS:
-            raise JobError(f"Slurm job {job.job_id} cannot start: {st.reason} (it asks for {NEVER_STARTS[st.reason]}). "
-                           f"It stays queued until you cancel it (scancel {job.job_id}) and submit a request that fits.")
+            raise JobError(
+                f"Slurm job {job.job_id} cannot start: {st.reason} (it asks for {NEVER_STARTS[st.reason]}). "
+                f"It stays queued until you cancel it (scancel {job.job_id}) and submit a request that fits."
+            )
         return False
     if not st.state and not w.seen and now - launched.started < 30:
         return False  # not visible yet
@@ -244,16 +287,24 @@ def _slurm_step(launched: Launched, i: int, w: _Watch, out: Any, confirm_s: floa
         return False
     summary = read_summary(d, launched.stale_summaries[i])
     state = st.state or "gone from the queue, and Slurm keeps no record of it (no accounting)"
-    pool = (f" It ran pods {launched.parts[i].start}-{launched.parts[i].stop - 1} of a pool: the pool's other jobs go "
-            "on, and the same podracer submit command starts only this part again." if launched.parts else "")
+    pool = (
+        f" It ran pods {launched.parts[i].start}-{launched.parts[i].stop - 1} of a pool: the pool's other jobs go "
+        "on, and the same podracer submit command starts only this part again."
+        if launched.parts
+        else ""
+    )
     if st.state == "COMPLETED" or not st.state:
         if done(summary):
             return True
-        raise JobError(f"Slurm job {job.job_id} ended {state} without completing its training: "
-                       f"{_incomplete_text(summary, d)}; see {job.log}.{pool}\n" + _tail(job.log))
+        raise JobError(
+            f"Slurm job {job.job_id} ended {state} without completing its training: "
+            f"{_incomplete_text(summary, d)}; see {job.log}.{pool}\n" + _tail(job.log)
+        )
     code = f", exit code {st.exit_code}" if st.exit_code and st.exit_code != "0:0" else ""
-    raise JobError(f"Slurm job {job.job_id} ended {state}{code}: {_incomplete_text(summary, d)}; see {job.log}.{pool}\n"
-                   + _tail(job.log))
+    raise JobError(
+        f"Slurm job {job.job_id} ended {state}{code}: {_incomplete_text(summary, d)}; see {job.log}.{pool}\n"
+        + _tail(job.log)
+    )
 
 
 def part_done(run_dir: Path, pods: range) -> bool:
@@ -280,16 +331,26 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     if rc == 0 and done(summary):
         return True
     if rc == EXIT_REQUEUE:
-        raise JobError(f"local run {launched.label(i)} stopped early (exit 75): every rank checkpointed; submit the "
-                       f"same command again to resume; see {log}", exit_code=EXIT_REQUEUE)
+        raise JobError(
+            f"local run {launched.label(i)} stopped early (exit 75): every rank checkpointed; submit the "
+            f"same command again to resume; see {log}",
+            exit_code=EXIT_REQUEUE,
+        )
     why = f"exit {rc}" if rc >= 0 else f"killed by signal {-rc}"
     if rc == 0:
         why += f", but {_incomplete_text(summary, d)}"
     raise JobError(f"local run {launched.label(i)} failed ({why}); see {log}:\n" + _tail(log))
 
 
-def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = None, confirm_s: float = 4.0,
-         done: Done = _complete, progress: Callable[[Path], str] | None = progress_line) -> list[dict[str, Any]]:
+def wait(
+    launched: Launched,
+    timeout_s: float,
+    poll_s: float = 3.0,
+    out: Any = None,
+    confirm_s: float = 4.0,
+    done: Done = _complete,
+    progress: Callable[[Path], str] | None = progress_line,
+) -> list[dict[str, Any]]:
     """Wait for every job with progress lines; returns the summaries of jobs that completed their
     training. Raises JobError as soon as one job ends without completing (failed, cancelled,
     stopped, gone from the queue with no complete summary, or pending for a reason that never
@@ -314,8 +375,9 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
     while len(finished) < len(launched.run_dirs):
         states: dict[str, Any] = {}
         if launched.executor != "local":  # one scheduler call per poll for every job still watched
-            states = jobstate.slurm_job_states([launched.jobs[i].job_id for i in range(len(launched.run_dirs))
-                                                if i not in finished])
+            states = jobstate.slurm_job_states(
+                [launched.jobs[i].job_id for i in range(len(launched.run_dirs)) if i not in finished]
+            )
             if not each:
                 line = state_counts(states, sum(w.restarts for w in watches))
                 if line != counts:
@@ -331,15 +393,20 @@ def wait(launched: Launched, timeout_s: float, poll_s: float = 3.0, out: Any = N
                 print(line, file=out, flush=True)
                 last[str(d)] = line
             done_i = _done_of(launched, i, done)
-            if (_local_step(launched, i, done_i) if launched.executor == "local"
-                    else _slurm_step(launched, i, watches[i], out, confirm_s, done_i,
-                                     states.get(launched.jobs[i].job_id), each)):
+            if (
+                _local_step(launched, i, done_i)
+                if launched.executor == "local"
+                else _slurm_step(
+                    launched, i, watches[i], out, confirm_s, done_i, states.get(launched.jobs[i].job_id), each
+                )
+            ):
                 finished.add(i)
         if len(finished) == len(launched.run_dirs):
             break
         if time.monotonic() > deadline:
-            raise JobError(f"gave up waiting after {timeout_s:.0f} s; the job goes on: "
-                           f"podracer status {launched.run_dirs[0]}")
+            raise JobError(
+                f"gave up waiting after {timeout_s:.0f} s; the job goes on: podracer status {launched.run_dirs[0]}"
+            )
         time.sleep(poll_s)
     firsts = {str(d): i for i, d in reversed(list(enumerate(launched.run_dirs)))}  # a pool: its one summary
     return [read_summary(launched.run_dirs[i], launched.stale_summaries[i]) for i in sorted(firsts.values())]

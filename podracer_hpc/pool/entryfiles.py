@@ -28,7 +28,7 @@ class LeaderboardWarning(UserWarning):
 FS_OPS: dict[str, int] = {}
 
 
-def _op(kind: str, n: int = 1) -> None:
+def count_op(kind: str, n: int = 1) -> None:
     FS_OPS[kind] = FS_OPS.get(kind, 0) + n
 
 
@@ -37,36 +37,34 @@ def fs_ops() -> int:
     return sum(FS_OPS.values())
 
 
-
-
-def _make_private_dir(d: Path) -> None:
+def make_private_dir(d: Path) -> None:
     try:
         d.mkdir(mode=0o700, parents=True)
     except FileExistsError:
         if not d.is_dir():
             raise NotADirectoryError(f"{d} exists and is not a directory") from None
         if d.stat().st_mode & 0o007:
-            _warn(f"{d} is accessible by all users; restrict it with `chmod o-rwx {d}`")
+            warn(f"{d} is accessible by all users; restrict it with `chmod o-rwx {d}`")
         return
     os.chmod(d, DIR_MODE)
 
 
-def _write_new(path: Path, data: bytes, mode: int = FILE_MODE, sync_dir: bool = True) -> None:
+def write_new(path: Path, data: bytes, mode: int = FILE_MODE, sync_dir: bool = True) -> None:
     """Atomically create ``path`` with ``data``; never replaces an existing file."""
-    _op("write", 5 if sync_dir else 3)  # create, fsync, link, unlink of the temporary (+ open, fsync of the dir)
+    count_op("write", 5 if sync_dir else 3)  # create, fsync, link, unlink of the temporary (+ open, fsync of the dir)
     try:
         safeio.atomic_write_bytes(path, data, mode=mode, overwrite=False, sync_dir=sync_dir)
     except FileExistsError:
         raise FileExistsError(f"{path} already exists; leaderboard entries are immutable") from None
 
 
-def _unlink(path: Path) -> None:
-    _op("unlink")
+def unlink_if_there(path: Path) -> None:
+    count_op("unlink")
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
 
 
-def _warn(msg: str) -> None:
+def warn(msg: str) -> None:
     warnings.warn(msg, LeaderboardWarning, stacklevel=3)

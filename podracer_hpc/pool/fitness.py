@@ -53,7 +53,7 @@ class Fitness:
     """One evaluation of one agent: its episodes' returns on the set ``(seed, episodes)``."""
 
     returns: tuple[float, ...]
-    seed: int = -1  # the set's seed (-1: unknown, e.g. an entry written before 2026-12-01)
+    seed: int = -1  # the set's seed (-1: unknown, e.g. an entry of an older version)
     mean: float = field(init=False)
     se: float = field(init=False)  # standard error of the mean (0 with one episode)
 
@@ -81,8 +81,13 @@ class Fitness:
         return t_interval(self.returns)
 
     def to_json(self) -> dict:
-        return {"seed": self.seed, "episodes": self.episodes, "mean": self.mean, "se": self.se,
-                "returns": list(self.returns)}
+        return {
+            "seed": self.seed,
+            "episodes": self.episodes,
+            "mean": self.mean,
+            "se": self.se,
+            "returns": list(self.returns),
+        }
 
     def to_checkpoint(self) -> dict[str, Any]:
         """This evaluation as checkpoint JSON (NaN returns, a frozen pod's, as null)."""
@@ -90,7 +95,7 @@ class Fitness:
 
     @classmethod
     def from_checkpoint(cls, d: Any) -> "Fitness":
-        """The evaluation a checkpoint kept; a plain number (checkpoints before 2026-12-01) has no episodes."""
+        """The evaluation a checkpoint kept; a plain number (checkpoints of an older version) has no episodes."""
         if isinstance(d, dict) and isinstance(d.get("returns"), list):
             return cls(tuple(math.nan if x is None else float(x) for x in d["returns"]), int(d.get("seed", -1)))
         return cls((math.nan if d is None else float(d),))

@@ -36,8 +36,11 @@ DEFAULT_PBT_SPACE: dict[str, HParamRange] = {
 DEFAULT_SPACES: dict[str, dict[str, HParamRange]] = {
     "ppo": DEFAULT_PBT_SPACE,
     "sac": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(1e-4, 1e-2, True)},
-    "td3": {"actor_lr": HParamRange(3e-5, 3e-3, True), "critic_lr": HParamRange(3e-5, 3e-3, True),
-            "exploration_noise": HParamRange(0.05, 0.5)},
+    "td3": {
+        "actor_lr": HParamRange(3e-5, 3e-3, True),
+        "critic_lr": HParamRange(3e-5, 3e-3, True),
+        "exploration_noise": HParamRange(0.05, 0.5),
+    },
 }
 
 
@@ -51,8 +54,9 @@ def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HPara
 
 def describe_space(space: Mapping[str, HParamRange]) -> str:
     """One line: ``learning_rate [1e-05, 0.01] log, ent_coef [0, 0.02], ...``."""
-    return ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
-
+    return (
+        ", ".join(f"{k} [{r.low:g}, {r.high:g}]{' log' if r.log_scale else ''}" for k, r in space.items()) or "(none)"
+    )
 
 
 def explore(
@@ -101,4 +105,3 @@ def draw_eligible(rng: Any, items: Sequence[int], ok: Callable[[int], bool], tri
                 return x
     passing = [x for x in items if x not in tried and ok(x)]
     return passing[int(rng.integers(len(passing)))] if passing else None
-

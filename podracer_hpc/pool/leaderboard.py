@@ -40,7 +40,15 @@ import numpy as np
 import torch
 
 from podracer_hpc.files import safeio
-from podracer_hpc.pool.entryfiles import DIR_MODE, FILE_MODE, FS_OPS, LeaderboardWarning, _make_private_dir, _op, _unlink, _warn, _write_new, fs_ops
+from podracer_hpc.pool.entryfiles import (
+    LeaderboardWarning,
+    count_op,
+    fs_ops,
+    make_private_dir,
+    unlink_if_there,
+    warn,
+    write_new,
+)
 
 __all__ = [
     "ENTRY_KIND",
@@ -87,7 +95,7 @@ def validate_entry_id(entry_id: Any) -> str:
     return entry_id
 
 
-def _sanitize(s: Any, maxlen: int = 64) -> str:
+def sanitize(s: Any, maxlen: int = 64) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", str(s))[:maxlen] or "x"
 
 
@@ -95,7 +103,7 @@ def make_entry_id(job: Any = "local", pod: Any = 0, round: Any = 0, digest: str 
     """An id ``<job>-<pod>-<round>-<12 hex>``: random (unique across writers on any host), or
     the first 12 hex digits of ``digest`` (the same content gets the same id)."""
     suffix = digest[:12] if digest else uuid.uuid4().hex[:12]
-    eid = f"{_sanitize(job)}-{_sanitize(pod, 16)}-{_sanitize(round, 16)}-{suffix}"
+    eid = f"{sanitize(job)}-{sanitize(pod, 16)}-{sanitize(round, 16)}-{suffix}"
     if not eid[0].isalnum():
         eid = "e" + eid
     return validate_entry_id(eid)
@@ -134,7 +142,7 @@ class Leaderboard:
         self.entries_dir = self.root / entries  # "entries"; a population bucket's is deeper (:class:`Population`)
         parts = Path(entries).parts
         for d in (self.root, *(self.root.joinpath(*parts[: i + 1]) for i in range(len(parts)))) if create else ():
-            _make_private_dir(d)
+            make_private_dir(d)
 
     # ------------------------------------------------------------------ paths
 
@@ -146,8 +154,13 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ write
 
-    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any] | None = None,
-                content_id: bool = False) -> str:
+    def publish(
+        self,
+        tensors: dict[str, torch.Tensor],
+        score: float,
+        meta: dict[str, Any] | None = None,
+        content_id: bool = False,
+    ) -> str:
         """Write a new immutable entry and return its id.
 
         ``meta`` must be JSON-serializable; its keys ``job``, ``pod`` (or ``rank``), ``round``,
@@ -190,42 +203,42 @@ class Leaderboard:
         # (its directory fsync makes both names durable). The same content published again (a
         # round redone after a kill) finds its entry there: the link fails, nothing is read first.
         try:
-            _write_new(self.tensors_path(entry_id), blob, sync_dir=False)
+            write_new(self.tensors_path(entry_id), blob, sync_dir=False)
         except FileExistsError:
             if not content_id:
                 raise
             if self._same_entry_exists(entry_id, digest):
                 return entry_id
-            _unlink(self.tensors_path(entry_id))  # half an entry (no sidecar): write it whole
-            _write_new(self.tensors_path(entry_id), blob, sync_dir=False)
+            unlink_if_there(self.tensors_path(entry_id))  # half an entry (no sidecar): write it whole
+            write_new(self.tensors_path(entry_id), blob, sync_dir=False)
         try:
-            _write_new(self.sidecar_path(entry_id), side)
+            write_new(self.sidecar_path(entry_id), side)
         except FileExistsError:
             # a sidecar of the same content whose tensors had gone (pruned as an orphan): it names
             # the old bytes' checksum, so it is replaced by this one
             if not content_id or not self._same_content(entry_id, digest):
-                _unlink(self.tensors_path(entry_id))
+                unlink_if_there(self.tensors_path(entry_id))
                 raise
-            _unlink(self.sidecar_path(entry_id))
-            _write_new(self.sidecar_path(entry_id), side)
+            unlink_if_there(self.sidecar_path(entry_id))
+            write_new(self.sidecar_path(entry_id), side)
         except BaseException:
-            _unlink(self.tensors_path(entry_id))
+            unlink_if_there(self.tensors_path(entry_id))
             raise
         # A publisher that stalled between the two writes for longer than a pruner's
         # ``stale_after_s`` may have had its tensors removed as an orphan: put them back, so that
         # an id this method returns always names a whole entry.
         # (Both files gone means a pruner ranked the entry out, which is allowed.)
-        _op("stat")
+        count_op("stat")
         if not self.tensors_path(entry_id).exists() and self.sidecar_path(entry_id).exists():
             try:
-                _write_new(self.tensors_path(entry_id), blob)
+                write_new(self.tensors_path(entry_id), blob)
             except FileExistsError:
                 pass  # a pruner restored them at the same moment (same bytes)
         return entry_id
 
     def _same_content(self, entry_id: str, digest: str) -> bool:
         """Whether the sidecar of ``entry_id`` describes this content (False if absent or unreadable)."""
-        _op("open")
+        count_op("open")
         try:
             return json.loads(self.sidecar_path(entry_id).read_bytes()).get("content_sha256") == digest
         except (OSError, ValueError, AttributeError):
@@ -234,12 +247,13 @@ class Leaderboard:
     def _same_entry_exists(self, entry_id: str, digest: str) -> bool:
         """Whether ``entry_id`` (whose tensors exist) is a whole entry of this content; raises if
         its sidecar describes other content. A missing sidecar means half an entry (False)."""
-        _op("stat")
+        count_op("stat")
         if not self.sidecar_path(entry_id).exists():
             return False
         if not self._same_content(entry_id, digest):
-            raise FileExistsError(f"{self.sidecar_path(entry_id)} already exists with other content; "
-                                  "leaderboard entries are immutable")
+            raise FileExistsError(
+                f"{self.sidecar_path(entry_id)} already exists with other content; leaderboard entries are immutable"
+            )
         return True
 
     # ------------------------------------------------------------------ read
@@ -254,7 +268,7 @@ class Leaderboard:
         more, as after a burst of publications by many asynchronous pods: the others are read by a
         later listing or pruned by another pod, and a listing's cost stays bounded.
         """
-        _op("scandir")
+        count_op("scandir")
         try:
             names = [e.name for e in os.scandir(self.entries_dir)]
         except FileNotFoundError:
@@ -265,7 +279,7 @@ class Leaderboard:
                 continue
             stem = name[: -len(".json")]
             if not _ID_RE.fullmatch(stem):
-                _warn(f"{self.entries_dir / name}: not a leaderboard entry name; skipped")
+                warn(f"{self.entries_dir / name}: not a leaderboard entry name; skipped")
                 continue
             stems.append(stem)
         cache = self._cache if self._cache is not None else {}
@@ -280,7 +294,7 @@ class Leaderboard:
             except EntryGone:
                 continue  # pruned while we were listing
             except EntryCorrupt as e:
-                _warn(f"{e}; skipped")
+                warn(f"{e}; skipped")
                 continue
         if self._cache is not None:
             self._cache = known  # entries gone from the directory leave the cache
@@ -304,7 +318,7 @@ class Leaderboard:
     def _read_sidecar(self, entry_id: str) -> EntryInfo:
         """Parse and check a sidecar (its score is NaN if the file's is not a finite number)."""
         path = self.sidecar_path(entry_id)
-        _op("open")
+        count_op("open")
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
@@ -318,8 +332,10 @@ class Leaderboard:
         if not isinstance(d, dict) or d.get("format") != SIDECAR_FORMAT:
             raise EntryCorrupt(f"{path}: not a podracer-hpc leaderboard sidecar (foreign file)")
         if d.get("version") not in SIDECAR_VERSIONS_READ:
-            raise EntryCorrupt(f"{path}: sidecar version {d.get('version')!r}, this code reads "
-                               f"{', '.join(map(str, SIDECAR_VERSIONS_READ))}")
+            raise EntryCorrupt(
+                f"{path}: sidecar version {d.get('version')!r}, this code reads "
+                f"{', '.join(map(str, SIDECAR_VERSIONS_READ))}"
+            )
         if d.get("version", 1) >= 2:
             try:
                 ok = d.get("sidecar_sha256") == _sidecar_digest(d)
@@ -327,9 +343,11 @@ class Leaderboard:
                 ok = False
             if not ok:
                 self.quarantine(entry_id)
-                raise EntryCorrupt(f"leaderboard entry {entry_id}: sidecar checksum mismatch: {path} was edited "
-                                   "after it was written (its score, steps or hyperparameters cannot be trusted); "
-                                   "quarantined, nothing was loaded")
+                raise EntryCorrupt(
+                    f"leaderboard entry {entry_id}: sidecar checksum mismatch: {path} was edited "
+                    "after it was written (its score, steps or hyperparameters cannot be trusted); "
+                    "quarantined, nothing was loaded"
+                )
         if d.get("id") != entry_id:
             raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
         if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
@@ -361,7 +379,7 @@ class Leaderboard:
         info = self._read_sidecar(entry_id)
         expected = info.sha256
         path = self.tensors_path(entry_id)
-        _op("open")
+        count_op("open")
         try:
             blob = path.read_bytes()
         except FileNotFoundError:
@@ -388,11 +406,15 @@ class Leaderboard:
                 f"leaderboard entry {entry_id}: {path} holds entry {file_meta.get('entry_id')!r} (swapped files?)"
             )
         inner = dict(file_meta.get("meta") or {})
-        mismatch = [name for name, listed, actual in (
-            ("score", info.score, file_meta.get("score")),
-            ("env_steps", info.env_steps, _int_or_none(inner.get("env_steps"))),
-            ("hparams", info.hparams, dict(inner.get("hparams") or {})),
-        ) if listed != actual]
+        mismatch = [
+            name
+            for name, listed, actual in (
+                ("score", info.score, file_meta.get("score")),
+                ("env_steps", info.env_steps, _int_or_none(inner.get("env_steps"))),
+                ("hparams", info.hparams, dict(inner.get("hparams") or {})),
+            )
+            if listed != actual
+        ]
         if mismatch:
             self.quarantine(entry_id)
             raise EntryCorrupt(
@@ -409,10 +431,10 @@ class Leaderboard:
         tensors become an orphan that ``prune`` deletes once stale.
         """
         validate_entry_id(entry_id)
-        _op("rename")
+        count_op("rename")
         try:
             os.replace(self.sidecar_path(entry_id), self.entries_dir / f".{entry_id}.json.corrupt")
-            _warn(f"leaderboard entry {entry_id} is corrupt: quarantined as .{entry_id}.json.corrupt")
+            warn(f"leaderboard entry {entry_id} is corrupt: quarantined as .{entry_id}.json.corrupt")
         except FileNotFoundError:
             pass  # another reader quarantined it first
 
@@ -439,14 +461,19 @@ class Leaderboard:
             except EntryCorrupt as e:
                 if not skip_corrupt:
                     raise
-                _warn(f"{e}; trying the next candidate")
+                warn(f"{e}; trying the next candidate")
         raise EntryGone(f"none of the {len(tried)} candidate entries could be loaded: {tried[:8]}")
 
     # ------------------------------------------------------------------ prune
 
-    def prune(self, top_k: int, stale_after_s: float = 900.0, keep: Iterable[str] = (),
-              listing: list[EntryInfo] | None = None,
-              group: Callable[[EntryInfo], str] | None = None) -> list[str]:
+    def prune(
+        self,
+        top_k: int,
+        stale_after_s: float = 900.0,
+        keep: Iterable[str] = (),
+        listing: list[EntryInfo] | None = None,
+        group: Callable[[EntryInfo], str] | None = None,
+    ) -> list[str]:
         """Keep the ``top_k`` best entries (and those in ``keep``); delete the others (sidecar
         first, then tensors). ``group``: keep the ``top_k`` best of each group instead (a mixed
         pool keeps the best agents of every kind, not only of the strongest).
@@ -467,14 +494,14 @@ class Leaderboard:
         """Delete entries (sidecar first, so an entry leaves :meth:`list` before its tensors go);
         entries already gone are no error. A collective round spreads this: each pod removes its own."""
         for eid in entry_ids:
-            _unlink(self.sidecar_path(eid))
-            _unlink(self.tensors_path(eid))
+            unlink_if_there(self.sidecar_path(eid))
+            unlink_if_there(self.tensors_path(eid))
 
     def sweep(self, stale_after_s: float = 900.0) -> None:
         """Delete hidden temporary files and orphan tensor files (no sidecar) older than
         ``stale_after_s`` seconds: what writers that died left. One listing of the directory."""
         now = time.time()
-        _op("scandir")
+        count_op("scandir")
         try:
             names = [(x.name, x) for x in os.scandir(self.entries_dir)]
         except FileNotFoundError:
@@ -488,7 +515,7 @@ class Leaderboard:
             is_orphan = stem is not None and f"{stem}.json" not in sidecars and _OURS_RE.fullmatch(stem) is not None
             if not (is_tmp or is_orphan):
                 continue
-            _op("stat")
+            count_op("stat")
             try:
                 if now - de.stat(follow_symlinks=False).st_mtime < stale_after_s:
                     continue
@@ -499,14 +526,14 @@ class Leaderboard:
             if is_orphan:
                 self._remove_orphan(stem)
             else:
-                _unlink(self.entries_dir / name)
+                unlink_if_there(self.entries_dir / name)
 
     def _remove_orphan(self, stem: str) -> None:
         """Delete tensors without a sidecar, unless their (stalled) publisher completes meanwhile:
         move them to a hidden name, look for the sidecar again, and put them back if it came."""
         src = self.entries_dir / f"{stem}.safetensors"
         hidden = self.entries_dir / f".{stem}.safetensors.{uuid.uuid4().hex[:8]}.orphan"
-        _op("rename", 2)
+        count_op("rename", 2)
         try:
             os.rename(src, hidden)
         except FileNotFoundError:
@@ -516,10 +543,12 @@ class Leaderboard:
                 os.link(hidden, src)
             except FileExistsError:
                 pass  # the publisher wrote them again itself
-        _unlink(hidden)
+        unlink_if_there(hidden)
 
-def plan_prune(ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = (),
-               group: Callable[[EntryInfo], str] | None = None) -> list[str]:
+
+def plan_prune(
+    ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = (), group: Callable[[EntryInfo], str] | None = None
+) -> list[str]:
     """The ids a prune deletes: all but the ``top_k`` best of each ``group`` (one group by
     default) and ``keep``. Pure: every rank of a collective round computes the same plan."""
     if top_k < 0:

@@ -1,4 +1,4 @@
-"""Every pod's latest agents, for asynchronous PBT, read a bounded sample at a time (issue 26).
+"""Every pod's latest agents, for asynchronous PBT, read a bounded sample at a time.
 
 Part of the leaderboard's files (:mod:`podracer_hpc.pool.leaderboard` owns their format: every
 bucket is a leaderboard directory of the same immutable, checksummed entries):
@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from podracer_hpc.pool.entryfiles import _make_private_dir, _op, _warn, _write_new
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, _sanitize, validate_entry_id
 from podracer_hpc.files.records import parse_entry_id
+from podracer_hpc.pool.entryfiles import count_op, make_private_dir, warn, write_new
+from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, sanitize, validate_entry_id
 
 __all__ = ["PODS_PER_BUCKET", "POPULATION_DIR", "Population", "auto_buckets"]
 
@@ -43,7 +43,7 @@ class Population:
     (same immutable entries, same integrity checks). A pod's entries go to the bucket its job and
     rank hash to, and it keeps its newest ``keep_last`` there (deleting its own older ones).
 
-    Why (issue 26): when every pod kept every other pod's latest entry in one directory, each
+    Why: when every pod kept every other pod's latest entry in one directory, each
     pod listed and read all N sidecars each round (N^2 per round over the pool: 16.8M opens at
     4,096 pods). Here a pod lists a few random buckets and reads at most ``n`` sidecars, chosen
     from the entry names (``job-pod-round-hex``) without opening anything: its work per round
@@ -55,7 +55,7 @@ class Population:
         self.root = Path(root)
         self.dir = self.root / POPULATION_DIR
         for d in (self.root, self.dir):
-            _make_private_dir(d)
+            make_private_dir(d)
         self.buckets = self._layout(buckets or auto_buckets(pool_size))
         self._boards: dict[tuple[int, bool], Leaderboard] = {}
 
@@ -63,7 +63,7 @@ class Population:
         """The bucket count of this population: the first pod's choice, read by all later ones."""
         path = self.dir / "layout.json"
         for _ in range(2):
-            _op("open")
+            count_op("open")
             try:
                 d = json.loads(path.read_bytes())
                 b = int(d["buckets"])
@@ -72,7 +72,7 @@ class Population:
                 return b
             except FileNotFoundError:
                 try:
-                    _write_new(path, json.dumps({"buckets": int(want), "pods_per_bucket": PODS_PER_BUCKET}).encode())
+                    write_new(path, json.dumps({"buckets": int(want), "pods_per_bucket": PODS_PER_BUCKET}).encode())
                     return int(want)
                 except FileExistsError:
                     continue  # another pod wrote it first: read its choice
@@ -82,7 +82,7 @@ class Population:
 
     def bucket_of(self, job: Any, pod: Any) -> int:
         """The bucket of a pod (stable across restarts: a hash of its job and rank as ids spell them)."""
-        return zlib.crc32(f"{_sanitize(job)}/{_sanitize(pod, 16)}".encode()) % self.buckets
+        return zlib.crc32(f"{sanitize(job)}/{sanitize(pod, 16)}".encode()) % self.buckets
 
     def board(self, bucket: int, create: bool = False) -> Leaderboard:
         """One bucket's directory (``create``: made if missing, for a publisher; readers only read)."""
@@ -97,24 +97,27 @@ class Population:
             raise EntryGone(f"{entry_id} is not a population entry id (job-pod-round-hex)")
         return self.board(self.bucket_of(name.job, name.pod))
 
-    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any],
-                keep_last: int = 2) -> str:
+    def publish(self, tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any], keep_last: int = 2) -> str:
         """Write this pod's agent (``meta`` has ``job`` and ``pod``) and delete its own entries but the
         newest ``keep_last`` (2: a reader that listed the previous one can still load it)."""
         job, pod = meta.get("job", "local"), meta.get("pod", 0)
         board = self.board(self.bucket_of(job, pod), create=True)
         eid = board.publish(tensors, score, meta, content_id=True)
-        mine = sorted(((n.round, i) for i, n in self._names(board) if (n.job, n.pod) == (_sanitize(job), int(pod))),
-                      reverse=True)
+        mine = sorted(
+            ((n.round, i) for i, n in self._names(board) if (n.job, n.pod) == (sanitize(job), int(pod))), reverse=True
+        )
         board.remove(i for _, i in mine[keep_last:] if i != eid)
         return eid
 
     def _names(self, board: Leaderboard) -> list[tuple[str, Any]]:
         """``(id, parsed name)`` of the complete entries (sidecars) of one bucket: one listing, no opens."""
-        _op("scandir")
+        count_op("scandir")
         try:
-            names = [x.name[: -len(".json")] for x in os.scandir(board.entries_dir)
-                     if x.name.endswith(".json") and not x.name.startswith(".")]
+            names = [
+                x.name[: -len(".json")]
+                for x in os.scandir(board.entries_dir)
+                if x.name.endswith(".json") and not x.name.startswith(".")
+            ]
         except FileNotFoundError:
             return []
         return [(i, n) for i in names if (n := parse_entry_id(i)) is not None]
@@ -125,7 +128,7 @@ class Population:
         ``n`` pods or has listed ``max(2, ceil(2n / 16))`` of them; reads only the chosen sidecars."""
         if n <= 0:
             return []
-        skip = (_sanitize(exclude[0]), int(exclude[1])) if exclude is not None else None
+        skip = (sanitize(exclude[0]), int(exclude[1])) if exclude is not None else None
         latest: dict[tuple[str, int], tuple[int, str, int]] = {}
         max_listed = max(2, math.ceil(2 * n / PODS_PER_BUCKET))
         for listed, b in enumerate(rng.permutation(self.buckets).tolist()):
@@ -145,13 +148,15 @@ class Population:
             except EntryGone:
                 continue  # its pod published again and retired it meanwhile
             except EntryCorrupt as e:
-                _warn(f"{e}; skipped")
+                warn(f"{e}; skipped")
                 continue
             if math.isfinite(info.score):
                 out.append(info)
         out.sort(key=lambda e: (-e.score, e.id))
         return out
 
-    def load(self, entry_id: str, device: str | torch.device = "cpu") -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
+    def load(
+        self, entry_id: str, device: str | torch.device = "cpu"
+    ) -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
         """Load a population entry (as :meth:`Leaderboard.load_best_available` of one candidate)."""
         return self.board_of(entry_id).load_best_available([entry_id], device=device, skip_corrupt=False)

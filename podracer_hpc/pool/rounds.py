@@ -24,17 +24,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from podracer_hpc.files import safeio
 from podracer_hpc.cluster.mpi import Comm
 from podracer_hpc.config import Config
-from podracer_hpc.pool.fitness import Fitness, better
+from podracer_hpc.files import safeio
 from podracer_hpc.files.h5log import H5Writer
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, fs_ops, plan_prune
-from podracer_hpc.pod import Pod, entry_kind
-from podracer_hpc.pool.population import Population
 from podracer_hpc.files.records import Comparison, RoundRecord, Source
 from podracer_hpc.files.rundir import RunDir
-from podracer_hpc.pool.rules import Candidate, Decision, PodReport, decide, effective_space, make_rng
+from podracer_hpc.pod import Pod, entry_kind
+from podracer_hpc.pool.entryfiles import fs_ops
+from podracer_hpc.pool.fitness import Fitness, better
+from podracer_hpc.pool.hparams import effective_space
+from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, plan_prune
+from podracer_hpc.pool.population import Population
+from podracer_hpc.pool.rules import Candidate, Decision, PodReport, decide, make_rng
 
 _STREAM_SAMPLE = 3  # the random stream of an async pod's draws of files to read (tournament.py has 1, 2)
 
@@ -50,7 +52,7 @@ def _kind_of(e: EntryInfo) -> str:
 class Listed:
     """One leaderboard entry as a collective round lists it (kept in ``rounds/<i>.json`` for an
     exact redo): what the rules and the prune need of its sidecar, and the evaluation it was
-    scored on (``fitness.Fitness.to_json``; None for an entry written before 2026-12-01)."""
+    scored on (``fitness.Fitness.to_json``; None for an entry of an older version)."""
 
     id: str
     score: float
@@ -67,8 +69,13 @@ class Listed:
 
     @classmethod
     def from_json(cls, row: list[Any]) -> "Listed":
-        return cls(str(row[0]), float(row[1]), row[2] if len(row) > 2 else None, row[3] if len(row) > 3 else None,
-                   row[4] if len(row) > 4 else None)
+        return cls(
+            str(row[0]),
+            float(row[1]),
+            row[2] if len(row) > 2 else None,
+            row[3] if len(row) > 3 else None,
+            row[4] if len(row) > 4 else None,
+        )
 
     def info(self) -> EntryInfo:
         """What a prune needs of it."""
@@ -96,9 +103,18 @@ class Meeting:
 class Pool:
     """One rank's side of the tournament; the leaderboard is files, decisions are tournament.py."""
 
-    def __init__(self, cfg: Config, comm: Comm, pod: Pod, rundir: RunDir, job: str,
-                 say: Callable[[str], None], log: H5Writer | None = None, index: int | None = None,
-                 pool_size: int | None = None):
+    def __init__(
+        self,
+        cfg: Config,
+        comm: Comm,
+        pod: Pod,
+        rundir: RunDir,
+        job: str,
+        say: Callable[[str], None],
+        log: H5Writer | None = None,
+        index: int | None = None,
+        pool_size: int | None = None,
+    ):
         self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
         # the pod's index in the pool and the pool's size: its MPI rank and world unless the pool
         # runs as several jobs (rundir.PoolPart); a collective round is one job's world
@@ -109,8 +125,11 @@ class Pool:
         self.rundir = rundir
         self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
         # async PBT: every pod's latest agent, read a bounded sample at a time (population.Population)
-        self.population = (Population(self.board.root, self.pool_size, self.tcfg.population_buckets)
-                           if self.tcfg.sync == "async" and self.tcfg.mode == "pbt" else None)
+        self.population = (
+            Population(self.board.root, self.pool_size, self.tcfg.population_buckets)
+            if self.tcfg.sync == "async" and self.tcfg.mode == "pbt"
+            else None
+        )
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
@@ -128,8 +147,15 @@ class Pool:
         return self.pod.hparams(self.space) if self.space else self.pod.hparams()
 
     def report(self, fitness: Fitness) -> PodReport:
-        return PodReport(self.comm.rank, fitness.mean, self.pod.env_steps, self.hparams(), self.last_copy_round,
-                         fitness.returns, self.pod.kind)
+        return PodReport(
+            self.comm.rank,
+            fitness.mean,
+            self.pod.env_steps,
+            self.hparams(),
+            self.last_copy_round,
+            fitness.returns,
+            self.pod.kind,
+        )
 
     @staticmethod
     def comparable(listing: list[Listed], fitness: Fitness) -> list[Candidate]:
@@ -138,8 +164,11 @@ class Pool:
         out = []
         for e in listing:
             ev = Fitness.from_json(e.eval)
-            out.append(Candidate(e.id, e.score, e.env_steps, ev.returns if ev is not None and ev.key == fitness.key
-                                 else None, e.kind))
+            out.append(
+                Candidate(
+                    e.id, e.score, e.env_steps, ev.returns if ev is not None and ev.key == fitness.key else None, e.kind
+                )
+            )
         return out
 
     def listing(self, index: int) -> list[Listed]:
@@ -173,11 +202,14 @@ class Pool:
                 return self.population.publish(tensors, fitness.mean, meta)
             return self.board.publish(tensors, fitness.mean, meta, content_id=True)
         except OSError as e:
-            self.say(f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own")
+            self.say(
+                f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own"
+            )
             return None
 
-    def take(self, eid: str, index: int, verify: Fitness | None = None,
-             population: bool = False) -> tuple[Source, Comparison | None]:
+    def take(
+        self, eid: str, index: int, verify: Fitness | None = None, population: bool = False
+    ) -> tuple[Source, Comparison | None]:
         """Load entry ``eid`` into the pod, keeping its own hyperparameters; a source that is gone
         or fails its checks is rejected (the pod keeps its agent) and said. ``verify``: the pod's
         own evaluation; the entry is first evaluated on the same start states and taken only if
@@ -197,8 +229,10 @@ class Pool:
                 ok, m, se = better(verify.returns, cand.cpu().tolist(), margin)
                 compared = Comparison(verify.se, verify.seed, verify.episodes, float(cand.mean()), m, se, margin, True)
                 if not ok:
-                    self.say(f"round {index}: kept own agent: entry {eid} on this round's start states "
-                             f"{m:+.4g} +- {se:.3g} (needs > {margin:g} standard errors)")
+                    self.say(
+                        f"round {index}: kept own agent: entry {eid} on this round's start states "
+                        f"{m:+.4g} +- {se:.3g} (needs > {margin:g} standard errors)"
+                    )
                     return Source(), compared
             self.pod.load_agent(tensors, meta, source=what, load_hparams=False)
             self.last_copy_round = index
@@ -207,8 +241,14 @@ class Pool:
             self.say(f"round {index}: kept own agent, source rejected: {e}")
             return Source("entry", eid, rejected=True), None
 
-    def apply(self, d: Decision, index: int, source_entry: str | None, fitness: Fitness | None = None,
-              population: bool = False) -> tuple[str, Source, Comparison | None]:
+    def apply(
+        self,
+        d: Decision,
+        index: int,
+        source_entry: str | None,
+        fitness: Fitness | None = None,
+        population: bool = False,
+    ) -> tuple[str, Source, Comparison | None]:
         """Carry out one decision: load its source (or reset), then its hyperparameters; returns
         what was done, from where, and a candidate's evaluation when it was verified first.
         ``population``: a ``copy_pod`` source is a population entry (async PBT)."""
@@ -217,8 +257,12 @@ class Pool:
             if source_entry is None:  # the source pod's publish failed
                 action, source = "keep", Source("pod", str(d.source_rank), rejected=True)
             else:
-                source, compared = self.take(source_entry, index, verify=fitness if d.verify else None,
-                                             population=population and d.action == "copy_pod")
+                source, compared = self.take(
+                    source_entry,
+                    index,
+                    verify=fitness if d.verify else None,
+                    population=population and d.action == "copy_pod",
+                )
                 action = "keep" if source.rejected or not source.kind else d.action
         elif d.action == "reset":
             self.say(f"round {index}: fitness {d.fitness} and no finite source anywhere: re-initializing the agent")
@@ -228,19 +272,47 @@ class Pool:
             self.pod.set_hparams(d.new_hparams)
         return action, source, compared
 
-    def record(self, index: int, fitness: Fitness, wall_s: float, action: str, source: Source,
-               hp: dict[str, float], t0: float, ops0: int, d: Decision | None = None,
-               compared: Comparison | None = None) -> RoundRecord:
+    def record(
+        self,
+        index: int,
+        fitness: Fitness,
+        wall_s: float,
+        action: str,
+        source: Source,
+        hp: dict[str, float],
+        t0: float,
+        ops0: int,
+        d: Decision | None = None,
+        compared: Comparison | None = None,
+    ) -> RoundRecord:
         """The round's log row, with the numbers its decision used."""
         if compared is None:
             nan = float("nan")
             score = d.source_score if d is not None and d.source_score is not None else nan
-            compared = Comparison(fitness.se, fitness.seed, fitness.episodes, score,
-                                  d.diff_mean if d is not None and d.diff_mean is not None else nan,
-                                  d.diff_se if d is not None and d.diff_se is not None else nan,
-                                  self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0, False)
-        rec = RoundRecord(index, self.pod.env_steps, wall_s, fitness.mean, action, source, hp, self.hparams(),
-                          time.perf_counter() - t0, fs_ops() - ops0, compared, self.cfg.agent.algo)
+            compared = Comparison(
+                fitness.se,
+                fitness.seed,
+                fitness.episodes,
+                score,
+                d.diff_mean if d is not None and d.diff_mean is not None else nan,
+                d.diff_se if d is not None and d.diff_se is not None else nan,
+                self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0,
+                False,
+            )
+        rec = RoundRecord(
+            index,
+            self.pod.env_steps,
+            wall_s,
+            fitness.mean,
+            action,
+            source,
+            hp,
+            self.hparams(),
+            time.perf_counter() - t0,
+            fs_ops() - ops0,
+            compared,
+            self.cfg.agent.algo,
+        )
         if self.log is not None:
             self.log.append("tournament", rec.to_row(), flush=True)
         return rec
@@ -275,26 +347,54 @@ class Pool:
         self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
         if self.log is not None:  # round -1: how this pod started
             hp = self.hparams()
-            self.log.append("tournament", RoundRecord(-1, self.pod.env_steps, 0.0, score, "join", Source("entry", eid),
-                                                      hp, hp, 0.0, 0, algo=self.cfg.agent.algo).to_row(), flush=True)
+            self.log.append(
+                "tournament",
+                RoundRecord(
+                    -1,
+                    self.pod.env_steps,
+                    0.0,
+                    score,
+                    "join",
+                    Source("entry", eid),
+                    hp,
+                    hp,
+                    0.0,
+                    0,
+                    algo=self.cfg.agent.algo,
+                ).to_row(),
+                flush=True,
+            )
         return eid
 
     # --- a collective round ---------------------------------------------------------------
-    def collective_round(self, index: int, fitness: Fitness, wall_s: float, reports: list[PodReport],
-                         met_at: float | None = None) -> RoundRecord:
+    def collective_round(
+        self, index: int, fitness: Fitness, wall_s: float, reports: list[PodReport], met_at: float | None = None
+    ) -> RoundRecord:
         """Round ``index`` with every pod's report (gathered at the meeting that began at
         ``met_at``, a perf_counter time, counted in the round's time): same decisions on every rank."""
         comm, t0, ops0 = self.comm, time.perf_counter() if met_at is None else met_at, fs_ops()
         hp = self.hparams()
         # every entry, not the top K: the freshness rule drops stale ones before the top-K cut
         entries = comm.bcast(self.listing(index) if comm.rank == 0 else None)
-        decisions = decide(reports, self.comparable(entries, fitness), index, self.cfg.seed, self.tcfg,
-                           rng_ranks=[self.offset + p.rank for p in reports] if self.offset else None)
+        decisions = decide(
+            reports,
+            self.comparable(entries, fitness),
+            index,
+            self.cfg.seed,
+            self.tcfg,
+            rng_ranks=[self.offset + p.rank for p in reports] if self.offset else None,
+        )
         self.last_decisions = decisions
         d = decisions[comm.rank]
         mine = self.publish(fitness, index, hp) if d.publish else None
         entry_of_rank = comm.allgather(mine)  # also a barrier: every source is on disk now
-        src = d.source_entry if d.action == "load_entry" else entry_of_rank[d.source_rank] if d.action == "copy_pod" else None
+        src = (
+            d.source_entry
+            if d.action == "load_entry"
+            else entry_of_rank[d.source_rank]
+            if d.action == "copy_pod"
+            else None
+        )
         action, source, compared = self.apply(d, index, src, fitness)
         comm.barrier()  # everyone has loaded: pruning cannot pull an entry from under a reader
         # Every rank computes the same prune plan (same listing, decisions and entries) and removes
@@ -305,8 +405,19 @@ class Pool:
         self.loaded_since_checkpoint |= {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
         needed = self.loaded_since_checkpoint
         seen = [e.info() for e in entries]  # the listing decided on: no sidecar is read again
-        seen += [EntryInfo(eid, float(reports[r].fitness), reports[r].env_steps, self.offset + r, self.job, index,
-                           meta={"kind": reports[r].kind}) for r, eid in enumerate(entry_of_rank) if eid]
+        seen += [
+            EntryInfo(
+                eid,
+                float(reports[r].fitness),
+                reports[r].env_steps,
+                self.offset + r,
+                self.job,
+                index,
+                meta={"kind": reports[r].kind},
+            )
+            for r, eid in enumerate(entry_of_rank)
+            if eid
+        ]
         plan = set(plan_prune(seen, self.tcfg.top_k, keep=needed, group=_kind_of))
         try:
             self.board.remove(plan & {mine} if comm.rank else plan - set(entry_of_rank[1:]))
@@ -346,20 +457,32 @@ class Pool:
             self.say(f"round {index}: could not prune the leaderboard ({e})")
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
-    def _async_pbt(self, me: PodReport, fitness: Fitness, listed: list[Candidate], index: int,
-                   rng: Any) -> tuple[Decision, str | None]:
+    def _async_pbt(
+        self, me: PodReport, fitness: Fitness, listed: list[Candidate], index: int, rng: Any
+    ) -> tuple[Decision, str | None]:
         """PBT against a random sample of the population (``tournament.population_sample`` other
         pods' latest entries, scored on this pod's start states: episode by episode comparable;
         others are not the population). ``listed``: the leaderboard, for a NaN pod's fallback and
         for whether this pod enters its top K (then it is published there too)."""
         sample = self.population.sample(rng, self.tcfg.population_sample, exclude=(self.job, self.index))
-        pop = [(e, ev.returns) for e in sample
-               if (ev := Fitness.from_json(e.meta.get("eval"))) is not None and ev.key == fitness.key]
+        pop = [
+            (e, ev.returns)
+            for e in sample
+            if (ev := Fitness.from_json(e.meta.get("eval"))) is not None and ev.key == fitness.key
+        ]
         reports = [replace(me, rank=0)]
-        reports += [PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets, kind=entry_kind(e.meta))
-                    for i, (e, rets) in enumerate(pop)]
-        d = decide(reports, listed, index, self.cfg.seed, self.tcfg,
-                   rng_ranks=[self.index] + [10_000 + i for i in range(len(pop))])[0]
+        reports += [
+            PodReport(i + 1, e.score, e.env_steps or 0, dict(e.hparams), returns=rets, kind=entry_kind(e.meta))
+            for i, (e, rets) in enumerate(pop)
+        ]
+        d = decide(
+            reports,
+            listed,
+            index,
+            self.cfg.seed,
+            self.tcfg,
+            rng_ranks=[self.index] + [10_000 + i for i in range(len(pop))],
+        )[0]
         src = pop[d.source_rank - 1][0].id if d.action == "copy_pod" else d.source_entry
         # onto the leaderboard only if it enters the top K of its kind there (its own place in the
         # population is published every round regardless)
@@ -369,11 +492,15 @@ class Pool:
     # --- what rank 0 prints at the end ----------------------------------------------------
     def table(self, n: int = 8) -> str:
         rows = self.board.list()[:n]
-        lines = [f"leaderboard {self.board.root} ({len(self.board.list())} entries, top {self.tcfg.top_k} kept)",
-                 f"{'#':>3} {'score':>10} {'env steps':>11} {'pod':>4} {'round':>5}  entry"]
+        lines = [
+            f"leaderboard {self.board.root} ({len(self.board.list())} entries, top {self.tcfg.top_k} kept)",
+            f"{'#':>3} {'score':>10} {'env steps':>11} {'pod':>4} {'round':>5}  entry",
+        ]
         for i, e in enumerate(rows):
-            lines.append(f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
-                         f"{e.round if e.round is not None else '-':>5}  {e.id}")
+            lines.append(
+                f"{i + 1:>3} {e.score:>10.1f} {e.env_steps or 0:>11,} {e.pod if e.pod is not None else '-':>4} "
+                f"{e.round if e.round is not None else '-':>5}  {e.id}"
+            )
         return "\n".join(lines)
 
 
@@ -385,5 +512,7 @@ def pool_line(index: int, reports: list[Any]) -> str:
         return f" | pool at round {index}: {len(reports)} pods, no finite fitness"
     values = sorted(f for f, _ in fit)
     best, rank = max(fit)
-    return (f" | pool at round {index}: {len(reports)} pods, fitness median {values[len(values) // 2]:.1f}, "
-            f"best {best:.1f} (pod {rank})")
+    return (
+        f" | pool at round {index}: {len(reports)} pods, fitness median {values[len(values) // 2]:.1f}, "
+        f"best {best:.1f} (pod {rank})"
+    )

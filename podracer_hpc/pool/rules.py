@@ -45,9 +45,9 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from podracer_hpc.config import MODES, HParamRange, TournamentConfig, normalize_space
+from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
 from podracer_hpc.pool.fitness import better
-from podracer_hpc.pool.hparams import DEFAULT_PBT_SPACE, describe_space, draw_eligible, effective_space, explore  # noqa: F401  (API)
+from podracer_hpc.pool.hparams import DEFAULT_PBT_SPACE, describe_space, draw_eligible, effective_space, explore
 
 __all__ = [
     "ACTIONS",
@@ -223,8 +223,9 @@ def _ranking(fitness: Sequence[float]) -> list[int]:
     return sorted(range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if _finite(fitness[r]) else (1, 0.0, r))
 
 
-def _compare(own_fit: float, own_ret: Sequence[float], score: float, cand_ret: Sequence[float] | None,
-             margin_se: float) -> tuple[str, float | None, float | None]:
+def _compare(
+    own_fit: float, own_ret: Sequence[float], score: float, cand_ret: Sequence[float] | None, margin_se: float
+) -> tuple[str, float | None, float | None]:
     """Whether a pod takes a candidate: ``"take"``, ``"keep"`` or ``"verify"``, and the paired
     difference used. A pod with NaN fitness takes anything. With the pod's episodes and the
     candidate's on the same start states: better by ``margin_se`` standard errors of the paired
@@ -341,10 +342,18 @@ def elegantrl_select(
         verdict, dm, dse = _compare(fit[r], rets[r], score, c_rets, margin_se)
         diff = f" (paired difference {dm:+.4g} +- {dse:.3g})" if dm is not None else ""
         if verdict == "keep":
-            out.append(Decision(action="keep", source_score=score, diff_mean=dm, diff_se=dse,
-                                reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}"
-                                       + (f" by {margin_se:g} standard errors" if dm is not None else "") + diff,
-                                **base))
+            out.append(
+                Decision(
+                    action="keep",
+                    source_score=score,
+                    diff_mean=dm,
+                    diff_se=dse,
+                    reason=f"drew {what} ({score:.6g}), not better than own {fit[r]:.6g}"
+                    + (f" by {margin_se:g} standard errors" if dm is not None else "")
+                    + diff,
+                    **base,
+                )
+            )
             continue
         if verdict == "verify":
             why = f"scored {score:.6g} on other start states: evaluated on this round's first"
@@ -432,8 +441,9 @@ def pbt_select(
         me = reports[r]
         base = dict(rank=r, publish=False, fitness=fit[r], old_hparams=dict(me.hparams))
         if r in not_ready:
-            decisions[r] = Decision(action="keep", reason=f"bottom of the pool, not ready (copied at round "
-                                                          f"{me.last_copy_round})", **base)
+            decisions[r] = Decision(
+                action="keep", reason=f"bottom of the pool, not ready (copied at round {me.last_copy_round})", **base
+            )
             continue
         if r not in targets:
             why = "top quantile" if r in sources else "middle of the pool"
@@ -441,8 +451,17 @@ def pbt_select(
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
-        s = draw_eligible(rng, sources, lambda s, r=r, me=me: reports[s].env_steps >= min_steps and (  # on common
-            not _finite(fit[r]) or _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)[0] == "take"))
+        s = draw_eligible(
+            rng,
+            sources,
+            lambda s, r=r, me=me: (
+                reports[s].env_steps >= min_steps
+                and (  # on common
+                    not _finite(fit[r])
+                    or _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)[0] == "take"
+                )
+            ),
+        )
         if s is None and not _finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
             s = finite[0]
         if s is not None:
@@ -534,8 +553,16 @@ def decide(
     the leaderboard compare across kinds.
     """
     reports = _check_reports(reports)
-    entries = [Candidate(str(e[0]), float(e[1]), e[2] if len(e) > 2 else None, e[3] if len(e) > 3 else None,
-                         e[4] if len(e) > 4 else None) for e in entries]
+    entries = [
+        Candidate(
+            str(e[0]),
+            float(e[1]),
+            e[2] if len(e) > 2 else None,
+            e[3] if len(e) > 3 else None,
+            e[4] if len(e) > 4 else None,
+        )
+        for e in entries
+    ]
     kinds = sorted({p.kind for p in reports})
     if len(kinds) == 1:
         return _decide_kind(reports, [e for e in entries if e.kind in (None, kinds[0])], round, seed, cfg, rng_ranks)
@@ -548,13 +575,21 @@ def decide(
         mine = [e for e in entries if e.kind in (None, kind)]
         streams = [rng_ranks[r] if rng_ranks else r for r in ranks]
         for d in _decide_kind(sub, mine, round, seed, cfg, streams, labels=ranks):
-            out[ranks[d.rank]] = replace(d, rank=ranks[d.rank],
-                                         source_rank=None if d.source_rank is None else ranks[d.source_rank])
+            out[ranks[d.rank]] = replace(
+                d, rank=ranks[d.rank], source_rank=None if d.source_rank is None else ranks[d.source_rank]
+            )
     return [out[r] for r in range(len(reports))]
 
 
-def _decide_kind(reports: list[PodReport], entries: list[Candidate], round: int, seed: int, cfg: TournamentConfig,
-                 rng_ranks: Sequence[int] | None, labels: Sequence[int] | None = None) -> list[Decision]:
+def _decide_kind(
+    reports: list[PodReport],
+    entries: list[Candidate],
+    round: int,
+    seed: int,
+    cfg: TournamentConfig,
+    rng_ranks: Sequence[int] | None,
+    labels: Sequence[int] | None = None,
+) -> list[Decision]:
     """:func:`decide` for pods of one kind (``labels``: their ranks in the reasons)."""
     if cfg.mode == "elegantrl":
         return elegantrl_select(
@@ -590,8 +625,14 @@ def _decide_kind(reports: list[PodReport], entries: list[Candidate], round: int,
         )
     if cfg.mode == "none":
         return [
-            Decision(rank=p.rank, action="keep", publish=False, fitness=float(p.fitness),
-                     old_hparams=dict(p.hparams), reason="tournament disabled")
+            Decision(
+                rank=p.rank,
+                action="keep",
+                publish=False,
+                fitness=float(p.fitness),
+                old_hparams=dict(p.hparams),
+                reason="tournament disabled",
+            )
             for p in reports
         ]
     raise ValueError(f"unknown tournament mode {cfg.mode!r}")

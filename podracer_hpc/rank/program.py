@@ -6,7 +6,7 @@
 A due round comes before any further training, also when it is due at the start: a rank that
 reached round i and was stopped at its meeting (someone else stopped) resumes *at* that round,
 and must hold it before it trains on, or its pod would enter round i with extra updates that the
-uninterrupted run never had (issue 23).
+uninterrupted run never had.
 
 The pieces it stands on: :mod:`pod` (one device's env and learner), :mod:`pool` (the rank's side
 of the tournament), :mod:`resume` (which checkpoint every rank resumes from), :mod:`rundir` (the
@@ -51,20 +51,23 @@ import torch
 import yaml
 
 from podracer_hpc import __version__
-from podracer_hpc.rank import faults, resume
-from podracer_hpc.files import summary as poolsummary, safeio
+from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, get_comm
-from podracer_hpc.config import Config, ConfigError, for_rank, to_dict
+from podracer_hpc.cluster.signals import StopFlag
+from podracer_hpc.config import Config, for_rank, to_dict
+from podracer_hpc.docfield import ConfigError
+from podracer_hpc.files import safeio
+from podracer_hpc.files import summary as poolsummary
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.h5recover import open_log
-from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
-from podracer_hpc.pool.fitness import Fitness, eval_seed
-from podracer_hpc.pod import Pod, entry_kind
-from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
-from podracer_hpc.rank.state import RankState
 from podracer_hpc.files.rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
-from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.pool.rules import describe_space, effective_space, intervals_to_next_round, round_env_steps
+from podracer_hpc.pod import Pod, entry_kind
+from podracer_hpc.pool.fitness import Fitness, eval_seed
+from podracer_hpc.pool.hparams import describe_space, effective_space
+from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
+from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
+from podracer_hpc.rank import faults, resume
+from podracer_hpc.rank.state import RankState
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
@@ -87,9 +90,15 @@ class RunResult:
     wait_for_all: Callable[[], None] = field(default=lambda: None, repr=False)
 
 
-def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | None = None,
-          stop_after_updates: int = 0, quiet: bool = False, stop: StopFlag | None = None,
-          part: PoolPart = PoolPart()) -> RunResult:
+def train(
+    cfg: Config,
+    run_dir: str | os.PathLike | None = None,
+    comm: Comm | None = None,
+    stop_after_updates: int = 0,
+    quiet: bool = False,
+    stop: StopFlag | None = None,
+    part: PoolPart = PoolPart(),
+) -> RunResult:
     """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
 
     ``stop``: the warning-signal flag (the console script installs the process's own before
@@ -119,8 +128,16 @@ def train(cfg: Config, run_dir: str | os.PathLike | None = None, comm: Comm | No
 class RankRun:
     """The state of one rank's run and the steps of its loop (each a method, called by :func:`train`)."""
 
-    def __init__(self, cfg: Config, run_dir: str | os.PathLike | None, comm: Comm, stop: StopFlag,
-                 stop_after_updates: int, quiet: bool, part: PoolPart = PoolPart()):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: str | os.PathLike | None,
+        comm: Comm,
+        stop: StopFlag,
+        stop_after_updates: int,
+        quiet: bool,
+        part: PoolPart = PoolPart(),
+    ):
         # the pod's index in the pool: its MPI rank, offset by its part when the pool runs as several
         # jobs (each its own MPI world); it names the pod's files, seeds and population member
         self.part, self.index, self.pool_size = part, part.pod(comm.rank, comm.size), part.count * comm.size
@@ -181,13 +198,32 @@ class RankRun:
             self.pod = Pod(cfg, rank=self.index, device=device)
         except MemoryError as e:
             raise TrainingError(f"pod {self.index}: {e}") from None
-        backend = self.pod.backend + ("" if self.pod.env_exact else " (not checkpointed exactly: a resume restarts episodes)")
-        self.say(start_line(self.index, socket.gethostname().split(".")[0], device, threads, backend,
-                            world_size=self.pool_size, local_rank=comm.local_rank, revision=self.revision)
-                 + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else ""))
+        backend = self.pod.backend + (
+            "" if self.pod.env_exact else " (not checkpointed exactly: a resume restarts episodes)"
+        )
+        self.say(
+            start_line(
+                self.index,
+                socket.gethostname().split(".")[0],
+                device,
+                threads,
+                backend,
+                world_size=self.pool_size,
+                local_rank=comm.local_rank,
+                revision=self.revision,
+            )
+            + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
+        )
         poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
-        choice = resume.agree(comm.allgather, comm.rank, comm.size, self.ckpt, self.say,
-                              self.part_checkpoints() if comm.rank == 0 else [], independent=self.independent)
+        choice = resume.agree(
+            comm.allgather,
+            comm.rank,
+            comm.size,
+            self.ckpt,
+            self.say,
+            self.part_checkpoints() if comm.rank == 0 else [],
+            independent=self.independent,
+        )
         fresh = choice.fresh or choice.use[comm.rank] == "fresh"
         if fresh:
             self.prepare_fresh()
@@ -195,17 +231,33 @@ class RankRun:
             self.resume(choice.epochs)
         self.open_log(device)
         if cfg.tournament.mode != "none":
-            self.pool = Pool(cfg, comm, self.pod, self.rundir, self.part.identity(self.rundir.root, job_id()), self.say,
-                             self.log, index=self.index, pool_size=self.pool_size)
+            self.pool = Pool(
+                cfg,
+                comm,
+                self.pod,
+                self.rundir,
+                self.part.identity(self.rundir.root, job_id()),
+                self.say,
+                self.log,
+                index=self.index,
+                pool_size=self.pool_size,
+            )
             if self.state is None:
                 self.pool.join()
             else:
                 self.pool.last_copy_round = self.state.last_copy_round
             if comm.rank == 0 and cfg.tournament.mode == "pbt":
                 t = cfg.tournament
-                what = "tournament.hparam_space" if t.hparam_space else "the default space (tournament.hparam_space is empty)"
-                self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied another is "
-                         f"not replaced again for {t.ready_rounds} rounds")
+                what = (
+                    "tournament.hparam_space"
+                    if t.hparam_space
+                    else "the default space (tournament.hparam_space is empty)"
+                )
+                self.say(
+                    f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied "
+                    "another is "
+                    f"not replaced again for {t.ready_rounds} rounds"
+                )
         st = self.state if self.state is not None else RankState()
         self.round_index = st.round
         if st.pending_for(self.round_index) is not None:
@@ -214,8 +266,11 @@ class RankRun:
         # next round is state (kept in the checkpoint: a resume holds the same rounds)
         t = cfg.tournament
         self.min_interval_s = t.min_interval_s if t.min_interval_s >= 0 else (60.0 if device.type == "cuda" else 0.0)
-        self.round_checkpoints = cfg.log.round_checkpoints if cfg.log.round_checkpoints != "auto" else (
-            "every" if self.min_interval_s == 0 else "due")
+        self.round_checkpoints = (
+            cfg.log.round_checkpoints
+            if cfg.log.round_checkpoints != "auto"
+            else ("every" if self.min_interval_s == 0 else "due")
+        )
         self.next_round = st.next_round or round_env_steps(t, self.round_index)
         self.round_clock = (time.perf_counter(), self.pod.env_steps)  # when and where the last round was
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
@@ -242,39 +297,51 @@ class RankRun:
         if diffs:
             raise ConfigError(
                 f"{self.rundir.root} holds a run with another config; it cannot be resumed with this one:\n  "
-                + "\n  ".join(diffs) + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
+                + "\n  ".join(diffs)
+                + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
             )
         self.pod.restore(tensors, meta, version, source=str(self.ckpt))
         self.state = RankState.from_meta(meta)
         self.ckpt_epochs = (self.state.round if epochs[0] is None else epochs[0], epochs[1])
         self.say(f"resuming from {self.ckpt} at {_fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
         if not meta.get("env_exact", True):  # the pod's own key (pod.py)
-            self.say("this task's environment backend cannot be checkpointed: the agent resumes exactly, "
-                     "its environments start new episodes")
+            self.say(
+                "this task's environment backend cannot be checkpointed: the agent resumes exactly, "
+                "its environments start new episodes"
+            )
 
     def prepare_fresh(self) -> None:
         if self.index == 0 or (self.comm.rank == 0 and not self.rundir.config.exists()):
             self.rundir.root.mkdir(parents=True, exist_ok=True)
-            safeio.atomic_write_bytes(self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(),
-                                      mode=0o644)
+            safeio.atomic_write_bytes(
+                self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(), mode=0o644
+            )
 
     def open_log(self, device: torch.device) -> None:
         """Open (or continue) the rank's log, cut back to the checkpoint (to nothing when fresh)."""
         comm, pod = self.comm, self.pod
         attrs = {
-            "config": to_dict(self.cfg), "git_revision": self.revision, "host": socket.gethostname(),
+            "config": to_dict(self.cfg),
+            "git_revision": self.revision,
+            "host": socket.gethostname(),
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "device_type": device.type,
             "versions": {"podracer_hpc": __version__, "torch": torch.__version__, "python": platform.python_version()},
-            "seed": pod.seed, "rank": self.index, "world_size": comm.size, "slurm": slurm_ids(),
-            "pool_size": self.pool_size, "pool_part": str(self.part), "mpi_rank": comm.rank,
-            "comm": comm.note or ("mpi" if comm.is_mpi else "single"), "created": time.time(),
+            "seed": pod.seed,
+            "rank": self.index,
+            "world_size": comm.size,
+            "slurm": slurm_ids(),
+            "pool_size": self.pool_size,
+            "pool_part": str(self.part),
+            "mpi_rank": comm.rank,
+            "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
+            "created": time.time(),
         }
         self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
         rows = self.state.log_rows if self.state is not None else None
         if rows is not None:  # the rows the checkpoint's log held (exact)
             dropped = self.log.truncate_to(rows)
-        else:  # a checkpoint from before 2026-12-01, or a fresh start
+        else:  # a checkpoint of an older version, or a fresh start
             dropped = self.log.truncate_after(pod.env_steps if self.state is not None else -1)
         if dropped:
             self.say(f"dropped {dropped} log rows written after the checkpoint it resumes from (their work is redone)")
@@ -321,8 +388,10 @@ class RankRun:
                 "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
             )
         self.poisoned = True
-        self.say(f"loss is {loss} at update {pod.updates}: this pod is frozen until round "
-                 f"{self.round_index} replaces it from the leaderboard")
+        self.say(
+            f"loss is {loss} at update {pod.updates}: this pod is frozen until round "
+            f"{self.round_index} replaces it from the leaderboard"
+        )
 
     def log_update(self, vals: dict[str, float], dt: float) -> None:
         pod = self.pod
@@ -331,13 +400,32 @@ class RankRun:
         if n_ep:
             self.last_train = mean
         std = math.sqrt(max(0.0, vals["return_sqsum"] / n_ep - mean * mean)) if n_ep else math.nan
-        row = {"update": pod.updates, "env_steps": pod.env_steps, "wall_s": self.wall(),
-               "steps_per_s": pod.batch_size / dt, "loss": vals["loss"]}
+        row = {
+            "update": pod.updates,
+            "env_steps": pod.env_steps,
+            "wall_s": self.wall(),
+            "steps_per_s": pod.batch_size / dt,
+            "loss": vals["loss"],
+        }
         if not self.poisoned:
-            row.update(return_mean=mean, return_std=std, episodes=n_ep,
-                       **{k: vals[k] for k in ("policy_loss", "value_loss", "entropy", "approx_kl",
-                                               "clipfrac", "explained_variance", "learning_rate")},
-                       **{k: vals[k] for k in ("q_mean", "alpha", "grad_steps") if k in vals})  # SAC/TD3
+            row.update(
+                return_mean=mean,
+                return_std=std,
+                episodes=n_ep,
+                **{
+                    k: vals[k]
+                    for k in (
+                        "policy_loss",
+                        "value_loss",
+                        "entropy",
+                        "approx_kl",
+                        "clipfrac",
+                        "explained_variance",
+                        "learning_rate",
+                    )
+                },
+                **{k: vals[k] for k in ("q_mean", "alpha", "grad_steps") if k in vals},
+            )  # SAC/TD3
         self.log.append("train", row)
 
     def eval_due(self) -> bool:
@@ -354,11 +442,22 @@ class RankRun:
         fit = Fitness(tuple(r.tolist()), seed)
         self.last_eval = fit.mean
         self.best = max(self.best, self.last_eval)
-        self.log.append("eval", {
-            "update": pod.updates, "env_steps": pod.env_steps, "wall_s": self.wall(),
-            "return_mean": self.last_eval, "return_std": float(r.std()), "return_min": float(r.min()),
-            "return_max": float(r.max()), "episodes": len(r), "return_se": fit.se, "eval_seed": seed,
-        }, flush=True)
+        self.log.append(
+            "eval",
+            {
+                "update": pod.updates,
+                "env_steps": pod.env_steps,
+                "wall_s": self.wall(),
+                "return_mean": self.last_eval,
+                "return_std": float(r.std()),
+                "return_min": float(r.min()),
+                "return_max": float(r.max()),
+                "episodes": len(r),
+                "return_se": fit.se,
+                "eval_seed": seed,
+            },
+            flush=True,
+        )
         while self.next_eval <= pod.env_steps:
             self.next_eval += self.eval_every
         return fit
@@ -367,8 +466,11 @@ class RankRun:
         """A round is due once the pod has passed its env-step point; points beyond the training
         budget are not held (every pod passes each point up to the budget whatever its batch, so
         the pods of a mixed pool, with batches of their own, meet at the same rounds)."""
-        return (self.pool is not None and self.pod.env_steps >= self.next_round
-                and self.next_round <= self.cfg.total_env_steps)
+        return (
+            self.pool is not None
+            and self.pod.env_steps >= self.next_round
+            and self.next_round <= self.cfg.total_env_steps
+        )
 
     def round(self) -> None:
         """Tournament round: evaluate, then decide with the others (collective) or alone (async)."""
@@ -376,8 +478,11 @@ class RankRun:
         if self.pending_fitness is not None:  # evaluated before a stop: the same value, not a second row
             fitness, self.pending_fitness = self.pending_fitness, None
         else:  # every pod of round i on the same start states (common random numbers; fitness.py)
-            fitness = self.evaluate(eval_seed(self.cfg.seed, "round", self.round_index) if self.pool.collective
-                                    else eval_seed(self.cfg.seed, "async"))
+            fitness = self.evaluate(
+                eval_seed(self.cfg.seed, "round", self.round_index)
+                if self.pool.collective
+                else eval_seed(self.cfg.seed, "async")
+            )
         wish = self.schedule_wish(trained_until)
         if self.pool.collective:
             met_at = time.perf_counter()
@@ -395,8 +500,10 @@ class RankRun:
             record = self.pool.async_round(self.round_index, fitness, self.wall())
         if self.poisoned and record.action != "keep":
             self.poisoned = False
-            self.say(f"round {self.round_index}: restored from {record.source.id or 'a fresh agent'} after NaN; "
-                     "training goes on")
+            self.say(
+                f"round {self.round_index}: restored from {record.source.id or 'a fresh agent'} after NaN; "
+                "training goes on"
+            )
         self.round_index += 1
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
         if wish[1]:
@@ -443,11 +550,20 @@ class RankRun:
             os.replace(tmp, resume.prev_of(self.ckpt))
             prev_epoch = ckpt_epoch
         extra = RankState(
-            best_return=self.best, last_eval_return=self.last_eval, next_eval=self.next_eval, wall_s=self.wall(),
-            round=epoch, world_size=self.comm.size, next_round=self.next_round,
+            best_return=self.best,
+            last_eval_return=self.last_eval,
+            next_eval=self.next_eval,
+            wall_s=self.wall(),
+            round=epoch,
+            world_size=self.comm.size,
+            next_round=self.next_round,
             last_copy_round=self.pool.last_copy_round if self.pool is not None else -1,
-            pending_round=[self.round_index, self.pending_fitness.to_checkpoint()] if self.pending_fitness is not None else None,
-            collectives=dict(self.comm.calls), log_rows=self.log.rows())
+            pending_round=[self.round_index, self.pending_fitness.to_checkpoint()]
+            if self.pending_fitness is not None
+            else None,
+            collectives=dict(self.comm.calls),
+            log_rows=self.log.rows(),
+        )
         self.pod.save(self.ckpt, extra.to_meta())
         self.ckpt_epochs = (epoch, prev_epoch)
         self.last_ckpt = time.monotonic()
@@ -464,9 +580,12 @@ class RankRun:
         total, pod = self.cfg.total_env_steps, self.pod
         sps = (pod.env_steps - self.steps_at_start) / max(1e-9, time.perf_counter() - self.t_start)
         eta = (total - pod.env_steps) / max(sps, 1e-9)
-        self.say(f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
-                 f"{sps / 1e3:.0f}k steps/s | train {self.last_train:.1f} | eval {self.last_eval:.1f} "
-                 f"(best {self.best:.1f}) | ETA {eta:.0f}s" + self.pool_line, progress=True)
+        self.say(
+            f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
+            f"{sps / 1e3:.0f}k steps/s | train {self.last_train:.1f} | eval {self.last_eval:.1f} "
+            f"(best {self.best:.1f}) | ETA {eta:.0f}s" + self.pool_line,
+            progress=True,
+        )
 
     def stopping(self) -> bool:
         """Whether this rank stops now: its own signal or --stop-after-updates (then it tells the
@@ -494,8 +613,10 @@ class RankRun:
         everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, {}, self.comm.notified, schedule))
         kinds = {m.kind for m in everyone}
         if kinds == {"round", "done"}:
-            raise TrainingError(f"ranks reached different points of the schedule ({sorted(kinds)}); "
-                                "every pod of a collective pool needs the same env.num_envs and agent.rollout_steps")
+            raise TrainingError(
+                f"ranks reached different points of the schedule ({sorted(kinds)}); "
+                "every pod of a collective pool needs the same env.num_envs and agent.rollout_steps"
+            )
         if kinds != {"round"}:
             self.met = everyone
             if "stop" in kinds and not self.stopped_by:
@@ -504,12 +625,21 @@ class RankRun:
 
     def record(self) -> dict[str, Any]:
         """This pod's part of the run summary (poolsummary.py), written to the run directory when it ends."""
-        return {"state": "stopped" if self.stopped_by or self.met is not None or not self.trained() else "done",
-                "algo": self.cfg.agent.algo, "env_steps": self.pod.env_steps, "best": self.best,
-                "final": self.last_eval, "wall_s": self.wall(), "run_steps": self.pod.env_steps - self.steps_at_start,
-                "run_wall": time.perf_counter() - self.t_start, "rounds": self.round_index, "job": job_id(),
-                "part": str(self.part), "updates": self.pod.updates,
-                "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None}
+        return {
+            "state": "stopped" if self.stopped_by or self.met is not None or not self.trained() else "done",
+            "algo": self.cfg.agent.algo,
+            "env_steps": self.pod.env_steps,
+            "best": self.best,
+            "final": self.last_eval,
+            "wall_s": self.wall(),
+            "run_steps": self.pod.env_steps - self.steps_at_start,
+            "run_wall": time.perf_counter() - self.t_start,
+            "rounds": self.round_index,
+            "job": job_id(),
+            "part": str(self.part),
+            "updates": self.pod.updates,
+            "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None,
+        }
 
     def finish(self) -> RunResult:
         """The final verdict (a trained pod on the run's common final set), checkpoint, this pod's
@@ -530,8 +660,10 @@ class RankRun:
         if not complete:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
-            self.say(f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
-                     "checkpoint saved, run again to resume")
+            self.say(
+                f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
+                "checkpoint saved, run again to resume"
+            )
         summary = self.summarize() if self.comm.rank == 0 else {}
         return RunResult(complete=complete, summary=summary, rank=self.comm.rank, wait_for_all=self.comm.barrier)
 
@@ -540,9 +672,15 @@ class RankRun:
         whole pool is done, the last round's sources may go from the leaderboard."""
         records = poolsummary.read_records(self.rundir, range(self.pool_size))
         for _ in range(3):  # another job of the pool may have ended meanwhile: the last writer must see it
-            summary = poolsummary.assemble(records, self.pool_size, task=self.cfg.env.name, revision=self.revision,
-                                           tournament=self.pool is not None, final_episodes=self.cfg.eval.final_episodes,
-                                           final_eval_seed=eval_seed(self.cfg.seed, "final"))
+            summary = poolsummary.assemble(
+                records,
+                self.pool_size,
+                task=self.cfg.env.name,
+                revision=self.revision,
+                tournament=self.pool is not None,
+                final_episodes=self.cfg.eval.final_episodes,
+                final_eval_seed=eval_seed(self.cfg.seed, "final"),
+            )
             safeio.atomic_write_bytes(self.rundir.summary, (json.dumps(summary, indent=2) + "\n").encode(), mode=0o644)
             again = poolsummary.read_records(self.rundir, range(self.pool_size)) if self.part.count > 1 else records
             if again == records:
@@ -550,8 +688,10 @@ class RankRun:
             records = again
         complete = summary.get("complete", True)
         if not complete and self.part.count > 1:
-            self.say(f"summary of the pool so far ({summary.get('pods_done', 0)} of {self.pool_size} pods done): "
-                     + poolsummary.describe_missing(summary))
+            self.say(
+                f"summary of the pool so far ({summary.get('pods_done', 0)} of {self.pool_size} pods done): "
+                + poolsummary.describe_missing(summary)
+            )
         if self.pool is not None and complete:  # every pod checkpointed: the last round's sources may go
             self.pool.board.prune(self.cfg.tournament.top_k, group=lambda e: entry_kind(e.meta))
         if self.pool is not None and not self.quiet:

@@ -82,11 +82,16 @@ def describe(path: Path) -> FileState:
         return FileState(exists=True, error=str(e))
     u = meta.get("updates")
     if not isinstance(u, int) or isinstance(u, bool) or u < 0:
-        return FileState(exists=True, error=f"{path}: holds no valid 'updates' counter ({u!r}); not a complete "
-                                           "pod checkpoint")
+        return FileState(
+            exists=True, error=f"{path}: holds no valid 'updates' counter ({u!r}); not a complete pod checkpoint"
+        )
     ws, ep = meta.get("world_size"), meta.get("round", 0)
-    return FileState(exists=True, updates=u, world_size=ws if isinstance(ws, int) else None,
-                     epoch=ep if isinstance(ep, int) and not isinstance(ep, bool) else 0)
+    return FileState(
+        exists=True,
+        updates=u,
+        world_size=ws if isinstance(ws, int) else None,
+        epoch=ep if isinstance(ep, int) and not isinstance(ep, bool) else 0,
+    )
 
 
 def rank_files(ckpt: Path) -> RankFiles:
@@ -135,27 +140,45 @@ def choose(files: list[RankFiles], size: int, other_ranks: list[int] = (), indep
         notes = []
         for r, (rf, p) in enumerate(zip(files, picks)):
             if p is not None and p[0] == "prev":
-                why = rf.ckpt.error or (f"in round {rf.ckpt.epoch}, past the round the other ranks reached"
-                                        if rf.ckpt.exists else "missing")
+                why = rf.ckpt.error or (
+                    f"in round {rf.ckpt.epoch}, past the round the other ranks reached" if rf.ckpt.exists else "missing"
+                )
                 notes.append(f"rank {r}: checkpoint {why}; resuming from its .prev (update {p[1].updates})")
             elif p is None:
                 notes.append(f"rank {r}: no checkpoint; this pod starts from scratch (the pods never meet)")
-        return Choice(fresh=False, use=use, updates=tuple(p[1].updates if p else 0 for p in picks),
-                      epoch=target if target is not None and target >= 0 else 0, notes=tuple(notes))
+        return Choice(
+            fresh=False,
+            use=use,
+            updates=tuple(p[1].updates if p else 0 for p in picks),
+            epoch=target if target is not None and target >= 0 else 0,
+            notes=tuple(notes),
+        )
     if not errors and not any(rf.prev.exists for rf in files):
         # No rank ever completed a checkpoint before this one: it was torn (some ranks wrote
         # their first checkpoint, others were killed first). Starting over loses nothing saved.
         have = [r for r, rf in enumerate(files) if rf.ckpt.exists]
-        return Choice(fresh=True, use=("fresh",) * size, updates=(0,) * size,
-                      notes=(f"ranks {have} hold a first checkpoint that other ranks never wrote "
-                             "(a kill during the first checkpoint): starting over from scratch",))
+        return Choice(
+            fresh=True,
+            use=("fresh",) * size,
+            updates=(0,) * size,
+            notes=(
+                f"ranks {have} hold a first checkpoint that other ranks never wrote "
+                "(a kill during the first checkpoint): starting over from scratch",
+            ),
+        )
     held = "; ".join(
-        f"rank {r}: " + ", ".join(
-            f"{name} " + (f"update {f.updates} (round {f.epoch})" if f.usable else ("unusable" if f.exists else "missing"))
-            for name, f in (("checkpoint", rf.ckpt), (".prev", rf.prev)))
-        for r, rf in enumerate(files))
+        f"rank {r}: "
+        + ", ".join(
+            f"{name} "
+            + (f"update {f.updates} (round {f.epoch})" if f.usable else ("unusable" if f.exists else "missing"))
+            for name, f in (("checkpoint", rf.ckpt), (".prev", rf.prev))
+        )
+        for r, rf in enumerate(files)
+    )
     raise ResumeError(
-        "the ranks' checkpoints cannot be brought to one round (" + held + ")."
+        "the ranks' checkpoints cannot be brought to one round ("
+        + held
+        + ")."
         + ("\n  " + "\n  ".join(errors) if errors else "")
         + "\nRestore the damaged files from a backup, or start a new --run-dir."
     )
@@ -176,8 +199,15 @@ def rotate_prev(ckpt_epoch: int | None, prev_epoch: int | None, new_epoch: int, 
     return prev_epoch is None or prev_epoch >= new_epoch
 
 
-def agree(allgather: Callable[[Any], list[Any]], rank: int, size: int, ckpt: Path,
-          say: Callable[[str], None], ranks_present: list[int] = (), independent: bool = False) -> Choice:
+def agree(
+    allgather: Callable[[Any], list[Any]],
+    rank: int,
+    size: int,
+    ckpt: Path,
+    say: Callable[[str], None],
+    ranks_present: list[int] = (),
+    independent: bool = False,
+) -> Choice:
     """Every rank: describe, exchange, choose, and put the chosen file at ``ckpt``.
 
     ``ranks_present``: on rank 0, the ranks that have checkpoint files in the run directory.

@@ -36,9 +36,9 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from podracer_hpc.files.records import read_records
-from podracer_hpc.report.curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve, run_curves, t95  # noqa: F401  (this module's API)
-from podracer_hpc.report.runs import Run, RunDirError, expand_run_dirs, is_run_dir, job_id, load_run, load_runs  # noqa: F401
-from podracer_hpc.report.tables import TEXT_COLUMNS, Table, _typed, read_csv  # noqa: F401
+from podracer_hpc.report.curves import REDUCERS, mean_curve, run_curves, t95
+from podracer_hpc.report.runs import Run, RunDirError, expand_run_dirs, job_id, load_run, load_runs
+from podracer_hpc.report.tables import Table, read_csv, typed
 
 __all__ = [
     "Run",
@@ -67,9 +67,30 @@ __all__ = [
 ]
 
 
-EVAL_COLUMNS = ("system", "task", "run", "pod", "seed", "pods", "mode", "num_envs", "eval_index", "update",
-                "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max", "episodes",
-                "cumulative_return", "device_type", "host", "git_revision", "run_dir")
+EVAL_COLUMNS = (
+    "system",
+    "task",
+    "run",
+    "pod",
+    "seed",
+    "pods",
+    "mode",
+    "num_envs",
+    "eval_index",
+    "update",
+    "env_steps",
+    "wall_s",
+    "return_mean",
+    "return_std",
+    "return_min",
+    "return_max",
+    "episodes",
+    "cumulative_return",
+    "device_type",
+    "host",
+    "git_revision",
+    "run_dir",
+)
 
 # What a target is a value of: the evaluation return, or (stock trading) the cumulative return of
 # the evaluation episodes on the training window, as a fraction of the initial capital.
@@ -102,17 +123,38 @@ def eval_table(runs: Sequence[Run]) -> Table:
         for rank, log in run.logs.items():
             a, ev = log["attrs"], log["eval"]
             for i in range(len(ev.get("env_steps", ()))):
-                rows.append({
-                    "system": run.system, "task": run.task, "run": run.run, "pod": int(a.get("rank", rank)),
-                    "seed": int(a.get("seed", -1)), "pods": run.pods, "mode": run.mode, "num_envs": run.num_envs,
-                    "eval_index": i,
-                    **{k: ev[k][i].item() for k in ("update", "env_steps", "wall_s", "return_mean", "return_std",
-                                                       "return_min", "return_max", "episodes")},
-                    "cumulative_return": float(ev["return_mean"][i]) * cr if cr is not None else math.nan,
-                    "device_type": str(a.get("device_type", "")), "host": str(a.get("host", "")),
-                    "git_revision": str(a.get("git_revision", "")), "run_dir": str(run.path),
-                })
-    return _typed(Table.from_rows(rows, EVAL_COLUMNS), EVAL_COLUMNS)
+                rows.append(
+                    {
+                        "system": run.system,
+                        "task": run.task,
+                        "run": run.run,
+                        "pod": int(a.get("rank", rank)),
+                        "seed": int(a.get("seed", -1)),
+                        "pods": run.pods,
+                        "mode": run.mode,
+                        "num_envs": run.num_envs,
+                        "eval_index": i,
+                        **{
+                            k: ev[k][i].item()
+                            for k in (
+                                "update",
+                                "env_steps",
+                                "wall_s",
+                                "return_mean",
+                                "return_std",
+                                "return_min",
+                                "return_max",
+                                "episodes",
+                            )
+                        },
+                        "cumulative_return": float(ev["return_mean"][i]) * cr if cr is not None else math.nan,
+                        "device_type": str(a.get("device_type", "")),
+                        "host": str(a.get("host", "")),
+                        "git_revision": str(a.get("git_revision", "")),
+                        "run_dir": str(run.path),
+                    }
+                )
+    return typed(Table.from_rows(rows, EVAL_COLUMNS), EVAL_COLUMNS)
 
 
 def first_crossing(x: Any, y: Any, target: float) -> float:
@@ -172,15 +214,51 @@ def time_to_target(evals: Table, target: Targets, x: str = "wall_s", y: str = "r
             v = first_crossing(u[x][order], u[y][order], goal)
             if v < best:
                 best, pod = v, int(p)
-        rows.append({"system": t["system"][0], "task": t["task"][0], "run": run, "pods": int(t["pods"][0]),
-                     "target": goal, f"{x}_to_target": best if math.isfinite(best) else math.nan, "pod": pod})
-    return _typed(Table.from_rows(rows), ("system", "task", "run", "pods", "target", f"{x}_to_target", "pod"))
+        rows.append(
+            {
+                "system": t["system"][0],
+                "task": t["task"][0],
+                "run": run,
+                "pods": int(t["pods"][0]),
+                "target": goal,
+                f"{x}_to_target": best if math.isfinite(best) else math.nan,
+                "pod": pod,
+            }
+        )
+    return typed(Table.from_rows(rows), ("system", "task", "run", "pods", "target", f"{x}_to_target", "pod"))
 
 
-RUN_COLUMNS = ("system", "task", "run", "pods", "gpus", "cpus", "nodes", "mode", "num_envs", "seed", "env_steps", "wall_s", "steps_per_s",
-               "steps_per_s_per_pod", "update_steps_per_s", "best_return", "best_return_se", "peak_return",
-               "final_return", "best_pod", "rounds",
-               "complete", "target", "metric", "wall_s_to_target", "env_steps_to_target", "device_type", "host", "run_dir")
+RUN_COLUMNS = (
+    "system",
+    "task",
+    "run",
+    "pods",
+    "gpus",
+    "cpus",
+    "nodes",
+    "mode",
+    "num_envs",
+    "seed",
+    "env_steps",
+    "wall_s",
+    "steps_per_s",
+    "steps_per_s_per_pod",
+    "update_steps_per_s",
+    "best_return",
+    "best_return_se",
+    "peak_return",
+    "final_return",
+    "best_pod",
+    "rounds",
+    "complete",
+    "target",
+    "metric",
+    "wall_s_to_target",
+    "env_steps_to_target",
+    "device_type",
+    "host",
+    "run_dir",
+)
 
 
 def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return") -> Table:
@@ -192,7 +270,8 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
     throughput (training only); ``best_return``, ``best_return_se``, ``best_pod``: the run's verdict
     (summary.json: every pod evaluated once more on one common set, ``eval.final_episodes``) when
     the run has one, else the best evaluation of any pod (standard error NaN); ``peak_return``: the
-    best evaluation of any pod at any time; ``final_return``: the best of the pods' last evaluations; ``wall_s_to_target`` / ``env_steps_to_target``: the first
+    best evaluation of any pod at any time; ``final_return``: the best of the pods' last evaluations;
+    ``wall_s_to_target`` / ``env_steps_to_target``: the first
     evaluation of any pod at or above the target of the run's task (a number for all tasks, or
     ``{task: number}``; NaN if never reached or no target) of ``metric`` (:data:`METRICS`:
     ``return``, or ``cumulative_return`` for stock trading); ``pods``, ``gpus``, ``cpus``,
@@ -223,10 +302,19 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
         best_i = int(np.argmax(best)) if best else -1
         res = run.resources
         row = {
-            "system": run.system, "task": run.task, "run": run.run, "pods": int(res["pods"]),
-            "gpus": float(res["gpus"]), "cpus": float(res["cpus"]), "nodes": int(res["nodes"]), "mode": run.mode,
-            "num_envs": run.num_envs, "seed": int(run.config.get("seed", -1)), "env_steps": env_steps,
-            "wall_s": wall, "steps_per_s": env_steps / wall if wall and wall > 0 else math.nan,
+            "system": run.system,
+            "task": run.task,
+            "run": run.run,
+            "pods": int(res["pods"]),
+            "gpus": float(res["gpus"]),
+            "cpus": float(res["cpus"]),
+            "nodes": int(res["nodes"]),
+            "mode": run.mode,
+            "num_envs": run.num_envs,
+            "seed": int(run.config.get("seed", -1)),
+            "env_steps": env_steps,
+            "wall_s": wall,
+            "steps_per_s": env_steps / wall if wall and wall > 0 else math.nan,
             "steps_per_s_per_pod": env_steps / wall / max(1, len(steps)) if wall and wall > 0 else math.nan,
             "update_steps_per_s": float(np.nansum(upd)) if upd else math.nan,
             "best_return": max(best) if best and math.isfinite(max(best)) else math.nan,
@@ -246,15 +334,19 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
         }
         verdict = run.summary if run.summary is not None and run.summary.get("final_episodes") else None
         if verdict is not None and verdict.get("best_return") is not None:  # the common-ground verdict
-            row.update(best_return=float(verdict["best_return"]), best_pod=int(verdict.get("best_pod", -1)),
-                       best_return_se=float(verdict.get("best_return_se") or math.nan))
+            row.update(
+                best_return=float(verdict["best_return"]),
+                best_pod=int(verdict.get("best_pod", -1)),
+                best_return_se=float(verdict.get("best_return_se") or math.nan),
+            )
         rows.append(row)
-    return _typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
+    return typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
 
 
 def _rounds(run: Run) -> int:
-    r = [int(log["tournament"]["round"][-1]) + 1 for log in run.logs.values()
-         if len(log["tournament"].get("round", ()))]
+    r = [
+        int(log["tournament"]["round"][-1]) + 1 for log in run.logs.values() if len(log["tournament"].get("round", ()))
+    ]
     return max(r) if r else 0
 
 
@@ -265,9 +357,29 @@ def _lookup(t: Table | None, run: str, col: str) -> float:
     return float(t[col][m][0]) if m.any() else math.nan
 
 
-TOURNAMENT_COLUMNS = ("system", "task", "run", "pod", "pods", "mode", "round", "env_steps", "wall_s", "fitness",
-                      "action", "source", "source_job", "source_pod", "source_round", "source_internal",
-                      "rejected", "tournament_s", "old_hparams", "new_hparams", "algo")
+TOURNAMENT_COLUMNS = (
+    "system",
+    "task",
+    "run",
+    "pod",
+    "pods",
+    "mode",
+    "round",
+    "env_steps",
+    "wall_s",
+    "fitness",
+    "action",
+    "source",
+    "source_job",
+    "source_pod",
+    "source_round",
+    "source_internal",
+    "rejected",
+    "tournament_s",
+    "old_hparams",
+    "new_hparams",
+    "algo",
+)
 
 
 def tournament_table(runs: Sequence[Run]) -> Table:
@@ -285,22 +397,32 @@ def tournament_table(runs: Sequence[Run]) -> Table:
                 pod = rec.source.pod
                 internal = pod is not None and (name is None or name.job == job) and pod < run.pods
                 row = {
-                    "system": run.system, "task": run.task, "run": run.run, "pod": int(rank), "pods": run.pods,
-                    "mode": run.mode, "round": rec.round, "env_steps": rec.env_steps,
-                    "wall_s": rec.wall_s, "fitness": rec.fitness,
-                    "action": rec.action, "source": src.id,
+                    "system": run.system,
+                    "task": run.task,
+                    "run": run.run,
+                    "pod": int(rank),
+                    "pods": run.pods,
+                    "mode": run.mode,
+                    "round": rec.round,
+                    "env_steps": rec.env_steps,
+                    "wall_s": rec.wall_s,
+                    "fitness": rec.fitness,
+                    "action": rec.action,
+                    "source": src.id,
                     "source_job": name.job if name else "",
                     "source_pod": pod if pod is not None else -1,
                     "source_round": name.round if name else -1,
-                    "source_internal": internal, "rejected": src.rejected,
+                    "source_internal": internal,
+                    "rejected": src.rejected,
                     "tournament_s": rec.tournament_s,
-                    "old_hparams": json.dumps(rec.old_hparams), "new_hparams": json.dumps(rec.new_hparams),
+                    "old_hparams": json.dumps(rec.old_hparams),
+                    "new_hparams": json.dumps(rec.new_hparams),
                     "algo": rec.algo or algo,
                 }
                 for k, v in _hparams(row["new_hparams"]).items():
                     row[f"hp_{k}"] = v
                 rows.append(row)
-    return _typed(Table.from_rows(rows, TOURNAMENT_COLUMNS), TOURNAMENT_COLUMNS)
+    return typed(Table.from_rows(rows, TOURNAMENT_COLUMNS), TOURNAMENT_COLUMNS)
 
 
 def _hparams(s: str) -> dict[str, float]:
@@ -308,15 +430,40 @@ def _hparams(s: str) -> dict[str, float]:
         d = json.loads(s) if s else {}
     except json.JSONDecodeError:
         return {}
-    return {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} \
-        if isinstance(d, dict) else {}
+    return (
+        {str(k): float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if isinstance(d, dict)
+        else {}
+    )
 
 
-SCALING_COLUMNS = ("task", "system", "pods", "gpus", "cpus", "nodes", "seeds", "reached", "target", "metric",
-                   "time_to_target_median", "time_to_target_min", "time_to_target_max", "time_to_target_bound",
-                   "env_steps_to_target_median", "steps_per_s_median", "steps_per_s_min", "steps_per_s_max",
-                   "speedup", "efficiency", "throughput_speedup", "throughput_efficiency", "reference",
-                   "time_ratio", "time_ratio_bound")
+SCALING_COLUMNS = (
+    "task",
+    "system",
+    "pods",
+    "gpus",
+    "cpus",
+    "nodes",
+    "seeds",
+    "reached",
+    "target",
+    "metric",
+    "time_to_target_median",
+    "time_to_target_min",
+    "time_to_target_max",
+    "time_to_target_bound",
+    "env_steps_to_target_median",
+    "steps_per_s_median",
+    "steps_per_s_min",
+    "steps_per_s_max",
+    "speedup",
+    "efficiency",
+    "throughput_speedup",
+    "throughput_efficiency",
+    "reference",
+    "time_ratio",
+    "time_ratio_bound",
+)
 
 
 def _censored_median(reached: Sequence[float], n: int) -> float:
@@ -348,7 +495,7 @@ def scaling_table(table: Table, reference: str | None = None) -> Table:
       system's bound), ``<=`` when only this system did, ``""`` otherwise (ratio NaN).
     """
     if not len(table):
-        return _typed(Table.from_rows([]), SCALING_COLUMNS)
+        return typed(Table.from_rows([]), SCALING_COLUMNS)
     systems = table.unique("system")
     ref = reference if reference is not None else systems[0]
     rows: list[dict[str, Any]] = []
@@ -366,25 +513,38 @@ def scaling_table(table: Table, reference: str | None = None) -> Table:
                 sps = np.asarray(v["steps_per_s"], dtype=float)
                 sps = sps[np.isfinite(sps)]
                 esteps = np.asarray(v["env_steps_to_target"], dtype=float)
-                rows.append({
-                    "task": str(task), "system": str(system), "pods": pods,
-                    "gpus": float(np.nanmax(v["gpus"])) if np.isfinite(v["gpus"].astype(float)).any() else math.nan,
-                    "cpus": float(np.nanmax(v["cpus"])) if np.isfinite(v["cpus"].astype(float)).any() else math.nan,
-                    "nodes": int(np.max(v["nodes"])), "seeds": n, "reached": int(len(hit)), "target": target,
-                    "metric": str(v["metric"][0]) if "metric" in v else "return",
-                    "time_to_target_median": _censored_median(hit.tolist(), n) if math.isfinite(target) else math.nan,
-                    "time_to_target_min": (float(hit.min()) if len(hit) else math.inf) if math.isfinite(target)
-                    else math.nan,
-                    "time_to_target_max": (math.inf if miss.any() else float(ttt.max())) if math.isfinite(target)
-                    else math.nan,
-                    "time_to_target_bound": float(np.nanmax(np.asarray(v["wall_s"], dtype=float)[miss]))
-                    if miss.any() and math.isfinite(target) else math.nan,
-                    "env_steps_to_target_median": _censored_median(esteps[np.isfinite(esteps)].tolist(), n)
-                    if math.isfinite(target) else math.nan,
-                    "steps_per_s_median": float(np.median(sps)) if len(sps) else math.nan,
-                    "steps_per_s_min": float(sps.min()) if len(sps) else math.nan,
-                    "steps_per_s_max": float(sps.max()) if len(sps) else math.nan,
-                })
+                rows.append(
+                    {
+                        "task": str(task),
+                        "system": str(system),
+                        "pods": pods,
+                        "gpus": float(np.nanmax(v["gpus"])) if np.isfinite(v["gpus"].astype(float)).any() else math.nan,
+                        "cpus": float(np.nanmax(v["cpus"])) if np.isfinite(v["cpus"].astype(float)).any() else math.nan,
+                        "nodes": int(np.max(v["nodes"])),
+                        "seeds": n,
+                        "reached": int(len(hit)),
+                        "target": target,
+                        "metric": str(v["metric"][0]) if "metric" in v else "return",
+                        "time_to_target_median": _censored_median(hit.tolist(), n)
+                        if math.isfinite(target)
+                        else math.nan,
+                        "time_to_target_min": (float(hit.min()) if len(hit) else math.inf)
+                        if math.isfinite(target)
+                        else math.nan,
+                        "time_to_target_max": (math.inf if miss.any() else float(ttt.max()))
+                        if math.isfinite(target)
+                        else math.nan,
+                        "time_to_target_bound": float(np.nanmax(np.asarray(v["wall_s"], dtype=float)[miss]))
+                        if miss.any() and math.isfinite(target)
+                        else math.nan,
+                        "env_steps_to_target_median": _censored_median(esteps[np.isfinite(esteps)].tolist(), n)
+                        if math.isfinite(target)
+                        else math.nan,
+                        "steps_per_s_median": float(np.median(sps)) if len(sps) else math.nan,
+                        "steps_per_s_min": float(sps.min()) if len(sps) else math.nan,
+                        "steps_per_s_max": float(sps.max()) if len(sps) else math.nan,
+                    }
+                )
     out = rows
     for r in out:  # speed-up and efficiency against the same system's fewest pods
         base = min((q for q in out if q["task"] == r["task"] and q["system"] == r["system"]), key=lambda q: q["pods"])
@@ -407,7 +567,7 @@ def scaling_table(table: Table, reference: str | None = None) -> Table:
             r["time_ratio"], r["time_ratio_bound"] = r["time_to_target_bound"] / theirs, ">="
         elif math.isfinite(mine) and math.isfinite(peer["time_to_target_bound"]) and peer["time_to_target_bound"] > 0:
             r["time_ratio"], r["time_ratio_bound"] = mine / peer["time_to_target_bound"], "<="
-    return _typed(Table.from_rows(out, SCALING_COLUMNS), SCALING_COLUMNS)
+    return typed(Table.from_rows(out, SCALING_COLUMNS), SCALING_COLUMNS)
 
 
 def _num(v: float, fmt: str = "{:.1f}") -> str:
@@ -422,10 +582,12 @@ def scaling_markdown(sc: Table) -> str:
         return "(no runs)\n"
     ref = str(sc["reference"][0])
     metric = str(sc["metric"][0])
-    lines = [f"| task | system | pods | GPUs | CPUs | nodes | seeds | reached | time to {metric} target (s), median "
-             f"[min, max] | env steps to target (median) | env steps/s (median) | speed-up | efficiency | "
-             f"time / {ref} |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| task | system | pods | GPUs | CPUs | nodes | seeds | reached | time to {metric} target (s), median "
+        f"[min, max] | env steps to target (median) | env steps/s (median) | speed-up | efficiency | "
+        f"time / {ref} |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sc.rows():
         med, lo, hi = r["time_to_target_median"], r["time_to_target_min"], r["time_to_target_max"]
         if math.isnan(r["target"]):
@@ -434,7 +596,8 @@ def scaling_markdown(sc: Table) -> str:
             ttt = f"{med:.1f} [{lo:.1f}, {'not reached' if math.isinf(hi) else f'{hi:.1f}'}]"
         else:
             ttt = f"not reached (> {_num(r['time_to_target_bound'])})" + (
-                f"; {r['reached']} seed reached it at {lo:.1f}" if r["reached"] else "")
+                f"; {r['reached']} seed reached it at {lo:.1f}" if r["reached"] else ""
+            )
         ratio = {"=": "", ">=": "≥ ", "<=": "≤ "}.get(r["time_ratio_bound"])
         ratio = f"{ratio}{r['time_ratio']:.2f}x" if ratio is not None and r["time_ratio_bound"] else ""
         steps = _num(r["env_steps_to_target_median"], "{:,.0f}")
@@ -442,5 +605,6 @@ def scaling_markdown(sc: Table) -> str:
             f"| {r['task']} | {r['system']} | {r['pods']} | {_num(r['gpus'], '{:g}')} | {_num(r['cpus'], '{:g}')} | "
             f"{r['nodes']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {ttt} | "
             f"{'not reached' if steps == 'inf' else steps} | {_num(r['steps_per_s_median'], '{:,.0f}')} | "
-            f"{_num(r['speedup'], '{:.2f}')} | {_num(r['efficiency'], '{:.2f}')} | {ratio or 'n/a'} |")
+            f"{_num(r['speedup'], '{:.2f}')} | {_num(r['efficiency'], '{:.2f}')} | {ratio or 'n/a'} |"
+        )
     return "\n".join(lines) + "\n"

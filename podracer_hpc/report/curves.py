@@ -85,8 +85,14 @@ def _reduce(vals: np.ndarray, how: str, min_share: float) -> np.ndarray:
     return out
 
 
-def run_curves(evals: Table, x: str = "env_steps", y: str = "return_mean", reduce: str = "mean",
-               max_points: int = 400, min_share: float = 0.5) -> dict[str, Any]:
+def run_curves(
+    evals: Table,
+    x: str = "env_steps",
+    y: str = "return_mean",
+    reduce: str = "mean",
+    max_points: int = 400,
+    min_share: float = 0.5,
+) -> dict[str, Any]:
     """Each run's curve of ``y`` vs ``x``, its pods reduced to one (``reduce``: ``"mean"`` of the
     pods, or ``"best"``: the best pod at each point, as time to target takes any pod).
 
@@ -106,8 +112,15 @@ def run_curves(evals: Table, x: str = "env_steps", y: str = "return_mean", reduc
     return {"x": grid, "runs": list(pods), "curves": curves}
 
 
-def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_points: int = 400,
-               min_share: float = 0.5, reduce: str = "mean", min_runs: int = MIN_RUNS_FOR_BAND) -> dict[str, Any]:
+def mean_curve(
+    evals: Table,
+    x: str = "env_steps",
+    y: str = "return_mean",
+    max_points: int = 400,
+    min_share: float = 0.5,
+    reduce: str = "mean",
+    min_runs: int = MIN_RUNS_FOR_BAND,
+) -> dict[str, Any]:
     """Mean and 95% confidence band of ``y`` over the *runs* of ``evals`` (the independent
     samples: seeds), each run's pods reduced first (:func:`run_curves`, ``reduce``: ``"mean"`` of
     its pods or its ``"best"`` pod).
@@ -122,8 +135,7 @@ def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_p
     grid, curves = rc["x"], rc["curves"]
     if not len(grid):
         e = np.array([])
-        return {"x": e, "mean": e, "lo": e, "hi": e, "n": e.astype(int), "runs": [], "curves": curves,
-                "reduce": reduce}
+        return {"x": e, "mean": e, "lo": e, "hi": e, "n": e.astype(int), "runs": [], "curves": curves, "reduce": reduce}
     keep = _enough(curves, min_share)
     grid, curves = grid[keep], curves[:, keep]
     has = np.isfinite(curves).any(axis=1)  # a run with data only where too few runs had: not drawn
@@ -133,9 +145,16 @@ def mean_curve(evals: Table, x: str = "env_steps", y: str = "return_mean", max_p
     sd = np.sqrt(np.nansum((curves - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
     half = _t975(n - 1.0) * sd / np.sqrt(n)
     half[n < max(2, min_runs)] = math.nan
-    return {"x": grid, "mean": mean, "lo": mean - half, "hi": mean + half, "n": n, "runs": runs,
-            "curves": curves, "reduce": reduce}
+    return {
+        "x": grid,
+        "mean": mean,
+        "lo": mean - half,
+        "hi": mean + half,
+        "n": n,
+        "runs": runs,
+        "curves": curves,
+        "reduce": reduce,
+    }
 
 
 # ---------------------------------------------------------------------- scaling
-

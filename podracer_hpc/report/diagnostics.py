@@ -29,8 +29,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from podracer_hpc.report.aggregate import Run, RunDirError, load_run
-from podracer_hpc.report.plots import STEPS, _color, _empty
+from podracer_hpc.report.plots import STEPS
+from podracer_hpc.report.runs import Run, RunDirError, load_run
+from podracer_hpc.report.style import empty_panel, series_color
 
 __all__ = ["DIAGNOSTICS", "main", "training_diagnostics"]
 
@@ -60,11 +61,19 @@ def training_diagnostics(run: Run | str | Path, width: float = 13.0, height: flo
                 continue
             x = np.asarray(train["env_steps"], dtype=float)
             y = np.asarray(train[col], dtype=float)
-            ax.plot(x, y, color=_color(r), lw=1.2, alpha=0.9, marker="o" if len(x) < 30 else None, ms=2.5,
-                    label=f"pod {r}")
+            ax.plot(
+                x,
+                y,
+                color=series_color(r),
+                lw=1.2,
+                alpha=0.9,
+                marker="o" if len(x) < 30 else None,
+                ms=2.5,
+                label=f"pod {r}",
+            )
             vals += [v for v in y.tolist() if math.isfinite(v)]
         if not ax.lines:
-            _empty(ax, "no updates logged")
+            empty_panel(ax, "no updates logged")
             ax.set_title(title, fontsize=11)
             continue
         log = col == "learning_rate" and vals and min(vals) > 0 and max(vals) / min(vals) > 20  # PBT's jumps
@@ -80,13 +89,20 @@ def training_diagnostics(run: Run | str | Path, width: float = 13.0, height: flo
     legend_ax.axis("off")
     shown = pods[:24]
     if shown:
-        handles = [Line2D([], [], color=_color(r), lw=1.5) for r in shown]
+        handles = [Line2D([], [], color=series_color(r), lw=1.5) for r in shown]
         more = len(pods) - len(shown)
         labels = [f"pod {r}" for r in shown] + ([f"... {more} more"] if more > 0 else [])
         if len(labels) > len(handles):
             handles.append(Line2D([], [], color="none"))
-        legend_ax.legend(handles, labels, loc="center", ncols=max(1, min(3, math.ceil(len(labels) / 8))),
-                         frameon=False, fontsize=9, title=f"{len(pods)} pod{'s' * (len(pods) != 1)}")
+        legend_ax.legend(
+            handles,
+            labels,
+            loc="center",
+            ncols=max(1, min(3, math.ceil(len(labels) / 8))),
+            frameon=False,
+            fontsize=9,
+            title=f"{len(pods)} pod{'s' * (len(pods) != 1)}",
+        )
     fig.suptitle(f"training diagnostics: {run.run} ({run.task or 'unknown task'}, {run.system})", fontsize=12)
     return fig
 

@@ -30,7 +30,18 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from podracer_hpc.report.aggregate import METRICS, REDUCERS, RunDirError, Targets, eval_table, load_runs, parse_targets, run_table, scaling_markdown, scaling_table, tournament_table
+from podracer_hpc.report.aggregate import (
+    METRICS,
+    Targets,
+    eval_table,
+    parse_targets,
+    run_table,
+    scaling_markdown,
+    scaling_table,
+    tournament_table,
+)
+from podracer_hpc.report.curves import REDUCERS
+from podracer_hpc.report.runs import RunDirError, load_runs
 
 __all__ = ["make_figures", "main"]
 
@@ -39,11 +50,18 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_") or "run"
 
 
-def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
-                 labels: Mapping[str, str | Path] | Sequence[str] | None = None,
-                 target: Targets = None, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150,
-                 metric: str = "return", reference: str | None = None, per_run: bool = True,
-                 reduce: str = "mean") -> list[Path]:
+def make_figures(
+    run_dirs: Iterable[str | Path],
+    out: str | Path,
+    labels: Mapping[str, str | Path] | Sequence[str] | None = None,
+    target: Targets = None,
+    formats: Sequence[str] = ("png", "pdf"),
+    dpi: int = 150,
+    metric: str = "return",
+    reference: str | None = None,
+    per_run: bool = True,
+    reduce: str = "mean",
+) -> list[Path]:
     """Write the tables and figures of the given runs into ``out``; returns the written paths.
 
     ``target``: a value of ``metric`` for every task, or ``{task: value}``; ``metric``: ``return``
@@ -76,8 +94,7 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
             fig.savefig(path, dpi=dpi)
             written.append(path)
 
-    save(plots.learning_curves(evals, target=target if metric == "return" else None, reduce=reduce),
-         "learning_curves")
+    save(plots.learning_curves(evals, target=target if metric == "return" else None, reduce=reduce), "learning_curves")
     save(plots.scaling(table, evals, target=target, reference=reference), "scaling")
     for run in runs if per_run else []:
         if run.mode == "none" or not len(tour) or not (tour["run"] == run.run).any():
@@ -91,24 +108,49 @@ def make_figures(run_dirs: Iterable[str | Path], out: str | Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.make_figures", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="A RUN_DIR may be a folder of run directories.")
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.make_figures",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="A RUN_DIR may be a folder of run directories.",
+    )
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (podracer train --run-dir)")
     p.add_argument("--out", default="figures", help="output folder (default: figures)")
-    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN_DIR",
-                   help="name the curves of RUN_DIR (repeatable; default: the run's config name)")
-    p.add_argument("--target", action="append", default=None, metavar="RETURN|TASK=RETURN",
-                   help="target evaluation return for the time-to-target columns and panel: one number for "
-                        "every task, or TASK=RETURN (repeatable), e.g. --target pendulum=-250 --target cartpole=475")
-    p.add_argument("--metric", default="return", choices=list(METRICS),
-                   help="what --target is a value of: the evaluation return, or (stock trading) the evaluation "
-                        "episodes' cumulative return on the training window, as a fraction (0.5 = +50%%)")
-    p.add_argument("--reference", default=None, metavar="SYSTEM",
-                   help="the system the scaling table's time ratio divides by (default: the first)")
-    p.add_argument("--reduce", default="mean", choices=list(REDUCERS),
-                   help="learning curves: one curve per run from its pods' mean (default) or its best pod at each "
-                        "point; the band is then over runs")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME=RUN_DIR",
+        help="name the curves of RUN_DIR (repeatable; default: the run's config name)",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        metavar="RETURN|TASK=RETURN",
+        help="target evaluation return for the time-to-target columns and panel: one number for "
+        "every task, or TASK=RETURN (repeatable), e.g. --target pendulum=-250 --target cartpole=475",
+    )
+    p.add_argument(
+        "--metric",
+        default="return",
+        choices=list(METRICS),
+        help="what --target is a value of: the evaluation return, or (stock trading) the evaluation "
+        "episodes' cumulative return on the training window, as a fraction (0.5 = +50%%)",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="SYSTEM",
+        help="the system the scaling table's time ratio divides by (default: the first)",
+    )
+    p.add_argument(
+        "--reduce",
+        default="mean",
+        choices=list(REDUCERS),
+        help="learning curves: one curve per run from its pods' mean (default) or its best pod at each "
+        "point; the band is then over runs",
+    )
     p.add_argument("--formats", nargs="+", default=["png", "pdf"], help="figure formats (default: png pdf)")
     p.add_argument("--dpi", type=int, default=150)
     a = p.parse_args(argv)
@@ -118,8 +160,17 @@ def main(argv: list[str] | None = None) -> int:
 
     matplotlib.use("Agg")  # files only, no display needed
     try:
-        paths = make_figures(a.run_dirs, a.out, a.label, parse_targets(a.target), a.formats, a.dpi, a.metric,
-                             a.reference, reduce=a.reduce)
+        paths = make_figures(
+            a.run_dirs,
+            a.out,
+            a.label,
+            parse_targets(a.target),
+            a.formats,
+            a.dpi,
+            a.metric,
+            a.reference,
+            reduce=a.reduce,
+        )
     except (RunDirError, ValueError) as e:
         print(f"make_figures: {e}", file=sys.stderr)
         return 2

@@ -12,13 +12,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from podracer_hpc.report.aggregate import Table
-from podracer_hpc.report.style import ACTION_MARKERS, COLORS, _color, _empty
+from podracer_hpc.report.style import ACTION_MARKERS, COLORS, empty_panel, series_color
+from podracer_hpc.report.tables import Table
 
 __all__ = ["LINEAGE_FULL_PODS", "LINEAGE_ROWS", "LINEAGE_TOP", "ancestry", "lineage"]
 
 
-def _lineage_parent(row: dict[str, Any]) -> tuple[int, int] | None:
+def lineage_parent(row: dict[str, Any]) -> tuple[int, int] | None:
     """The node (round, pod) whose agent a pod's agent after this round descends from; None when
     the agent came from outside this run (another job's entry) or was re-initialized.
 
@@ -44,8 +44,9 @@ def _action_kind(row: dict[str, Any]) -> str:
     return row["action"] if row["action"] in ACTION_MARKERS else "keep"
 
 
-def lineage(tour: Table, run: str, evals: Table | None = None, width: float | None = None,
-            height: float | None = None) -> Figure:
+def lineage(
+    tour: Table, run: str, evals: Table | None = None, width: float | None = None, height: float | None = None
+) -> Figure:
     """Lineage of one run's tournament: x = round, y = pod. A grey line continues a pod's own
     agent; a coloured arrow shows an agent taken from another pod or an earlier entry (the
     source's colour); the marker shape is the action and its colour the fitness at that round.
@@ -60,14 +61,16 @@ def lineage(tour: Table, run: str, evals: Table | None = None, width: float | No
     rounds = int(t["round"].max()) + 1 if len(t) else 0
     if pods > LINEAGE_FULL_PODS and rows:
         return _lineage_at_scale(t, rows, run, evals, pods, rounds, width, height)
-    fig = Figure(figsize=(width or min(14.0, max(7.0, 2.2 + 0.55 * rounds)),
-                      height or min(12.0, max(3.6, 1.9 + 0.42 * pods))), layout="constrained")
+    fig = Figure(
+        figsize=(width or min(14.0, max(7.0, 2.2 + 0.55 * rounds)), height or min(12.0, max(3.6, 1.9 + 0.42 * pods))),
+        layout="constrained",
+    )
     ax = fig.add_subplot()
     if not rows:
-        _empty(ax, f"{run}: no tournament rounds logged")
+        empty_panel(ax, f"{run}: no tournament rounds logged")
         return fig
     by_node = {(int(r["round"]), int(r["pod"])): r for r in rows}
-    parent = {node: _lineage_parent(r) for node, r in by_node.items()}
+    parent = {node: lineage_parent(r) for node, r in by_node.items()}
     # winner: best last evaluation (else best fitness in the last round)
     winner = None
     if evals is not None and len(evals.where(run=run)):
@@ -92,10 +95,21 @@ def lineage(tour: Table, run: str, evals: Table | None = None, width: float | No
         if q == p and r0 == r1 - 1:
             ax.plot([r0, r1], [q, p], color="black" if on_path else "0.75", lw=2.6 if on_path else 1.0, zorder=1)
         else:
-            ax.annotate("", xy=(r1, p), xytext=(r0, q), zorder=2,
-                        arrowprops=dict(arrowstyle="-|>", color="black" if on_path else _color(q),
-                                        lw=2.6 if on_path else 1.4, shrinkA=4, shrinkB=6, mutation_scale=10,
-                                        connectionstyle="arc3,rad=0.12"))
+            ax.annotate(
+                "",
+                xy=(r1, p),
+                xytext=(r0, q),
+                zorder=2,
+                arrowprops=dict(
+                    arrowstyle="-|>",
+                    color="black" if on_path else series_color(q),
+                    lw=2.6 if on_path else 1.4,
+                    shrinkA=4,
+                    shrinkB=6,
+                    mutation_scale=10,
+                    connectionstyle="arc3,rad=0.12",
+                ),
+            )
     fit = np.array([r["fitness"] for r in rows], dtype=float)
     finite = fit[np.isfinite(fit)]
     vmin, vmax = (finite.min(), finite.max()) if len(finite) else (0.0, 1.0)
@@ -109,8 +123,20 @@ def lineage(tour: Table, run: str, evals: Table | None = None, width: float | No
         xs = [int(r["round"]) for r in sel]
         ys = [int(r["pod"]) for r in sel]
         cs = [r["fitness"] if math.isfinite(r["fitness"]) else np.nan for r in sel]
-        sc = ax.scatter(xs, ys, c=cs, cmap="viridis", vmin=vmin, vmax=vmax, marker=marker, s=ms,
-                        edgecolors="0.2", linewidths=0.6, zorder=3, plotnonfinite=True)
+        sc = ax.scatter(
+            xs,
+            ys,
+            c=cs,
+            cmap="viridis",
+            vmin=vmin,
+            vmax=vmax,
+            marker=marker,
+            s=ms,
+            edgecolors="0.2",
+            linewidths=0.6,
+            zorder=3,
+            plotnonfinite=True,
+        )
     ax.scatter([-1] * pods, list(range(pods)), marker="o", s=ms * 0.6, color="white", edgecolors="0.3", zorder=3)
     if sc is not None:
         cb = fig.colorbar(sc, ax=ax, shrink=0.9, pad=0.01)
@@ -126,19 +152,35 @@ def lineage(tour: Table, run: str, evals: Table | None = None, width: float | No
         ax.set_yticklabels([f"{p} {algo.get(p, '')}".strip() for p in range(0, pods, pstep)])
     if pods <= len(COLORS):  # the arrows carry the source pod's colour: so do the pod labels
         for lab, p in zip(ax.get_yticklabels(), range(0, pods, pstep)):
-            lab.set_color(_color(p))
+            lab.set_color(series_color(p))
     ax.set_xlabel("tournament round")
     ax.set_ylabel("pod (MPI rank" + (", learner)" if len(set(algo.values())) > 1 else ")"))
     system = t["system"][0]
     ax.set_title(f"tournament lineage: {run} ({system}, {t['mode'][0]}, {pods} pods)", fontsize=11)
-    legend = [Line2D([], [], ls="", marker=ACTION_MARKERS[k][0], color="0.5", mec="0.2", ms=7,
-                     label=ACTION_MARKERS[k][1]) for k in kinds_present]
-    legend.append(Line2D([], [], color="0.5", lw=1.4, marker=">", ms=5,
-                         label="agent taken from" + (" (colour: source pod)" if pods <= len(COLORS) else "")))
+    legend = [
+        Line2D([], [], ls="", marker=ACTION_MARKERS[k][0], color="0.5", mec="0.2", ms=7, label=ACTION_MARKERS[k][1])
+        for k in kinds_present
+    ]
+    legend.append(
+        Line2D(
+            [],
+            [],
+            color="0.5",
+            lw=1.4,
+            marker=">",
+            ms=5,
+            label="agent taken from" + (" (colour: source pod)" if pods <= len(COLORS) else ""),
+        )
+    )
     if winner is not None:
         legend.append(Line2D([], [], color="black", lw=2.6, label=f"ancestry of the final best pod ({winner})"))
-    fig.legend(handles=legend, loc="outside lower center", ncols=min(2 if fig.get_figwidth() < 9 else 3, len(legend)),
-               frameon=False, fontsize=9)
+    fig.legend(
+        handles=legend,
+        loc="outside lower center",
+        ncols=min(2 if fig.get_figwidth() < 9 else 3, len(legend)),
+        frameon=False,
+        fontsize=9,
+    )
     return fig
 
 
@@ -155,8 +197,11 @@ def _final_scores(rows: list[dict[str, Any]], run: str, evals: Table | None, rou
         fin = {p: v for p, v in last.items() if math.isfinite(v)}
         if fin:
             return fin
-    return {int(r["pod"]): float(r["fitness"]) for r in rows
-            if int(r["round"]) == rounds - 1 and math.isfinite(r["fitness"])}
+    return {
+        int(r["pod"]): float(r["fitness"])
+        for r in rows
+        if int(r["round"]) == rounds - 1 and math.isfinite(r["fitness"])
+    }
 
 
 def ancestry(parent: dict[tuple[int, int], tuple[int, int] | None], node: tuple[int, int]) -> list[tuple[int, int]]:
@@ -168,14 +213,22 @@ def ancestry(parent: dict[tuple[int, int], tuple[int, int] | None], node: tuple[
     return path
 
 
-def _lineage_at_scale(t: Table, rows: list[dict[str, Any]], run: str, evals: Table | None, pods: int, rounds: int,
-                      width: float | None, height: float | None) -> Figure:
+def _lineage_at_scale(
+    t: Table,
+    rows: list[dict[str, Any]],
+    run: str,
+    evals: Table | None,
+    pods: int,
+    rounds: int,
+    width: float | None,
+    height: float | None,
+) -> Figure:
     """A large pool's lineage. Top: the ancestry of the top ``k`` final pods (k <= LINEAGE_TOP,
     as many as fit in LINEAGE_ROWS rows), y = only the pods their agents passed through, one
     colour per final pod. Bottom: the copy flow of the whole pool per round (pods that took
     another's agent, and how many of the starting agents still have a living descendant)."""
     by_node = {(int(r["round"]), int(r["pod"])): r for r in rows}
-    parent = {node: _lineage_parent(r) for node, r in by_node.items()}
+    parent = {node: lineage_parent(r) for node, r in by_node.items()}
     scores = _final_scores(rows, run, evals, rounds)
     top = sorted(scores, key=lambda p: (-scores[p], p))[:LINEAGE_TOP]
     paths = {p: ancestry(parent, (rounds - 1, p)) for p in top}
@@ -198,8 +251,10 @@ def _lineage_at_scale(t: Table, rows: list[dict[str, Any]], run: str, evals: Tab
     ys = sorted(drawn)
     y_of = {q: i for i, q in enumerate(ys)}
     n = len(ys)
-    fig = Figure(figsize=(width or min(14.0, max(8.0, 2.2 + 0.35 * rounds)),
-                          height or min(14.0, max(5.5, 3.8 + 0.2 * n))), layout="constrained")
+    fig = Figure(
+        figsize=(width or min(14.0, max(8.0, 2.2 + 0.35 * rounds)), height or min(14.0, max(5.5, 3.8 + 0.2 * n))),
+        layout="constrained",
+    )
     ax, flow = fig.subplots(2, 1, height_ratios=[max(2.0, 0.2 * n), 1.6], sharex=True)
     edges: dict[tuple[tuple[int, int], tuple[int, int]], int] = {}
     for i in reversed(range(k)):  # an edge shared by several ancestries: the best pod's colour
@@ -208,11 +263,23 @@ def _lineage_at_scale(t: Table, rows: list[dict[str, Any]], run: str, evals: Tab
             edges[(par, child)] = i
     for ((r0, q), (r1, p)), i in edges.items():
         if q == p and r0 == r1 - 1:
-            ax.plot([r0, r1], [y_of[q], y_of[p]], color=_color(i), lw=2.0, zorder=1)
+            ax.plot([r0, r1], [y_of[q], y_of[p]], color=series_color(i), lw=2.0, zorder=1)
         else:
-            ax.annotate("", xy=(r1, y_of[p]), xytext=(r0, y_of[q]), zorder=2,
-                        arrowprops=dict(arrowstyle="-|>", color=_color(i), lw=1.6, shrinkA=3, shrinkB=4,
-                                        mutation_scale=9, connectionstyle="arc3,rad=0.12"))
+            ax.annotate(
+                "",
+                xy=(r1, y_of[p]),
+                xytext=(r0, y_of[q]),
+                zorder=2,
+                arrowprops=dict(
+                    arrowstyle="-|>",
+                    color=series_color(i),
+                    lw=1.6,
+                    shrinkA=3,
+                    shrinkB=4,
+                    mutation_scale=9,
+                    connectionstyle="arc3,rad=0.12",
+                ),
+            )
     nodes = {node for p in top for node in paths[p] if node in by_node}
     fit = np.array([r["fitness"] for r in rows], dtype=float)
     finite = fit[np.isfinite(fit)]
@@ -223,13 +290,24 @@ def _lineage_at_scale(t: Table, rows: list[dict[str, Any]], run: str, evals: Tab
         if not sel:
             continue
         kinds_present.append(kind)
-        sc = ax.scatter([int(r["round"]) for r in sel], [y_of[int(r["pod"])] for r in sel],
-                        c=[r["fitness"] if math.isfinite(r["fitness"]) else np.nan for r in sel], cmap="viridis",
-                        vmin=vmin, vmax=vmax, marker=marker, s=30, edgecolors="0.2", linewidths=0.5, zorder=3,
-                        plotnonfinite=True)
+        sc = ax.scatter(
+            [int(r["round"]) for r in sel],
+            [y_of[int(r["pod"])] for r in sel],
+            c=[r["fitness"] if math.isfinite(r["fitness"]) else np.nan for r in sel],
+            cmap="viridis",
+            vmin=vmin,
+            vmax=vmax,
+            marker=marker,
+            s=30,
+            edgecolors="0.2",
+            linewidths=0.5,
+            zorder=3,
+            plotnonfinite=True,
+        )
     starts = sorted({q for p in top for (r, q) in paths[p] if r == -1})
-    ax.scatter([-1] * len(starts), [y_of[q] for q in starts], marker="o", s=18, color="white", edgecolors="0.3",
-               zorder=3)
+    ax.scatter(
+        [-1] * len(starts), [y_of[q] for q in starts], marker="o", s=18, color="white", edgecolors="0.3", zorder=3
+    )
     if sc is not None:
         cb = fig.colorbar(sc, ax=ax, shrink=0.9, pad=0.01)
         cb.set_label("fitness at the round", fontsize=9)
@@ -258,11 +336,17 @@ def _lineage_at_scale(t: Table, rows: list[dict[str, Any]], run: str, evals: Tab
     step = max(1, math.ceil(rounds / 12))
     flow.set_xticks([-1, *range(0, rounds, step)], ["start", *(str(r) for r in range(0, rounds, step))])
     flow.set_xlim(-1.5, rounds - 0.5)
-    legend = [Line2D([], [], ls="", marker=ACTION_MARKERS[kd][0], color="0.5", mec="0.2", ms=6,
-                     label=ACTION_MARKERS[kd][1]) for kd in kinds_present]
-    legend += [Line2D([], [], color=_color(i), lw=2.0, label=f"pod {p}" + (" (final best)" if i == 0 else ""))
-               for i, p in enumerate(top)]
-    legend += [Patch(color="0.6", label="pods that took another's agent"),
-               Line2D([], [], color="black", marker=".", label="lineages alive")]
+    legend = [
+        Line2D([], [], ls="", marker=ACTION_MARKERS[kd][0], color="0.5", mec="0.2", ms=6, label=ACTION_MARKERS[kd][1])
+        for kd in kinds_present
+    ]
+    legend += [
+        Line2D([], [], color=series_color(i), lw=2.0, label=f"pod {p}" + (" (final best)" if i == 0 else ""))
+        for i, p in enumerate(top)
+    ]
+    legend += [
+        Patch(color="0.6", label="pods that took another's agent"),
+        Line2D([], [], color="black", marker=".", label="lineages alive"),
+    ]
     fig.legend(handles=legend, loc="outside lower center", ncols=4, frameon=False, fontsize=8)
     return fig

@@ -25,9 +25,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from podracer_hpc.report.aggregate import MIN_RUNS_FOR_BAND, REDUCERS, Table, Targets, mean_curve, target_for
-from podracer_hpc.report.lineage import LINEAGE_FULL_PODS, LINEAGE_ROWS, LINEAGE_TOP, _lineage_parent, ancestry, lineage  # noqa: F401
-from podracer_hpc.report.style import ACTION_MARKERS, COLORS, _color, _empty  # noqa: F401
+from podracer_hpc.report.aggregate import Targets, target_for
+from podracer_hpc.report.curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve
+from podracer_hpc.report.lineage import ancestry, lineage
+from podracer_hpc.report.style import empty_panel, series_color
+from podracer_hpc.report.tables import Table
 
 __all__ = ["learning_curves", "scaling", "lineage", "ancestry", "hparam_trajectories", "fmt_steps", "text_overlaps"]
 
@@ -42,7 +44,6 @@ def fmt_steps(x: float, _pos: Any = None) -> str:
 
 
 STEPS = FuncFormatter(fmt_steps)
-
 
 
 def _series(evals: Table, systems: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -72,8 +73,7 @@ def _draw_series(ax: Any, c: dict[str, Any], color: str) -> tuple[str, Any]:
     Returns what was drawn (``"band"``, ``"mean"`` or ``"runs"``) and a line for the legend."""
     marker = "o" if len(c["x"]) < 30 else None
     if len(c["runs"]) < MIN_RUNS_FOR_BAND:
-        lines = [ax.plot(c["x"], row, color=color, lw=1.1, alpha=0.9, marker=marker, ms=2.5)[0]
-                 for row in c["curves"]]
+        lines = [ax.plot(c["x"], row, color=color, lw=1.1, alpha=0.9, marker=marker, ms=2.5)[0] for row in c["curves"]]
         return "runs", lines[0]
     (line,) = ax.plot(c["x"], c["mean"], color=color, lw=1.8, marker=marker, ms=3)
     band = np.isfinite(c["lo"])
@@ -90,11 +90,16 @@ def _drawn_notes(drawn: set[str], reduce: str) -> list[tuple[str, Any]]:
     if drawn & {"band", "mean"}:
         notes.append((f"thick line: mean over runs (each run: {each})", Line2D([], [], color="0.4", lw=1.8)))
     if "band" in drawn:
-        notes.append((f"shaded: its 95% t-interval over runs (where ≥ {MIN_RUNS_FOR_BAND} have data)",
-                      Patch(color="0.5", alpha=0.3, lw=0)))
+        notes.append(
+            (
+                f"shaded: its 95% t-interval over runs (where ≥ {MIN_RUNS_FOR_BAND} have data)",
+                Patch(color="0.5", alpha=0.3, lw=0),
+            )
+        )
     if "runs" in drawn:
-        notes.append((f"thin lines: each run ({each}); < {MIN_RUNS_FOR_BAND} runs, no band",
-                      Line2D([], [], color="0.4", lw=1.1)))
+        notes.append(
+            (f"thin lines: each run ({each}); < {MIN_RUNS_FOR_BAND} runs, no band", Line2D([], [], color="0.4", lw=1.1))
+        )
     return notes
 
 
@@ -104,8 +109,14 @@ def _legend_columns(labels: Sequence[str], width_in: float, fontsize: float = 9.
     return max(1, min(3, len(labels), int(width_in * 72 * 0.95 // per_label_pt)))
 
 
-def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str] | None = None,
-                    width: float = 11.0, row_height: float = 4.2, reduce: str = "mean") -> Figure:
+def learning_curves(
+    evals: Table,
+    target: Targets = None,
+    systems: Sequence[str] | None = None,
+    width: float = 11.0,
+    row_height: float = 4.2,
+    reduce: str = "mean",
+) -> Figure:
     """Evaluation return vs env steps (left) and vs wall-clock seconds (right), one row per task.
 
     The samples are runs (seeds), not pods: a tournament's pods copy each other. Each run's pods
@@ -120,26 +131,28 @@ def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str]
     tasks = evals.unique("task") if len(evals) else [""]
     systems = list(systems) if systems is not None else (evals.unique("system") if len(evals) else [])
     series = _series(evals, systems) if len(evals) else []
-    fig = Figure(figsize=(width, row_height * len(tasks) + 0.9 + 0.25 * math.ceil(len(series) / 2)),
-                 layout="constrained")
+    fig = Figure(
+        figsize=(width, row_height * len(tasks) + 0.9 + 0.25 * math.ceil(len(series) / 2)), layout="constrained"
+    )
     axes = fig.subplots(len(tasks), 2, squeeze=False)
     entries: dict[str, dict[str, Any]] = {}  # series name -> its legend line and run counts (per task)
     drawn: set[str] = set()
     target_line = None
     for row, task in enumerate(tasks):
         t = evals.where(task=task) if len(evals) else evals
-        for col, (x, xlabel) in enumerate((("env_steps", "environment steps per pod"),
-                                           ("wall_s", "wall-clock training time per pod (s)"))):
+        for col, (x, xlabel) in enumerate(
+            (("env_steps", "environment steps per pod"), ("wall_s", "wall-clock training time per pod (s)"))
+        ):
             ax = axes[row, col]
             if not len(t):
-                _empty(ax, "no evaluations in these runs yet")
+                empty_panel(ax, "no evaluations in these runs yet")
                 continue
             for i, (name, where) in enumerate(series):
                 s = t.where(**where)
                 c = mean_curve(s, x=x, reduce=reduce) if len(s) else None
                 if c is None or not len(c["runs"]):
                     continue
-                kind, line = _draw_series(ax, c, _color(i))
+                kind, line = _draw_series(ax, c, series_color(i))
                 drawn.add(kind)
                 e = entries.setdefault(name, {"line": line, "counts": set()})
                 e["counts"].add(len(c["runs"]))
@@ -159,13 +172,25 @@ def learning_curves(evals: Table, target: Targets = None, systems: Sequence[str]
     items += _drawn_notes(drawn, reduce)
     if items:
         labels = [k for k, _ in items]
-        fig.legend([h for _, h in items], labels, loc="outside lower center",
-                   ncols=_legend_columns(labels, width), frameon=False, fontsize=9)
+        fig.legend(
+            [h for _, h in items],
+            labels,
+            loc="outside lower center",
+            ncols=_legend_columns(labels, width),
+            frameon=False,
+            fontsize=9,
+        )
     return fig
 
 
-def scaling(runs: Table, evals: Table | None = None, target: Targets = None, reference: str | None = None,
-            width: float = 14.0, height: float = 4.8) -> Figure:
+def scaling(
+    runs: Table,
+    evals: Table | None = None,
+    target: Targets = None,
+    reference: str | None = None,
+    width: float = 14.0,
+    height: float = 4.8,
+) -> Figure:
     """The scaling figure, one series per system (the ``--label`` names; ``system (task)`` when
     the runs hold several tasks), against resources (pods; RLlib's pods-equivalent: learners on
     the same allocation; log2 axis):
@@ -200,15 +225,16 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
     missed_any = ideal_drawn = False
     for i, (task, system) in enumerate(keys):
         name = system if len(tasks) == 1 else f"{system} ({task})"
-        color = _color(i)
+        color = series_color(i)
         s = sc.where(task=task, system=system)
         ks = [int(k) for k in s["pods"].tolist()]
         all_pods |= set(ks)
         r = runs.where(task=task, system=system)
         rp = np.asarray(r["pods"], dtype=int)
         # throughput
-        med, lo, hi = (np.asarray(s[c], dtype=float) for c in ("steps_per_s_median", "steps_per_s_min",
-                                                               "steps_per_s_max"))
+        med, lo, hi = (
+            np.asarray(s[c], dtype=float) for c in ("steps_per_s_median", "steps_per_s_min", "steps_per_s_max")
+        )
         ax_s.scatter(rp, np.asarray(r["steps_per_s"], dtype=float), color=color, alpha=0.45, s=16, lw=0)
         if len(ks) > 1:
             ax_s.fill_between(ks, lo, hi, color=color, alpha=0.15, lw=0)
@@ -217,11 +243,20 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
         handles.setdefault(f"{name}: median over seeds" + (" (band: their range)" if len(ks) > 1 else ""), h)
         if len(ks) > 1 and np.isfinite(med[0]):
             ideal_drawn = True
-            ax_s.plot(ks, med[0] / ks[0] * np.asarray(ks, dtype=float), color=color, ls=":", lw=1.5,
-                      label=f"{name} ideal")
+            ax_s.plot(
+                ks, med[0] / ks[0] * np.asarray(ks, dtype=float), color=color, ls=":", lw=1.5, label=f"{name} ideal"
+            )
         # efficiency
-        ax_e.plot(ks, np.asarray(s["throughput_efficiency"], dtype=float), color=color, ls="--", marker="s", ms=4,
-                  lw=1.4, label=f"{name} throughput")
+        ax_e.plot(
+            ks,
+            np.asarray(s["throughput_efficiency"], dtype=float),
+            color=color,
+            ls="--",
+            marker="s",
+            ms=4,
+            lw=1.4,
+            label=f"{name} throughput",
+        )
         if has_target:
             ax_e.plot(ks, np.asarray(s["efficiency"], dtype=float), color=color, marker="o", lw=1.8, label=name)
         # time to target
@@ -234,8 +269,15 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
         ax_t.scatter(rp[reached], tt[reached], color=color, alpha=0.5, s=16, lw=0)
         if (~reached).any():
             missed_any = True
-            ax_t.scatter(rp[~reached], np.asarray(r["wall_s"], dtype=float)[~reached], marker="^", s=30,
-                         facecolors="none", edgecolors=color, lw=1.2)
+            ax_t.scatter(
+                rp[~reached],
+                np.asarray(r["wall_s"], dtype=float)[~reached],
+                marker="^",
+                s=30,
+                facecolors="none",
+                edgecolors=color,
+                lw=1.2,
+            )
         band_lo = [min(tt[(rp == k) & reached], default=np.nan) for k in ks]
         band_hi = [max(tt[(rp == k) & reached], default=np.nan) for k in ks]
         if len(ks) > 1:
@@ -249,8 +291,15 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
                 ax_t.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
         for k, v in zip(ks, tm):
             if not math.isfinite(v):
-                ax_t.annotate("median\nnot reached", (k, 0.03 + 0.1 * i), xycoords=("data", "axes fraction"),
-                              ha="center", va="bottom", fontsize=8, color=color)
+                ax_t.annotate(
+                    "median\nnot reached",
+                    (k, 0.03 + 0.1 * i),
+                    xycoords=("data", "axes fraction"),
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    color=color,
+                )
     ticks = sorted(all_pods)
     for ax in axes:
         ax.set_xscale("log", base=2)
@@ -266,37 +315,59 @@ def scaling(runs: Table, evals: Table | None = None, target: Targets = None, ref
     ax_s.set_ylabel("throughput (env steps/s, all pods)")
     ax_s.set_title("throughput vs resources", fontsize=11)
     ax_e.axhline(1.0, color="0.3", ls="-", lw=0.8)
-    ax_e.set_ylim(0, max(1.25, float(np.nanmax(np.concatenate([np.asarray(sc["efficiency"], dtype=float),
-                                                                np.asarray(sc["throughput_efficiency"], dtype=float),
-                                                                [1.0]]))) * 1.1) if len(sc) else 1.25)
+    ax_e.set_ylim(
+        0,
+        max(
+            1.25,
+            float(
+                np.nanmax(
+                    np.concatenate(
+                        [
+                            np.asarray(sc["efficiency"], dtype=float),
+                            np.asarray(sc["throughput_efficiency"], dtype=float),
+                            [1.0],
+                        ]
+                    )
+                )
+            )
+            * 1.1,
+        )
+        if len(sc)
+        else 1.25,
+    )
     ax_e.set_ylabel("efficiency (speed-up / resources)")
     ax_e.set_title("scaling efficiency (1 = ideal)", fontsize=11)
     if ax_t is not None:
         goals = sorted({float(g) for g in sc["target"].tolist() if math.isfinite(float(g))})
         metric = str(sc["metric"][0]) if "metric" in sc else "return"
         what = ("cumulative return" if metric == "cumulative_return" else "return") + (
-            f" {goals[0]:g}" if len(goals) == 1 else " target")
+            f" {goals[0]:g}" if len(goals) == 1 else " target"
+        )
         ax_t.set_yscale("log")
         ax_t.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
         ax_t.set_ylabel(f"training time to {what} (s)")
         ax_t.set_title(f"time to {what} vs resources", fontsize=11)
         if missed_any:
-            handles.setdefault("open triangle: a seed that did not reach it (its training time)",
-                               Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6))
+            handles.setdefault(
+                "open triangle: a seed that did not reach it (its training time)",
+                Line2D([], [], ls="", marker="^", mfc="none", mec="0.3", ms=6),
+            )
     if ideal_drawn:
         handles.setdefault("dotted: ideal scaling from the fewest pods", Line2D([], [], color="0.4", ls=":", lw=1.5))
     if len(sc):
-        handles.setdefault("efficiency: solid time to target, dashed throughput" if has_target
-                           else "efficiency: throughput", Line2D([], [], color="0.4", ls="--", marker="s", ms=4))
+        handles.setdefault(
+            "efficiency: solid time to target, dashed throughput" if has_target else "efficiency: throughput",
+            Line2D([], [], color="0.4", ls="--", marker="s", ms=4),
+        )
     if not len(sc):
-        _empty(axes[0], "no runs")
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False,
-               fontsize=9)
+        empty_panel(axes[0], "no runs")
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False, fontsize=9)
     return fig
 
 
-def hparam_trajectories(tour: Table, run: str, space: dict[str, Any] | None = None,
-                        only_changing: bool = True, width: float = 11.0) -> Figure | None:
+def hparam_trajectories(
+    tour: Table, run: str, space: dict[str, Any] | None = None, only_changing: bool = True, width: float = 11.0
+) -> Figure | None:
     """Each pod's hyperparameters over its env steps (step plots; the value at 0 is the one it
     started the first round with). One panel per hyperparameter that changes (all of them if
     ``only_changing`` is False); None when none changes. ``space``: the run's
@@ -316,8 +387,11 @@ def hparam_trajectories(tour: Table, run: str, space: dict[str, Any] | None = No
                 xs.append(float(u["env_steps"][i]))
                 ys.append(_json(u["new_hparams"][i]).get(name, math.nan))
             traj.setdefault(name, {})[int(p)] = (xs, ys)
-    names = [n for n in traj if not only_changing or
-             len({v for xs_ys in traj[n].values() for v in xs_ys[1] if math.isfinite(v)}) > 1]
+    names = [
+        n
+        for n in traj
+        if not only_changing or len({v for xs_ys in traj[n].values() for v in xs_ys[1] if math.isfinite(v)}) > 1
+    ]
     if not names:
         return None
     ncols = min(2, len(names))
@@ -329,7 +403,7 @@ def hparam_trajectories(tour: Table, run: str, space: dict[str, Any] | None = No
         vals = []
         for p in pods:
             xs, ys = traj[name].get(p, ([], []))
-            ax.step(xs, ys, where="post", color=_color(p), lw=1.5, alpha=0.9, label=f"pod {p}")
+            ax.step(xs, ys, where="post", color=series_color(p), lw=1.5, alpha=0.9, label=f"pod {p}")
             vals += [v for v in ys if math.isfinite(v)]
         rng = _space_range(space.get(name))
         if rng is not None:
@@ -344,9 +418,9 @@ def hparam_trajectories(tour: Table, run: str, space: dict[str, Any] | None = No
         ax.xaxis.set_major_formatter(STEPS)
         ax.xaxis.set_major_locator(MaxNLocator(6))
         ax.grid(alpha=0.3, which="both")
-    for ax in axes[len(names):]:
+    for ax in axes[len(names) :]:
         ax.set_visible(False)
-    handles = [Line2D([], [], color=_color(p), lw=1.5) for p in pods]
+    handles = [Line2D([], [], color=series_color(p), lw=1.5) for p in pods]
     labels = [f"pod {p}" for p in pods]
     if any(_space_range(space.get(n)) is not None for n in names):
         handles.append(Line2D([], [], color="0.4", ls="--", lw=0.8))
@@ -400,8 +474,12 @@ def text_overlaps(fig: Figure, tolerance_px: float = 1.0) -> list[tuple[str, str
     out = []
     edge = fig.bbox
     for text, bb in boxes:  # cut by the figure's edge
-        if bb.x0 < edge.x0 - tolerance_px or bb.y0 < edge.y0 - tolerance_px or bb.x1 > edge.x1 + tolerance_px \
-                or bb.y1 > edge.y1 + tolerance_px:
+        if (
+            bb.x0 < edge.x0 - tolerance_px
+            or bb.y0 < edge.y0 - tolerance_px
+            or bb.x1 > edge.x1 + tolerance_px
+            or bb.y1 > edge.y1 + tolerance_px
+        ):
             out.append((text, "<figure edge>"))
     for i in range(len(boxes)):
         for j in range(i + 1, len(boxes)):

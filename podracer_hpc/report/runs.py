@@ -48,7 +48,8 @@ class Run:
     def resources(self) -> dict[str, float]:
         """``{pods, gpus, cpus, nodes}`` the run had: the ``resources`` root attribute of its log
         (RLlib's runner records it), else ``<run>/resources.json`` (what a study gave it), else
-        from the logs: pods = the pool's size (its MPI world, or all its jobs' worlds; else the number of rank logs), GPUs = one per pod
+        from the logs: pods = the pool's size (its MPI world, or all its jobs' worlds; else the number of rank logs),
+        GPUs = one per pod
         on CUDA, nodes = distinct Slurm node ids (else hosts), CPU cores = ``threads`` x pods
         (NaN with ``threads: 0``, i.e. the node's cores shared)."""
         attrs = [a for a in self.attrs.values()]
@@ -58,8 +59,12 @@ class Run:
         cuda = any(str(a.get("device_type", "")) == "cuda" for a in attrs)
         places = {str((a.get("slurm") or {}).get("SLURM_NODEID", a.get("host", ""))) for a in attrs}
         threads = int(self.config.get("threads", 0) or 0)
-        out: dict[str, float] = {"pods": pods, "gpus": pods if cuda else 0, "nodes": max(1, len(places)),
-                                 "cpus": threads * pods if threads else math.nan}
+        out: dict[str, float] = {
+            "pods": pods,
+            "gpus": pods if cuda else 0,
+            "nodes": max(1, len(places)),
+            "cpus": threads * pods if threads else math.nan,
+        }
         for src in (self.point, logged or {}):
             out.update({k: src[k] for k in ("pods", "gpus", "cpus", "nodes") if src.get(k) is not None})
         return out
@@ -143,11 +148,21 @@ def load_run(path: str | Path, label: str | None = None, run_id: str | None = No
         except ValueError:
             point = {}
     system = label or str(config.get("name") or path.name)
-    return Run(path=path, system=system, run=run_id or path.name, config=config, logs=logs, summary=summary,
-               attrs={r: log["attrs"] for r, log in logs.items()}, point=point if isinstance(point, dict) else {})
+    return Run(
+        path=path,
+        system=system,
+        run=run_id or path.name,
+        config=config,
+        logs=logs,
+        summary=summary,
+        attrs={r: log["attrs"] for r, log in logs.items()},
+        point=point if isinstance(point, dict) else {},
+    )
 
 
-def load_runs(paths: Iterable[str | Path] = (), labels: Mapping[str, str | Path] | Iterable[str] | None = None) -> list[Run]:
+def load_runs(
+    paths: Iterable[str | Path] = (), labels: Mapping[str, str | Path] | Iterable[str] | None = None
+) -> list[Run]:
     """Load run directories.
 
     ``paths``: run directories or folders of them. ``labels``: ``{system: run_dir}`` or
@@ -184,4 +199,3 @@ def _split_label(s: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------- tables
-

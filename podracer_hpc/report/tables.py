@@ -164,11 +164,8 @@ def _parse_column(vals: list[str]) -> np.ndarray:
         return np.array(vals, dtype=object)
 
 
-
-def _typed(t: Table, names: Sequence[str]) -> Table:
+def typed(t: Table, names: Sequence[str]) -> Table:
     """An empty table still has its columns."""
     if len(t):
         return t
     return Table({k: np.array([], dtype=object) for k in names})
-
-

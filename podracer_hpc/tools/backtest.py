@@ -40,10 +40,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from podracer_hpc.trading.data import DataError, MarketData, is_daily
 from podracer_hpc.envs.registry import as_kwargs, options_from
-from podracer_hpc.trading.env import Market, StockTradingEnv, TradingOptions, get_market, market_of, tickers_from_state
-from podracer_hpc.trading.fields import market_source
+from podracer_hpc.trading.data import MarketData
+from podracer_hpc.trading.env import Market, StockTradingEnv, get_market, market_of, tickers_from_state
+from podracer_hpc.trading.fields import DataError, is_daily, market_source
+from podracer_hpc.trading.task import TradingOptions
 
 METRICS = ("cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio", "max_drawdown", "calmar_ratio")
 Policy = Callable[[torch.Tensor], torch.Tensor]
@@ -75,8 +76,14 @@ def metrics(values: Sequence[float] | np.ndarray, periods_per_year: float = 252.
     peak = np.maximum.accumulate(v)
     mdd = float(np.min(v / peak - 1.0))
     calmar = ann / abs(mdd) if mdd < 0 else math.nan
-    return {"cumulative_return": _num(cum), "annual_return": _num(ann), "annual_volatility": _num(vol),
-            "sharpe_ratio": _num(sharpe), "max_drawdown": _num(mdd), "calmar_ratio": _num(calmar)}
+    return {
+        "cumulative_return": _num(cum),
+        "annual_return": _num(ann),
+        "annual_volatility": _num(vol),
+        "sharpe_ratio": _num(sharpe),
+        "max_drawdown": _num(mdd),
+        "calmar_ratio": _num(calmar),
+    }
 
 
 def infer_periods_per_year(dates: np.ndarray) -> float:
@@ -121,8 +128,9 @@ def _buy_and_hold(close: np.ndarray, weights: np.ndarray, cash: float, cost: flo
     return close @ shares
 
 
-def _min_variance_path(close_all: np.ndarray, lo: int, hi: int, cash: float, cost: float, lookback: int,
-                       rebalance_every: int) -> tuple[np.ndarray, np.ndarray]:
+def _min_variance_path(
+    close_all: np.ndarray, lo: int, hi: int, cash: float, cost: float, lookback: int, rebalance_every: int
+) -> tuple[np.ndarray, np.ndarray]:
     rets = close_all[1:] / close_all[:-1] - 1.0  # rets[t-1] is the return into bar t
 
     def weights_at(t: int) -> np.ndarray:
@@ -130,7 +138,7 @@ def _min_variance_path(close_all: np.ndarray, lo: int, hi: int, cash: float, cos
         return min_variance_weights(rets[a:t])  # returns into bars a+1 .. t: all known at t
 
     w0 = weights_at(lo)
-    close = close_all[lo:hi + 1]
+    close = close_all[lo : hi + 1]
     if rebalance_every <= 0:
         return _buy_and_hold(close, w0, cash, cost), w0
     shares = cash * w0 / (close[0] * (1.0 + cost))
@@ -154,8 +162,9 @@ def _min_variance_path(close_all: np.ndarray, lo: int, hi: int, cash: float, cos
 EXPORTED_META = "podracer.json"  # the extra file of an exported (TorchScript) policy
 
 
-def load_exported_policy(path: str | os.PathLike, device: str | torch.device = "cpu"
-                         ) -> tuple[Policy, dict[str, Any]] | None:
+def load_exported_policy(
+    path: str | os.PathLike, device: str | torch.device = "cpu"
+) -> tuple[Policy, dict[str, Any]] | None:
     """An exported policy (another system's, e.g. the RLlib baseline's ``checkpoints/policy.pt``): a
     TorchScript module from observations to deterministic actions with a ``podracer.json`` extra
     file (``config``: the run's env section in podracer's shape, ``tickers``, ``obs_dim``). None
@@ -191,9 +200,10 @@ def load_exported_policy(path: str | os.PathLike, device: str | torch.device = "
 def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
     """The deterministic policy of a pod checkpoint, a leaderboard entry or an exported policy
     (:func:`load_exported_policy`): (policy, run config dict)."""
-    from podracer_hpc.files import safeio
     from podracer_hpc.agents.ppo import PPOAgent
-    from podracer_hpc.config import PPOConfig, from_dict
+    from podracer_hpc.agents.settings import PPOConfig
+    from podracer_hpc.config import from_dict
+    from podracer_hpc.files import safeio
     from podracer_hpc.pool.leaderboard import ENTRY_KIND
 
     dev = torch.device(device)
@@ -210,12 +220,14 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
     cfg_dict = meta.get("config") or {}
     if (cfg_dict.get("env") or {}).get("name") != "stock_trading":
         raise safeio.StateFileError(
-            f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading")
+            f"{path}: trained on task {(cfg_dict.get('env') or {}).get('name')!r}, not stock_trading"
+        )
     algo = (cfg_dict.get("agent") or {}).get("algo", "ppo")
     if algo != "ppo":
         raise safeio.StateFileError(
             f"{path}: a {algo} agent; this reads PPO agents' files. Export its policy first "
-            f"(podracer export policy {path} --out policy.pt) and backtest the exported file")
+            f"(podracer export policy {path} --out policy.pt) and backtest the exported file"
+        )
     agent_cfg = from_dict(PPOConfig, cfg_dict.get("agent") or {}, "agent.")  # only what builds the networks
     layout = None
     try:
@@ -229,8 +241,9 @@ def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> 
             act_dim = int(tensors["net.log_std"].shape[0])
     except KeyError as e:
         raise safeio.StateFileError(f"{path}: holds no policy network ({e} missing)") from None
-    agent = PPOAgent(obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev,
-                     asset_layout=layout)
+    agent = PPOAgent(
+        obs_dim, act_dim, False, 0, int(cfg_dict["env"].get("num_envs", 1)), agent_cfg, dev, asset_layout=layout
+    )
     try:
         agent.load(tensors, meta, hparams=False, optimizer=False)  # the agent's own state contract (keys, old files)
     except (RuntimeError, KeyError, ValueError) as e:
@@ -300,19 +313,33 @@ def backtest(
         syn = {f"synthetic_{k}": v for k, v in (synthetic or {}).items()}
         market = get_market(data, stocks, dev, torch.float32, turbulence_window, **syn)
     if trained_on and market.data.tickers != list(trained_on):
-        raise ValueError(f"the policy was trained on {len(trained_on)} stocks ({', '.join(trained_on[:8])}"
-                         f"{', ...' if len(trained_on) > 8 else ''}), the backtest data has "
-                         f"{', '.join(market.data.tickers[:8])}{', ...' if market.num_stocks > 8 else ''}")
+        raise ValueError(
+            f"the policy was trained on {len(trained_on)} stocks ({', '.join(trained_on[:8])}"
+            f"{', ...' if len(trained_on) > 8 else ''}), the backtest data has "
+            f"{', '.join(market.data.tickers[:8])}{', ...' if market.num_stocks > 8 else ''}"
+        )
     env = StockTradingEnv(
-        1, dev, data=market, start=start, end=end, initial_cash=initial_cash, cost=cost, max_shares=max_shares,
-        actions=actions, turbulence_threshold=turbulence_threshold, warmup_bars=warmup_bars, random_start=False,
+        1,
+        dev,
+        data=market,
+        start=start,
+        end=end,
+        initial_cash=initial_cash,
+        cost=cost,
+        max_shares=max_shares,
+        actions=actions,
+        turbulence_threshold=turbulence_threshold,
+        warmup_bars=warmup_bars,
+        random_start=False,
         max_episode_steps=10**12,
     )
     want = getattr(policy, "obs_dim", None)
     if want is not None and want != env.obs_dim:
-        raise ValueError(f"the policy expects {want} observations ({(want - 2) // 10} stocks), the data gives "
-                         f"{env.obs_dim} ({env.num_stocks} stocks: {', '.join(market.data.tickers[:8])}"
-                         f"{', ...' if env.num_stocks > 8 else ''})")
+        raise ValueError(
+            f"the policy expects {want} observations ({(want - 2) // 10} stocks), the data gives "
+            f"{env.obs_dim} ({env.num_stocks} stocks: {', '.join(market.data.tickers[:8])}"
+            f"{', ...' if env.num_stocks > 8 else ''})"
+        )
     lo, hi = env.lo, env.hi
     state = env.initial_state(torch.zeros(1, 1, dtype=torch.float64, device=dev))
     values = [float(env.portfolio_value(state)[0])]
@@ -323,21 +350,31 @@ def backtest(
             values.append(float(env.portfolio_value(state)[0]))
     agent_v = np.asarray(values)
     close_all = market.data.close.numpy()
-    close = close_all[lo:hi + 1]
+    close = close_all[lo : hi + 1]
     S = close.shape[1]
     ew_v = _buy_and_hold(close, np.full(S, 1.0 / S), initial_cash, cost)
     mv_v, mv_w = _min_variance_path(close_all, lo, hi, initial_cash, cost, minvar_lookback, rebalance_every)
-    dates = market.data.dates[lo:hi + 1]
+    dates = market.data.dates[lo : hi + 1]
     ppy = float(periods_per_year or infer_periods_per_year(dates))
     ds = market.data.date_strings()
     out: dict[str, Any] = {
-        "start": ds[lo], "end": ds[hi], "bars": int(hi - lo), "periods_per_year": ppy,
-        "agent": metrics(agent_v, ppy), "equal_weight": metrics(ew_v, ppy), "min_variance": metrics(mv_v, ppy),
-        "final_value": float(agent_v[-1]), "initial_cash": float(initial_cash),
+        "start": ds[lo],
+        "end": ds[hi],
+        "bars": int(hi - lo),
+        "periods_per_year": ppy,
+        "agent": metrics(agent_v, ppy),
+        "equal_weight": metrics(ew_v, ppy),
+        "min_variance": metrics(mv_v, ppy),
+        "final_value": float(agent_v[-1]),
+        "initial_cash": float(initial_cash),
         "min_variance_weights": {t: round(float(w), 6) for t, w in zip(market.data.tickers, mv_w) if w > 1e-6},
         "plot": None,
-        "series": {"dates": ds[lo:hi + 1], "agent": agent_v.tolist(), "equal_weight": ew_v.tolist(),
-                   "min_variance": mv_v.tolist()},
+        "series": {
+            "dates": ds[lo : hi + 1],
+            "agent": agent_v.tolist(),
+            "equal_weight": ew_v.tolist(),
+            "min_variance": mv_v.tolist(),
+        },
     }
     if plot:
         out["plot"] = str(plot_values(out["series"], plot, title or f"Backtest {ds[lo]} .. {ds[hi]}"))
@@ -353,9 +390,14 @@ def plot_values(series: dict[str, Any], path: str | os.PathLike, title: str = ""
     fig = Figure(figsize=(9, 4.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    for key, label in (("agent", "agent"), ("equal_weight", "equal-weight buy and hold"),
-                       ("min_variance", "minimum variance")):
-        ax.plot(dates.astype("datetime64[ms]").astype(object), series[key], label=label, lw=1.4 if key == "agent" else 1.0)
+    for key, label in (
+        ("agent", "agent"),
+        ("equal_weight", "equal-weight buy and hold"),
+        ("min_variance", "minimum variance"),
+    ):
+        ax.plot(
+            dates.astype("datetime64[ms]").astype(object), series[key], label=label, lw=1.4 if key == "agent" else 1.0
+        )
     ax.set_title(title)
     ax.set_ylabel("account value")
     ax.grid(alpha=0.3)
@@ -370,7 +412,8 @@ def plot_values(series: dict[str, Any], path: str | os.PathLike, title: str = ""
 
 def table(result: dict[str, Any]) -> str:
     """The metrics of the three strategies as a text table."""
-    head = f"backtest {result['start']} .. {result['end']} ({result['bars']} bars, {result['periods_per_year']:g} per year)"
+    head = f"backtest {result['start']} .. {result['end']} "
+    head += f"({result['bars']} bars, {result['periods_per_year']:g} per year)"
     lines = [head, f"{'metric':<20}{'agent':>14}{'equal weight':>14}{'min variance':>14}"]
     for m in METRICS:
         row = f"{m:<20}"
@@ -388,12 +431,18 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="podracer backtest",
         description="Backtest a stock_trading checkpoint on a held-out period next to equal-weight buy and hold and "
-                    "a minimum-variance portfolio. Settings not given default to the checkpoint's env config.",
+        "a minimum-variance portfolio. Settings not given default to the checkpoint's env config.",
     )
     ap.add_argument("checkpoint", help="a pod checkpoint (checkpoints/rank<r>.safetensors) or a leaderboard entry")
-    ap.add_argument("--data", default=None, help="long-format bars (CSV/Parquet/HDF5); default: the run's env.trading.data "
-                                                 "(the synthetic market when empty)")
-    ap.add_argument("--start", default=None, help="first day (default: the day after the run's env.trading.end, if set)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="long-format bars (CSV/Parquet/HDF5); default: the run's env.trading.data "
+        "(the synthetic market when empty)",
+    )
+    ap.add_argument(
+        "--start", default=None, help="first day (default: the day after the run's env.trading.end, if set)"
+    )
     ap.add_argument("--end", default=None, help="last day (default: the end of the data)")
     ap.add_argument("--stocks", default=None, help="comma-separated tickers (default: the run's env.trading.stocks)")
     ap.add_argument("--initial-cash", type=float, default=None)
@@ -402,7 +451,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--turbulence-threshold", type=float, default=None, help="0 = never liquidate")
     ap.add_argument("--periods-per-year", type=float, default=None, help="default: inferred from the bar spacing")
     ap.add_argument("--minvar-lookback", type=int, default=252, help="returns in the minimum-variance estimate")
-    ap.add_argument("--rebalance-every", type=int, default=0, help="rebalance the minimum-variance portfolio every k bars (0: never)")
+    ap.add_argument(
+        "--rebalance-every",
+        type=int,
+        default=0,
+        help="rebalance the minimum-variance portfolio every k bars (0: never)",
+    )
     ap.add_argument("--plot", default="backtest.png", help="PNG of the account values ('' for none)")
     ap.add_argument("--device", default="cpu")
     return ap
@@ -410,7 +464,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    torch.set_num_threads(1)  # one account, one bar at a time: more threads only wait on each other (ms per op under load)
+    torch.set_num_threads(
+        1
+    )  # one account, one bar at a time: more threads only wait on each other (ms per op under load)
     from podracer_hpc.files.safeio import StateFileError
 
     try:
@@ -424,16 +480,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         start = args.start
         if start is None and env_cfg.get("end"):
             start = _day_after(env_cfg["end"])
-        stocks = [s.strip() for s in args.stocks.split(",") if s.strip()] if args.stocks else list(env_cfg["stocks"] or [])
+        stocks = (
+            [s.strip() for s in args.stocks.split(",") if s.strip()] if args.stocks else list(env_cfg["stocks"] or [])
+        )
         result = backtest(
-            policy, pick(args.data, "data") or None, start, args.end, stocks=stocks,
-            initial_cash=pick(args.initial_cash, "initial_cash"), cost=pick(args.cost, "cost"),
-            max_shares=pick(args.max_shares, "max_shares"), actions=env_cfg["actions"],
+            policy,
+            pick(args.data, "data") or None,
+            start,
+            args.end,
+            stocks=stocks,
+            initial_cash=pick(args.initial_cash, "initial_cash"),
+            cost=pick(args.cost, "cost"),
+            max_shares=pick(args.max_shares, "max_shares"),
+            actions=env_cfg["actions"],
             turbulence_threshold=pick(args.turbulence_threshold, "turbulence_threshold"),
-            turbulence_window=env_cfg["turbulence_window"], warmup_bars=env_cfg["warmup_bars"],
-            synthetic={k[len("synthetic_"):]: env_cfg[k] for k in env_cfg if k.startswith("synthetic_")},
-            device=args.device, periods_per_year=args.periods_per_year, minvar_lookback=args.minvar_lookback,
-            rebalance_every=args.rebalance_every, plot=args.plot or None,
+            turbulence_window=env_cfg["turbulence_window"],
+            warmup_bars=env_cfg["warmup_bars"],
+            synthetic={k[len("synthetic_") :]: env_cfg[k] for k in env_cfg if k.startswith("synthetic_")},
+            device=args.device,
+            periods_per_year=args.periods_per_year,
+            minvar_lookback=args.minvar_lookback,
+            rebalance_every=args.rebalance_every,
+            plot=args.plot or None,
         )
     except (DataError, StateFileError, ValueError) as e:
         print(f"podracer backtest: error: {e}", file=sys.stderr)
@@ -452,8 +520,17 @@ def _day_after(day: str) -> str:
     return str(d)
 
 
-__all__ = ["backtest", "metrics", "main", "load_policy", "min_variance_weights", "infer_periods_per_year",
-           "plot_values", "table", "METRICS"]
+__all__ = [
+    "backtest",
+    "metrics",
+    "main",
+    "load_policy",
+    "min_variance_weights",
+    "infer_periods_per_year",
+    "plot_values",
+    "table",
+    "METRICS",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

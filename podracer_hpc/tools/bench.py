@@ -84,8 +84,13 @@ def gym_vector_env(task: str, num_envs: int) -> Any | None:
     return env
 
 
-def _paired_rates(ours: Callable[[], None], peer: Callable[[], None], per_call: int,
-                  seconds: float, sync: Callable[[], None] = lambda: None) -> dict[str, float]:
+def _paired_rates(
+    ours: Callable[[], None],
+    peer: Callable[[], None],
+    per_call: int,
+    seconds: float,
+    sync: Callable[[], None] = lambda: None,
+) -> dict[str, float]:
     """Calls/s x ``per_call`` of ``ours`` and ``peer``, measured in alternating blocks of about
     20 ms each over about ``seconds`` each, so that load from other work on a shared machine hits
     both alike: ``{"ours", "peer"}`` by the wall clock, ``{"ours_cpu", "peer_cpu"}`` by the
@@ -117,9 +122,15 @@ def _paired_rates(ours: Callable[[], None], peer: Callable[[], None], per_call: 
     return {"ours": rate[0], "peer": rate[1], "ours_cpu": cpu_rate[0], "peer_cpu": cpu_rate[1]}
 
 
-def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device: str = "cpu",
-              seconds: float = 2.0, gym_envs: int = 64, compile_mode: str | None = None,
-              threads: int | None = None) -> dict[str, Any]:
+def bench_env(
+    task: str = "pendulum",
+    num_envs: list[int] | None = None,
+    device: str = "cpu",
+    seconds: float = 2.0,
+    gym_envs: int = 64,
+    compile_mode: str | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Env steps/s of the batched torch env over ``num_envs``, next to the fastest gymnasium peer.
 
     The peer: gymnasium's own vector env of the task at the same ``num_envs`` where it has one
@@ -160,17 +171,25 @@ def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device:
             else:
                 rate = _rate(step, n, seconds)
             sync()
-            rows.append({"num_envs": n, "variant": variant, "steps_per_s": rate,
-                         "vs_gym": rate / gym_rate if gym_rate else None,
-                         "vector_steps_per_s": peer if vec is not None else None,
-                         "vs_vector": rate / peer if vec is not None else None,
-                         "vs_vector_cpu_time": pair["ours_cpu"] / pair["peer_cpu"] if vec is not None else None})
+            rows.append(
+                {
+                    "num_envs": n,
+                    "variant": variant,
+                    "steps_per_s": rate,
+                    "vs_gym": rate / gym_rate if gym_rate else None,
+                    "vector_steps_per_s": peer if vec is not None else None,
+                    "vs_vector": rate / peer if vec is not None else None,
+                    "vs_vector_cpu_time": pair["ours_cpu"] / pair["peer_cpu"] if vec is not None else None,
+                }
+            )
         if vec is not None:
             vec.close()
             vec_rows.append((n, vec_rate))
-    lines = [f"{task} env steps/s on {dev} ({platform.processor() or platform.machine()}, "
-             f"{torch.get_num_threads()} torch threads)",
-             f"{'backend':<28}{'num_envs':>10}{'steps/s':>16}{'x Sync':>9}{'x vector':>10}{'(CPU time)':>11}"]
+    lines = [
+        f"{task} env steps/s on {dev} ({platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} torch threads)",
+        f"{'backend':<28}{'num_envs':>10}{'steps/s':>16}{'x Sync':>9}{'x vector':>10}{'(CPU time)':>11}",
+    ]
 
     def ratio(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.0f}"
@@ -178,18 +197,29 @@ def bench_env(task: str = "pendulum", num_envs: list[int] | None = None, device:
     if gym_rate:
         lines.append(f"{'gymnasium SyncVectorEnv':<28}{gym_envs:>10}{gym_rate:>16,.0f}{1.0:>9.1f}{'-':>10}")
     for n, r in vec_rows:
-        lines.append(f"{'gymnasium vector env':<28}{n:>10}{r:>16,.0f}{ratio(r / gym_rate if gym_rate else None):>9}"
-                     f"{'(1.00)':>10}")
+        lines.append(
+            f"{'gymnasium vector env':<28}{n:>10}{r:>16,.0f}{ratio(r / gym_rate if gym_rate else None):>9}"
+            f"{'(1.00)':>10}"
+        )
     for r in rows:
-        lines.append(f"{'podracer torch ' + r['variant']:<28}{r['num_envs']:>10}{r['steps_per_s']:>16,.0f}"
-                     f"{ratio(r['vs_gym']):>9}{ratio(r['vs_vector']):>10}{ratio(r['vs_vector_cpu_time']):>11}")
+        lines.append(
+            f"{'podracer torch ' + r['variant']:<28}{r['num_envs']:>10}{r['steps_per_s']:>16,.0f}"
+            f"{ratio(r['vs_gym']):>9}{ratio(r['vs_vector']):>10}{ratio(r['vs_vector_cpu_time']):>11}"
+        )
     best = max(rows, key=lambda r: (r["num_envs"], r["steps_per_s"]))
     peer = "gymnasium vector env" if best["vs_vector"] is not None else "gymnasium SyncVectorEnv"
     result = {
-        "bench": "env", "task": task, "device": str(dev), "threads": torch.get_num_threads(),
-        "gym_sync_envs": gym_envs, "gym_steps_per_s": gym_rate, "rows": rows,
-        "max_envs": best["num_envs"], "max_envs_steps_per_s": best["steps_per_s"],
-        "ratio_vs_gym": best["vs_gym"], "peer": peer,
+        "bench": "env",
+        "task": task,
+        "device": str(dev),
+        "threads": torch.get_num_threads(),
+        "gym_sync_envs": gym_envs,
+        "gym_steps_per_s": gym_rate,
+        "rows": rows,
+        "max_envs": best["num_envs"],
+        "max_envs_steps_per_s": best["steps_per_s"],
+        "ratio_vs_gym": best["vs_gym"],
+        "peer": peer,
         "ratio_vs_peer": best["vs_vector"] if best["vs_vector"] is not None else best["vs_gym"],
         "ratio_vs_peer_cpu_time": best["vs_vector_cpu_time"],
     }
@@ -207,11 +237,16 @@ def _train_rate(pod: Any, seconds: float) -> tuple[float, float]:
     return (pod.env_steps - s0) / dt, dt / n
 
 
-def bench_train(config: str | None = None, overrides: list[str] | None = None, seconds: float = 10.0,
-                peer_seconds: float | None = None) -> dict[str, Any]:
+def bench_train(
+    config: str | None = None,
+    overrides: list[str] | None = None,
+    seconds: float = 10.0,
+    peer_seconds: float | None = None,
+) -> dict[str, Any]:
     """End-to-end PPO env steps/s (rollout + learning) of a pod, next to the same learner fed by
     gymnasium's SyncVectorEnv(64) on the host (the host-round-trip design the pod avoids)."""
-    from podracer_hpc.pod import Pod, resolve_device, set_cpu_threads
+    from podracer_hpc.cluster.device import resolve_device, set_cpu_threads
+    from podracer_hpc.pod import Pod
 
     cfg = load_config(config or _default_job(), list(overrides or []))
     dev = resolve_device(cfg.device)
@@ -224,22 +259,34 @@ def bench_train(config: str | None = None, overrides: list[str] | None = None, s
     if cfg.env.name in GYM_IDS:
         from podracer_hpc.envs.gym_adapter import GymVecEnv
 
-        peer_cfg = load_config(config or _default_job(), list(overrides or []) + [
-            "env.num_envs=64", f"agent.num_minibatches={max(1, cfg.agent.num_minibatches // 8)}"])
+        peer_cfg = load_config(
+            config or _default_job(),
+            list(overrides or [])
+            + ["env.num_envs=64", f"agent.num_minibatches={max(1, cfg.agent.num_minibatches // 8)}"],
+        )
         peer = Pod(peer_cfg, device=dev)
         peer.env = GymVecEnv(GYM_IDS[cfg.env.name], 64, dev, seed=cfg.seed)
         peer.obs = peer.env.reset()
         peer_rate, peer_update = _train_rate(peer, peer_seconds or max(2.0, seconds / 3))
         rows.append(("same PPO, gymnasium SyncVectorEnv", 64, peer_rate, peer_update))
-    lines = [f"PPO training throughput, {cfg.env.name}, {dev}, {torch.get_num_threads()} threads "
-             f"(rollout {cfg.agent.rollout_steps} x envs, {cfg.agent.update_epochs} epochs, "
-             f"{cfg.agent.num_minibatches} minibatches, hidden {cfg.agent.hidden_sizes})",
-             f"{'system':<36}{'num_envs':>10}{'env steps/s':>14}{'s/update':>10}"]
+    lines = [
+        f"PPO training throughput, {cfg.env.name}, {dev}, {torch.get_num_threads()} threads "
+        f"(rollout {cfg.agent.rollout_steps} x envs, {cfg.agent.update_epochs} epochs, "
+        f"{cfg.agent.num_minibatches} minibatches, hidden {cfg.agent.hidden_sizes})",
+        f"{'system':<36}{'num_envs':>10}{'env steps/s':>14}{'s/update':>10}",
+    ]
     for name, n, r, u in rows:
         lines.append(f"{name:<36}{n:>10}{r:>14,.0f}{u:>10.3f}")
-    result = {"bench": "train", "task": cfg.env.name, "device": str(dev), "num_envs": cfg.env.num_envs,
-              "steps_per_s": rate, "peer": "gymnasium SyncVectorEnv(64) + same PPO",
-              "peer_steps_per_s": peer_rate, "ratio_vs_peer": rate / peer_rate if peer_rate else None}
+    result = {
+        "bench": "train",
+        "task": cfg.env.name,
+        "device": str(dev),
+        "num_envs": cfg.env.num_envs,
+        "steps_per_s": rate,
+        "peer": "gymnasium SyncVectorEnv(64) + same PPO",
+        "peer_steps_per_s": peer_rate,
+        "ratio_vs_peer": rate / peer_rate if peer_rate else None,
+    }
     return {"table": "\n".join(lines), "result": result}
 
 

@@ -9,9 +9,8 @@ import sys
 from typing import Sequence
 
 from podracer_hpc.config import load_config
-from podracer_hpc.trading.cache import _say_to_stderr, cache_status, open_market
-from podracer_hpc.trading.data import DataError
-from podracer_hpc.trading.fields import market_source
+from podracer_hpc.trading.cache import cache_status, open_market, say_to_stderr
+from podracer_hpc.trading.fields import DataError, market_source
 
 __all__ = ["data_command"]
 
@@ -31,8 +30,9 @@ def _settings(source: str, sets: Sequence[str]) -> tuple[str, list[str], int]:
     return str(t.data), list(t.stocks or []), int(t.turbulence_window)
 
 
-def data_command(what: str, source: str, sets: Sequence[str] = (), cache_dir: str | None = None,
-                 force: bool = False) -> int:
+def data_command(
+    what: str, source: str, sets: Sequence[str] = (), cache_dir: str | None = None, force: bool = False
+) -> int:
     """``podracer data prepare|info SOURCE``: prepare (or report on) the market cache of a data file or of a
     job's ``env.trading`` settings. Prints a table, then one JSON line; 2 on bad input."""
     try:
@@ -43,8 +43,9 @@ def data_command(what: str, source: str, sets: Sequence[str] = (), cache_dir: st
             print(f"{'cache':<10}{path}\n{'state':<10}{state}")
             print(json.dumps({"cache": str(path), "fresh": state == "fresh", "state": state}))
             return 0
-        m = open_market(src, stocks, window, cache_dir=cache_dir, force=force,
-                        progress=_say_to_stderr("[podracer data]"))
+        m = open_market(
+            src, stocks, window, cache_dir=cache_dir, force=force, progress=say_to_stderr("[podracer data]")
+        )
     except DataError as e:
         print(f"podracer data: error: {e}", file=sys.stderr)
         return 2
@@ -57,13 +58,28 @@ def data_command(what: str, source: str, sets: Sequence[str] = (), cache_dir: st
         ("data", f"{src.path}"),
         ("tickers", f"{md.num_stocks}: {', '.join(md.tickers[:10])}{', ...' if md.num_stocks > 10 else ''}"),
         ("times", f"{md.num_days:,}: {ds[0]} .. {ds[-1]}"),
-        ("features", f"{tuple(m.market_obs.shape)} {str(m.market_obs.dtype).replace('torch.', '')}, turbulence window {window}"),
+        (
+            "features",
+            f"{tuple(m.market_obs.shape)} {str(m.market_obs.dtype).replace('torch.', '')}, turbulence window {window}",
+        ),
         ("file", f"{size:,.1f} MB"),
         *(("note", n) for n in md.notes),
     ]
     for k, v in rows:
         print(f"{k:<10}{v}")
-    print(json.dumps({"cache": str(m.path) if m.path else None, "prepared": m.prepared_here,
-                      "seconds": round(m.seconds, 3), "times": md.num_days, "tickers": md.num_stocks,
-                      "first": ds[0], "last": ds[-1], "size_mb": round(size, 1), "notes": md.notes}))
+    print(
+        json.dumps(
+            {
+                "cache": str(m.path) if m.path else None,
+                "prepared": m.prepared_here,
+                "seconds": round(m.seconds, 3),
+                "times": md.num_days,
+                "tickers": md.num_stocks,
+                "first": ds[0],
+                "last": ds[-1],
+                "size_mb": round(size, 1),
+                "notes": md.notes,
+            }
+        )
+    )
     return 0

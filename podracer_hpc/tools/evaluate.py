@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podracer_hpc.config import Config, ConfigError, from_dict
+from podracer_hpc.config import Config, from_dict
+from podracer_hpc.docfield import ConfigError
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
@@ -46,7 +47,7 @@ class Agent:
     meta: dict
 
 
-def _load_file(path: Path) -> Agent:
+def load_file(path: Path) -> Agent:
     """A checkpoint or a leaderboard entry file (its .safetensors or its .json sidecar)."""
     from podracer_hpc.files import safeio
     from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
@@ -61,28 +62,31 @@ def _load_file(path: Path) -> Agent:
     try:
         tensors, meta, _ = safeio.load(path, "pod-state")
     except safeio.StateFileError as e:
-        raise EvaluateError(f"{e} (podracer evaluate reads pod checkpoints, leaderboard entries and run "
-                            "directories)") from None
+        raise EvaluateError(
+            f"{e} (podracer evaluate reads pod checkpoints, leaderboard entries and run directories)"
+        ) from None
     return Agent(f"rank {meta.get('rank', '?')} checkpoint", path, tensors, meta)
 
 
 def find_agents(path: Path, top: int) -> list[Agent]:
     """The agents PATH names (see the module doc); raises EvaluateError when there are none."""
-    from podracer_hpc.pool.leaderboard import Leaderboard
     from podracer_hpc.files.rundir import RunDir
+    from podracer_hpc.pool.leaderboard import Leaderboard
 
     if not path.exists():
         raise EvaluateError(f"{path}: no such file or directory")
     if path.is_file():
-        return [_load_file(path)]
+        return [load_file(path)]
     run = RunDir(path)
-    agents = [_load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
+    agents = [load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
     board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
-    for e in board.list()[:max(top, 0)]:
-        agents.append(_load_file(board.tensors_path(e.id)))
+    for e in board.list()[: max(top, 0)]:
+        agents.append(load_file(board.tensors_path(e.id)))
     if not agents:
-        raise EvaluateError(f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
-                            "directory, a checkpoint or a leaderboard entry")
+        raise EvaluateError(
+            f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
+            "directory, a checkpoint or a leaderboard entry"
+        )
     return agents
 
 
@@ -97,7 +101,7 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
-def _config_of(agent: Agent, episodes: int) -> Config:
+def config_of(agent: Agent, episodes: int) -> Config:
     d = agent.meta.get("config")
     if not isinstance(d, dict):
         raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
@@ -106,20 +110,26 @@ def _config_of(agent: Agent, episodes: int) -> Config:
     except ConfigError as e:
         raise EvaluateError(f"{agent.path}: its config does not fit this podracer-hpc ({e})") from None
     if cfg.env.name == "stock_trading":
-        raise EvaluateError(f"{agent.path}: a stock-trading agent is judged on a backtest window, not on episodes from "
-                            f"start states: podracer backtest {agent.path}")
+        raise EvaluateError(
+            f"{agent.path}: a stock-trading agent is judged on a backtest window, not on episodes from "
+            f"start states: podracer backtest {agent.path}"
+        )
     # one training env is enough (it is never stepped); the evaluation gets its own, of `episodes`
-    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1),
-                               eval=dataclasses.replace(cfg.eval, episodes=episodes), device="cpu")
+    return dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=1),
+        eval=dataclasses.replace(cfg.eval, episodes=episodes),
+        device="cpu",
+    )
 
 
 def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, Any]:
     """One agent's row: its episodes on the start states of ``seed``."""
-    from podracer_hpc.pool.fitness import Fitness
-    from podracer_hpc.pod import Pod
     from podracer_hpc.files.safeio import StateFileError
+    from podracer_hpc.pod import Pod
+    from podracer_hpc.pool.fitness import Fitness
 
-    cfg = _config_of(agent, episodes)
+    cfg = config_of(agent, episodes)
     try:
         pod = Pod(cfg, rank=0, device=device)
         policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
@@ -129,8 +139,17 @@ def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, A
     r = list(fit.returns)
     std = math.sqrt(sum((x - fit.mean) ** 2 for x in r) / len(r)) if r else math.nan
     lo, hi = fit.ci95()
-    return {"agent": agent.label, "path": str(agent.path), "task": cfg.env.name, "return_mean": fit.mean,
-            "return_std": std, "return_se": fit.se, "ci95": [lo, hi], "episodes": fit.episodes, "seed": seed}
+    return {
+        "agent": agent.label,
+        "path": str(agent.path),
+        "task": cfg.env.name,
+        "return_mean": fit.mean,
+        "return_std": std,
+        "return_se": fit.se,
+        "ci95": [lo, hi],
+        "episodes": fit.episodes,
+        "seed": seed,
+    }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -138,8 +157,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         lo, hi = r["ci95"]
-        lines.append(f"{r['agent'][:36]:<36} {r['task'][:12]:<12} {r['episodes']:>8} {r['return_mean']:>10.1f} "
-                     f"{r['return_std']:>9.1f} {r['return_se']:>8.2f}  [{lo:.1f}, {hi:.1f}]")
+        lines.append(
+            f"{r['agent'][:36]:<36} {r['task'][:12]:<12} {r['episodes']:>8} {r['return_mean']:>10.1f} "
+            f"{r['return_std']:>9.1f} {r['return_se']:>8.2f}  [{lo:.1f}, {hi:.1f}]"
+        )
     return "\n".join(lines)
 
 
@@ -147,10 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="podracer evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("path", help="a checkpoint, a leaderboard entry, or a run directory")
     p.add_argument("--episodes", type=int, default=100, help="episodes per agent (default 100)")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                   help=f"the start states: every agent plays the same ones (default {DEFAULT_SEED}; a run's verdict: "
-                        "its summary's final_eval_seed)")
-    p.add_argument("--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"the start states: every agent plays the same ones (default {DEFAULT_SEED}; a run's verdict: "
+        "its summary's final_eval_seed)",
+    )
+    p.add_argument(
+        "--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)"
+    )
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     args = p.parse_args(argv)
     if not 1 <= args.episodes <= 2**20:
@@ -161,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         agents = find_agents(Path(args.path), args.top)
-        print(f"{len(agents)} agent(s) from {args.path}: {args.episodes} episodes each on the start states of seed "
-              f"{args.seed}", file=sys.stderr, flush=True)
+        print(
+            f"{len(agents)} agent(s) from {args.path}: {args.episodes} episodes each on the start states of seed "
+            f"{args.seed}",
+            file=sys.stderr,
+            flush=True,
+        )
         rows = []
         for a in agents:
             rows.append(evaluate(a, args.episodes, args.seed, args.device))

@@ -40,11 +40,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ACTION_CODES", "ExportError", "export_policy", "export_tensorboard", "main",
-           "pod_and_agent", "read_metadata"]
+__all__ = [
+    "ACTION_CODES",
+    "ExportError",
+    "export_policy",
+    "export_tensorboard",
+    "main",
+    "pod_and_agent",
+    "read_metadata",
+]
 
 ACTION_CODES = {"keep": 0, "load_entry": 1, "copy_pod": 2, "reset": 3, "join": 4}  # tournament/action_code; else -1
-METADATA_KEY = "podracer.json"  # the TorchScript extra file / ONNX metadata key (podracer_hpc/tools/backtest.py's EXPORTED_META)
+METADATA_KEY = (
+    "podracer.json"  # the TorchScript extra file / ONNX metadata key (podracer_hpc/tools/backtest.py's EXPORTED_META)
+)
 FORMATS = ("torchscript", "onnx")
 TOLERANCE = 1e-5  # the exported policy's actions may differ from the pod's by at most this (env units)
 CHECK_STEPS = 32  # observations the export is checked on: an episode start and the policy's next steps
@@ -72,8 +81,9 @@ def _need(module: str, what: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         pkg = module.split(".")[0]
-        raise ExportError(f"{what} needs the {pkg} package: pip install 'podracer-hpc[export]' (or pip install "
-                          f"{pkg})") from None
+        raise ExportError(
+            f"{what} needs the {pkg} package: pip install 'podracer-hpc[export]' (or pip install {pkg})"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------
@@ -114,8 +124,9 @@ def _decision_text(rec: Any) -> str:
     return s
 
 
-def _rank_events(log: dict[str, Any], t0: float) -> tuple[list[tuple[int, int, int, float, list]], dict[str, int],
-                                                             int, int]:
+def _rank_events(
+    log: dict[str, Any], t0: float
+) -> tuple[list[tuple[int, int, int, float, list]], dict[str, int], int, int]:
     """The events of one rank's log: (step, group order, row, wall time, summary values), with
     scalar counts by group, text summaries and skipped missing values."""
     from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
@@ -141,14 +152,19 @@ def _rank_events(log: dict[str, Any], t0: float) -> tuple[list[tuple[int, int, i
                 values.append(summary_pb2.Summary.Value(tag=f"{group}/{c}", simple_value=x))
             if records:
                 rec = records[i]
-                values.append(summary_pb2.Summary.Value(tag="tournament/action_code",
-                                                        simple_value=float(ACTION_CODES.get(rec.action, -1))))
+                values.append(
+                    summary_pb2.Summary.Value(
+                        tag="tournament/action_code", simple_value=float(ACTION_CODES.get(rec.action, -1))
+                    )
+                )
                 for name, v in sorted(rec.new_hparams.items()):
                     if math.isfinite(v):
                         values.append(summary_pb2.Summary.Value(tag=f"tournament/hparams/{name}", simple_value=v))
                 tensor = tensor_pb2.TensorProto(
-                    dtype=types_pb2.DT_STRING, string_val=[_decision_text(rec).encode()],
-                    tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]))
+                    dtype=types_pb2.DT_STRING,
+                    string_val=[_decision_text(rec).encode()],
+                    tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=1)]),
+                )
                 values.append(summary_pb2.Summary.Value(tag="tournament/decision", metadata=text_meta, tensor=tensor))
                 texts += 1
             counts[group] += sum(1 for v in values if v.HasField("simple_value"))
@@ -175,12 +191,15 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
         raise ExportError(f"{run_dir}: is a file, not a run directory (give the --run-dir of podracer train)")
     logs = RunDir(run_dir).rank_logs()
     if not logs:
-        raise ExportError(f"{run_dir}: holds no logs/<name>_rank<r>.h5; not a run directory, or one that has not "
-                          "started")
+        raise ExportError(
+            f"{run_dir}: holds no logs/<name>_rank<r>.h5; not a run directory, or one that has not started"
+        )
     inside = [run_dir.resolve(), *(run_dir.resolve() / d for d in ("logs", "checkpoints"))]
     if any(q == out.resolve() or q in out.resolve().parents for q in inside[1:]) or out.resolve() == inside[0]:
-        raise ExportError(f"--out {out}: the run directory itself or its logs or checkpoints; choose another folder "
-                          f"(e.g. {run_dir / 'tensorboard'})")
+        raise ExportError(
+            f"--out {out}: the run directory itself or its logs or checkpoints; choose another folder "
+            f"(e.g. {run_dir / 'tensorboard'})"
+        )
     try:
         read = {r: read_log(p) for r, p in logs.items()}
     except LogError as e:
@@ -188,10 +207,13 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
     stale = {r: sorted((out / f"rank{r}").glob("*tfevents*")) for r in read}
     if any(stale.values()) and not overwrite:
         first = next(p for ps in stale.values() for p in ps)
-        raise ExportError(f"{first.parent}: already holds event files ({first.name}); TensorBoard would show both. "
-                          "Choose another --out or pass --overwrite")
-    created = [float(lg["attrs"]["created"]) for lg in read.values()
-               if isinstance(lg["attrs"].get("created"), (int, float))]
+        raise ExportError(
+            f"{first.parent}: already holds event files ({first.name}); TensorBoard would show both. "
+            "Choose another --out or pass --overwrite"
+        )
+    created = [
+        float(lg["attrs"]["created"]) for lg in read.values() if isinstance(lg["attrs"].get("created"), (int, float))
+    ]
     t0 = min(created) if created else 0.0
     files: list[str] = []
     totals = {g: 0 for g in _NOT_SCALARS}
@@ -210,8 +232,16 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
         for g in totals:
             totals[g] += counts[g]
         texts, skipped, n_events = texts + t, skipped + s, n_events + len(events)
-    return {"tensorboard": str(out), "run_dir": str(run_dir), "ranks": sorted(read), "files": files,
-            "events": n_events, "scalars": totals, "texts": texts, "missing_values_left_out": skipped}
+    return {
+        "tensorboard": str(out),
+        "run_dir": str(run_dir),
+        "ranks": sorted(read),
+        "files": files,
+        "events": n_events,
+        "scalars": totals,
+        "texts": texts,
+        "missing_values_left_out": skipped,
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -227,7 +257,8 @@ def _exported_policy_class() -> type:
 
         The agent's own pieces, copied: its observation normalizer (``RunningMeanStd.normalize``
         with ``agent.clip_obs``, when ``agent.norm_obs``), its actor network (PPO: ``dist_params``,
-        then ``mode``: the Gaussian's mean or the argmax; SAC/TD3: ``deterministic_policy()``), then the pod's map to the env's units (the
+        then ``mode``: the Gaussian's mean or the argmax; SAC/TD3: ``deterministic_policy()``), then the pod's map to
+        the env's units (the
         clip to [-1, 1] and the affine map to ``[action_low, action_high]``). The critic is left out.
         """
 
@@ -280,29 +311,36 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
     leaderboard entry, loaded as ``podracer evaluate`` loads it (evaluate.py)."""
     import torch
 
-    from podracer_hpc.config import Config, ConfigError, from_dict
-    from podracer_hpc.tools.evaluate import EvaluateError, _config_of, _load_file
-    from podracer_hpc.pod import Pod
+    from podracer_hpc.config import Config, from_dict
+    from podracer_hpc.docfield import ConfigError
     from podracer_hpc.files.safeio import StateFileError
+    from podracer_hpc.pod import Pod
+    from podracer_hpc.tools.evaluate import EvaluateError, config_of, load_file
 
     path = Path(path)
     if not path.exists():
         raise ExportError(f"{path}: no such file")
     if path.is_dir():
-        raise ExportError(f"{path}: is a directory; give a pod checkpoint (<run>/checkpoints/rank<r>.safetensors) or "
-                          "a leaderboard entry (<leaderboard>/entries/<id>.safetensors)")
+        raise ExportError(
+            f"{path}: is a directory; give a pod checkpoint (<run>/checkpoints/rank<r>.safetensors) or "
+            "a leaderboard entry (<leaderboard>/entries/<id>.safetensors)"
+        )
     try:
-        loaded = _load_file(path)
+        loaded = load_file(path)
         d = loaded.meta.get("config")
         if isinstance(d, dict) and (d.get("env") or {}).get("name") == "stock_trading":
             try:  # evaluate refuses these (they are judged on a backtest); a policy of them exports all the same
                 cfg = from_dict(Config, d)
             except ConfigError as e:
                 raise ExportError(f"{path}: its config does not fit this podracer-hpc ({e})") from None
-            cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=1),
-                                      eval=dataclasses.replace(cfg.eval, episodes=1), device="cpu")
+            cfg = dataclasses.replace(
+                cfg,
+                env=dataclasses.replace(cfg.env, num_envs=1),
+                eval=dataclasses.replace(cfg.eval, episodes=1),
+                device="cpu",
+            )
         else:
-            cfg = _config_of(loaded, 1)
+            cfg = config_of(loaded, 1)
     except EvaluateError as e:
         raise ExportError(_evaluate_message(e)) from None
     try:
@@ -312,8 +350,9 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
     except (StateFileError, MemoryError) as e:
         raise ExportError(str(e)) from None
     except (ValueError, OSError, ImportError) as e:  # the task's env cannot be built here (its data, its package)
-        raise ExportError(f"{path}: cannot build its task's env ({cfg.env.name}) to read the action bounds: "
-                          f"{e}") from None
+        raise ExportError(
+            f"{path}: cannot build its task's env ({cfg.env.name}) to read the action bounds: {e}"
+        ) from None
     agent.eval()
     return pod, agent, loaded.meta
 
@@ -346,14 +385,25 @@ def _description(pod: Any, meta: dict[str, Any], path: Path, fmt: str, discrete:
 
     env = pod.env
     d: dict[str, Any] = {
-        "kind": "exported-policy", "system": "podracer-hpc", "format": fmt, "task": pod.cfg.env.name,
-        "obs_dim": int(env.obs_dim), "act_dim": int(env.act_dim), "discrete": discrete,
+        "kind": "exported-policy",
+        "system": "podracer-hpc",
+        "format": fmt,
+        "task": pod.cfg.env.name,
+        "obs_dim": int(env.obs_dim),
+        "act_dim": int(env.act_dim),
+        "discrete": discrete,
         "num_actions": int(getattr(env, "num_actions", 0) or 0),
         "input": "raw observations, float32, shape [batch, obs_dim] (the normalizer is inside)",
-        "output": ("the env's action index, int64, shape [batch]" if discrete else
-                   "the env's action, float32, shape [batch, act_dim], within [action_low, action_high]"),
-        "source": str(path), "rank": meta.get("rank"), "env_steps": meta.get("env_steps"),
-        "config": meta.get("config"), "versions": {"podracer_hpc": __version__, "torch": torch.__version__},
+        "output": (
+            "the env's action index, int64, shape [batch]"
+            if discrete
+            else "the env's action, float32, shape [batch, act_dim], within [action_low, action_high]"
+        ),
+        "source": str(path),
+        "rank": meta.get("rank"),
+        "env_steps": meta.get("env_steps"),
+        "config": meta.get("config"),
+        "versions": {"podracer_hpc": __version__, "torch": torch.__version__},
     }
     if not discrete:
         d["action_low"] = torch.as_tensor(env.action_low, dtype=torch.float32).expand(env.act_dim).tolist()
@@ -408,19 +458,34 @@ def _onnx(module: Any, obs: Any, tmp: Path, description: dict[str, Any], exporte
         with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
             if exporter == "dynamo":
-                program = torch.onnx.export(module, (example,), dynamo=True, external_data=False, verbose=False,
-                                            dynamic_shapes={"obs": {0: torch.export.Dim("batch")}}, **kw)
+                program = torch.onnx.export(
+                    module,
+                    (example,),
+                    dynamo=True,
+                    external_data=False,
+                    verbose=False,
+                    dynamic_shapes={"obs": {0: torch.export.Dim("batch")}},
+                    **kw,
+                )
                 model = program.model_proto
             else:
                 buf = io.BytesIO()
-                torch.onnx.export(module, (example,), buf, dynamo=False,
-                                  dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}}, **kw)
+                torch.onnx.export(
+                    module,
+                    (example,),
+                    buf,
+                    dynamo=False,
+                    dynamic_axes={"obs": {0: "batch"}, "action": {0: "batch"}},
+                    **kw,
+                )
                 model = onnx.load_from_string(buf.getvalue())
     except Exception as e:  # noqa: BLE001  (the exporters raise many kinds; the user gets the one line)
         other = "legacy" if exporter == "dynamo" else "dynamo"
         first = (str(e).splitlines() or [""])[0]
-        raise ExportError(f"torch's {exporter} ONNX exporter failed ({type(e).__name__}: {first}); try "
-                          f"--onnx-exporter {other}, or --format torchscript") from None
+        raise ExportError(
+            f"torch's {exporter} ONNX exporter failed ({type(e).__name__}: {first}); try "
+            f"--onnx-exporter {other}, or --format torchscript"
+        ) from None
     finally:
         quiet.setLevel(level)
     description = {**description, "onnx_exporter": exporter}
@@ -434,8 +499,9 @@ def _onnx(module: Any, obs: Any, tmp: Path, description: dict[str, Any], exporte
     return session.run(None, {"obs": obs.numpy()})[0], exporter
 
 
-def export_policy(checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLike,
-                  onnx_exporter: str = "auto") -> dict[str, Any]:
+def export_policy(
+    checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLike, onnx_exporter: str = "auto"
+) -> dict[str, Any]:
     """Write the deterministic policy of ``checkpoint`` to ``out`` as ``fmt``; returns what was written."""
     import torch
 
@@ -449,15 +515,17 @@ def export_policy(checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLik
         raise ExportError(f"--out {out}: is the checkpoint itself; give another file name")
     pod, agent, meta = pod_and_agent(checkpoint)
     discrete = bool(pod.env.discrete)
-    module = _exported_policy_class()(agent, discrete, getattr(pod.env, "action_low", None),
-                                      getattr(pod.env, "action_high", None)).eval()
+    module = _exported_policy_class()(
+        agent, discrete, getattr(pod.env, "action_low", None), getattr(pod.env, "action_high", None)
+    ).eval()
     obs = sample_observations(pod, agent)
     want = pod_actions(pod, agent, obs)
     with torch.no_grad():
         mine = module(obs)
     if _max_diff(mine, want) > TOLERANCE:  # the wrapper itself, before any exporter
-        raise ExportError(f"{checkpoint}: the policy module differs from the pod's actions by "
-                          f"{_max_diff(mine, want):.3g}")
+        raise ExportError(
+            f"{checkpoint}: the policy module differs from the pod's actions by {_max_diff(mine, want):.3g}"
+        )
     description = _description(pod, meta, checkpoint, fmt, discrete)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -475,14 +543,24 @@ def export_policy(checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLik
             diff = _max_diff(got, want)
             checked.update(max_abs_diff=diff, by=runner)
             if not diff <= TOLERANCE:
-                raise ExportError(f"the exported policy ({fmt}) acts unlike the pod: its actions differ by {diff:.3g} "
-                                  f"> {TOLERANCE} on {obs.shape[0]} observations; nothing was written")
+                raise ExportError(
+                    f"the exported policy ({fmt}) acts unlike the pod: its actions differ by {diff:.3g} "
+                    f"> {TOLERANCE} on {obs.shape[0]} observations; nothing was written"
+                )
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    result = {"policy": str(out), "format": fmt, "task": description["task"], "source": str(checkpoint),
-              "obs_dim": description["obs_dim"], "act_dim": description["act_dim"], "discrete": discrete,
-              "bytes": out.stat().st_size, "check": checked}
+    result = {
+        "policy": str(out),
+        "format": fmt,
+        "task": description["task"],
+        "source": str(checkpoint),
+        "obs_dim": description["obs_dim"],
+        "act_dim": description["act_dim"],
+        "discrete": discrete,
+        "bytes": out.stat().st_size,
+        "check": checked,
+    }
     if fmt == "onnx":
         result["onnx_exporter"] = description["onnx_exporter"]
     return result
@@ -512,21 +590,34 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="podracer export", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
-    t = sub.add_parser("tensorboard", help="every rank's /train, /eval and /tournament as TensorBoard event files "
-                                           "(DIR/rank<r>/); wandb sync --sync-tensorboard DIR uploads them")
+    t = sub.add_parser(
+        "tensorboard",
+        help="every rank's /train, /eval and /tournament as TensorBoard event files "
+        "(DIR/rank<r>/); wandb sync --sync-tensorboard DIR uploads them",
+    )
     t.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (podracer train --run-dir)")
     t.add_argument("--out", required=True, metavar="DIR", help="where the event files go: DIR/rank<r>/")
     t.add_argument("--overwrite", action="store_true", help="replace event files already in DIR/rank<r>/")
-    q = sub.add_parser("policy", help="a checkpoint's deterministic policy, normalizer included, as one TorchScript "
-                                      "or ONNX file: raw observations [batch, obs_dim] in, env actions out")
-    q.add_argument("checkpoint", metavar="CHECKPOINT",
-                   help="a pod checkpoint (<run>/checkpoints/rank<r>.safetensors) or a leaderboard entry")
+    q = sub.add_parser(
+        "policy",
+        help="a checkpoint's deterministic policy, normalizer included, as one TorchScript "
+        "or ONNX file: raw observations [batch, obs_dim] in, env actions out",
+    )
+    q.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a pod checkpoint (<run>/checkpoints/rank<r>.safetensors) or a leaderboard entry",
+    )
     q.add_argument("--format", choices=FORMATS, default="torchscript", help="torchscript (default) or onnx")
     q.add_argument("--out", required=True, metavar="FILE", help="the file to write (e.g. policy.pt, policy.onnx)")
-    q.add_argument("--onnx-exporter", choices=("auto", "dynamo", "legacy"), default="auto",
-                   help="torch's exporter for --format onnx: dynamo (torch.export; needs onnxscript), legacy (the "
-                        "TorchScript-based one, deprecated since torch 2.9), auto (default): dynamo when onnxscript "
-                        "is installed")
+    q.add_argument(
+        "--onnx-exporter",
+        choices=("auto", "dynamo", "legacy"),
+        default="auto",
+        help="torch's exporter for --format onnx: dynamo (torch.export; needs onnxscript), legacy (the "
+        "TorchScript-based one, deprecated since torch 2.9), auto (default): dynamo when onnxscript "
+        "is installed",
+    )
     return p
 
 
@@ -535,13 +626,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.what == "tensorboard":
             result = export_tensorboard(args.run_dir, args.out, overwrite=args.overwrite)
-            print(f"{result['events']} events of {len(result['ranks'])} pod(s) in {args.out}: "
-                  + ", ".join(f"{n} {g} scalars" for g, n in result["scalars"].items()), file=sys.stderr)
+            print(
+                f"{result['events']} events of {len(result['ranks'])} pod(s) in {args.out}: "
+                + ", ".join(f"{n} {g} scalars" for g, n in result["scalars"].items()),
+                file=sys.stderr,
+            )
         else:
             result = export_policy(args.checkpoint, args.format, args.out, args.onnx_exporter)
             c = result["check"]
-            said = (f"acts like the pod to {c['max_abs_diff']:.2g} on {c['observations']} observations"
-                    if c["max_abs_diff"] is not None else c["by"])
+            said = (
+                f"acts like the pod to {c['max_abs_diff']:.2g} on {c['observations']} observations"
+                if c["max_abs_diff"] is not None
+                else c["by"]
+            )
             print(f"{result['task']} policy ({result['format']}) in {args.out}: {said}", file=sys.stderr)
     except ExportError as e:
         print(f"podracer export {args.what}: error: {e}", file=sys.stderr)

@@ -18,255 +18,33 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 import warnings
-import shutil
-from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 import numpy as np
 
-from podracer_hpc.files.h5log import LogError, LogTail, read_log
 from podracer_hpc.cluster.jobstate import slurm_job_states
-from podracer_hpc.files.records import Source, read_records
-from podracer_hpc.files.rundir import RunDir, job_id
+from podracer_hpc.files.live import (
+    STALE_S,
+    Monitor,
+    PodStatus,
+    StatusError,
+    check_run_dir,
+    pod_state,
+)
+from podracer_hpc.files.rundir import RunDir
 
-__all__ = ["StatusError", "PodStatus", "Monitor", "find_rank_logs", "pod_state", "pod_statuses", "render", "status",
-           "main"]
+__all__ = ["render", "status", "main"]
 
 TOP_ENTRIES = 8  # leaderboard rows shown
 TOP_ENTRIES_AGGREGATED = 5  # leaderboard rows shown with aggregated pods (a large pool: the screen is shorter)
 POD_ROWS = 16  # up to this many pods, a row each by default; beyond, aggregates and the top pods (--pods: all)
 TOP_PODS = 5  # pods shown beside the aggregates (--top)
 SLURM_ROWS = 4  # Slurm jobs named one per line
-RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
-READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
-STALE_S = 600.0  # no rank log written for this long and no summary: the run is probably not running
-
-
-class StatusError(ValueError):
-    """The directory is not a run directory (the message says what one looks like).
-
-    ``pending`` is true when it may still become one: it does not exist yet (a queued job) or
-    holds nothing but the empty folders a starting run creates first.
-    """
-
-    def __init__(self, msg: str, pending: bool = False):
-        super().__init__(msg)
-        self.pending = pending
-
-
-@dataclass
-class PodStatus:
-    """One rank's state, as its log shows it."""
-
-    rank: int
-    path: Path
-    seed: int | None = None
-    algo: str = ""  # the pod's learner (agent.algo of its log's config)
-    env_steps: int = 0
-    updates: int = 0
-    wall_s: float = math.nan
-    steps_per_s: float = math.nan  # recent throughput (last RATE_WINDOW updates)
-    rounds: int | None = None  # completed tournament rounds; None without a tournament
-    last_eval: float = math.nan
-    best_eval: float = math.nan
-    last_action: str = ""
-    age_s: float = math.nan  # seconds since the log file last changed
-    error: str = ""  # why the log could not be read (the row shows it instead of values)
-    hparams: dict[str, Any] = field(default_factory=dict)
-
-
-def find_rank_logs(run_dir: Path) -> dict[int, Path]:
-    """``{rank: log path}`` (the run directory's layout is rundir.py's)."""
-    return RunDir(run_dir).rank_logs()
-
-
-def _check_run_dir(run_dir: Path) -> None:
-    what = ("a run directory is what `podracer train --run-dir DIR` writes: DIR/config.yaml and "
-            "DIR/logs/<name>_rank<r>.h5")
-    if not run_dir.exists():
-        raise StatusError(f"{run_dir}: no such directory ({what}; a job still waiting in the queue has none yet)",
-                          pending=True)
-    if not run_dir.is_dir():
-        raise StatusError(f"{run_dir} is a file, not a run directory ({what})")
-    if not RunDir(run_dir).looks_like_run():
-        if _only_empty_run_folders(run_dir):
-            raise StatusError(f"{run_dir} holds no config.yaml and no logs yet: not a run directory, or one "
-                              "whose job is just starting", pending=True)
-        hint = ""
-        subs = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and (p / "config.yaml").exists())
-        if subs:
-            hint = f"; run directories inside it: {', '.join(subs[:6])}{' ...' if len(subs) > 6 else ''}"
-        raise StatusError(f"{run_dir} is not a podracer run directory: no config.yaml and no logs/*_rank<r>.h5 "
-                          f"({what}){hint}")
-
-
-def _only_empty_run_folders(run_dir: Path) -> bool:
-    """Nothing in ``run_dir`` but (empty) folders a starting run creates."""
-    for p in run_dir.iterdir():
-        if p.name not in ("logs", "checkpoints", "leaderboard") or not p.is_dir():
-            return False
-        if any(q.is_file() for q in p.rglob("*")):
-            return False
-    return True
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """read_log, retried: a file caught while its writer opens or extends it may fail once."""
-    for i in range(READ_TRIES):
-        try:
-            return read_log(path)
-        except (LogError, OSError, KeyError, ValueError, RuntimeError) as e:
-            if i == READ_TRIES - 1:
-                raise LogError(str(e)) from None
-            time.sleep(0.2)
-    raise AssertionError("unreachable")
-
-
-def _short_source(src: Source) -> str:
-    """An entry ``local-2-3-97d9795f388a`` -> ``pod2 r3``; a pod -> ``pod1``; others unchanged."""
-    name = src.entry
-    if name is not None:
-        s = f"{'' if name.job == 'local' else name.job + ':'}pod{name.pod} r{name.round}"
-    else:
-        s = f"pod{src.id}" if src.kind == "pod" else src.id or src.kind
-    return f"rejected {s}" if src.rejected else s
-
-
-# The columns a status reads (LogTail reads only these, and only the rows appended since its last poll).
-STATUS_COLUMNS: dict[str, tuple[str, ...]] = {
-    "train": ("update", "env_steps", "wall_s", "steps_per_s"),
-    "eval": ("env_steps", "return_mean"),
-    "tournament": ("round", "env_steps", "wall_s", "fitness", "action", "source", "source_kind", "source_id",
-                   "source_rejected", "old_hparams", "new_hparams", "algo"),
-}
-
-
-class _Tracker:
-    """One rank's :class:`PodStatus`, folded forward from the rows its log appended since the last poll."""
-
-    def __init__(self, rank: int, path: Path):
-        self.tail = LogTail(path, STATUS_COLUMNS)
-        self.rank, self.path = rank, path
-        self._fresh()
-
-    def _fresh(self) -> None:
-        self.st = PodStatus(rank=self.rank, path=self.path)
-        self.window: deque[tuple[int, float]] = deque(maxlen=RATE_WINDOW + 1)  # (env steps, wall s) of recent rows
-        self.train_steps = 0
-
-    def poll(self, now: float) -> PodStatus:
-        st = self.st
-        try:
-            st.age_s = max(0.0, now - self.path.stat().st_mtime)
-            rows = self._poll_tail()
-        except (LogError, OSError) as e:
-            st.error = str(e).replace(str(self.path), self.path.name)
-            return st
-        if rows["reset"]:
-            age = st.age_s
-            self._fresh()
-            st = self.st
-            st.age_s = age
-        st.error = ""
-        attrs = self.tail.attrs or {}
-        cfg = attrs.get("config") or {}
-        st.seed = attrs.get("seed")
-        st.algo = str((cfg.get("agent") or {}).get("algo", "ppo"))
-        tr, ev, to = rows["train"], rows["eval"], rows["tournament"]
-        n = len(tr.get("env_steps", ()))
-        if n:
-            steps, wall = tr["env_steps"], tr["wall_s"]
-            self.window.extend(zip(steps.tolist(), wall.tolist()))
-            self.train_steps = int(steps[-1])
-            st.updates, st.wall_s = int(tr["update"][-1]), float(wall[-1])
-            (s0, w0), (s1, w1) = self.window[0], self.window[-1]
-            st.steps_per_s = (s1 - s0) / (w1 - w0) if len(self.window) > 1 and w1 > w0 else float(tr["steps_per_s"][-1])
-        st.env_steps = max(st.env_steps, self.train_steps)
-        r = ev.get("return_mean", np.array([]))
-        if len(r):
-            st.last_eval = float(r[-1])
-            fin = r[np.isfinite(r)]
-            if len(fin):
-                st.best_eval = float(fin.max()) if not math.isfinite(st.best_eval) else max(st.best_eval, float(fin.max()))
-            st.env_steps = max(st.env_steps, int(ev["env_steps"][-1]))
-        if (cfg.get("tournament") or {}).get("mode", "none") != "none":
-            rounds = to.get("round", np.array([]))
-            if st.rounds is None:
-                st.rounds = 0
-            if len(rounds):
-                st.rounds = int(rounds[-1]) + 1
-                last = read_records({k: v[-1:] for k, v in to.items()})[-1]
-                action = last.action
-                if action in ("copy_pod", "load_entry"):
-                    action = f"{'copy' if action == 'copy_pod' else 'load'} <- {_short_source(last.source)}"
-                elif last.source.rejected:
-                    action = f"keep ({_short_source(last.source)})"
-                st.last_action = f"r{last.round}: {action}"
-                st.hparams = last.new_hparams
-                # a round's row is flushed at once, the training rows before it may still be buffered
-                st.env_steps = max(st.env_steps, int(last.env_steps))
-        return st
-
-    def _poll_tail(self) -> dict[str, Any]:
-        """LogTail.poll, retried: a file caught while its writer opens or extends it may fail once."""
-        for i in range(READ_TRIES):
-            try:
-                return self.tail.poll()
-            except (LogError, OSError, KeyError, ValueError, RuntimeError) as e:
-                if i == READ_TRIES - 1:
-                    raise LogError(str(e)) from None
-                time.sleep(0.2)
-        raise AssertionError("unreachable")
-
-
-class Monitor:
-    """The pods of one run, kept up to date poll by poll: each :meth:`poll` reads only what the
-    rank logs appended since the previous one (a log that did not change is not even opened), so
-    a poll costs the same at the start of a run and after 10^5 rows per rank."""
-
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        self.trackers: dict[int, _Tracker] = {}
-        self.config: dict[str, Any] = {}
-
-    def poll(self) -> list[PodStatus]:
-        """Every rank's state now (a rank whose log appeared since the last poll is added)."""
-        _check_run_dir(self.run_dir)
-        now = time.time()
-        out = []
-        for r, p in find_rank_logs(self.run_dir).items():
-            t = self.trackers.get(r)
-            if t is None or t.path != p:
-                t = self.trackers[r] = _Tracker(r, p)
-            out.append(t.poll(now))
-        if not self.config:
-            self.config = _load_config(self.run_dir, self)
-        return out
-
-    @property
-    def rows_read(self) -> int:
-        """Log rows read so far, over every rank and group (what the incremental reading saves is
-        what this does not count)."""
-        return sum(t.tail.rows_read for t in self.trackers.values())
-
-    def job_ids(self) -> list[str]:
-        """The Slurm job ids the ranks' logs name (their latest start), ``<array>_<task>`` for an array task."""
-        ids = []
-        for t in self.trackers.values():
-            ids_ = ((t.tail.attrs or {}).get("slurm") or {})
-            if isinstance(ids_, dict) and ids_.get("SLURM_JOB_ID"):
-                ids.append(job_id({str(k): str(v) for k, v in ids_.items()}))
-        return list(dict.fromkeys(ids))
-
-
-def pod_statuses(run_dir: str | Path) -> list[PodStatus]:
-    """The state of every rank of a run, read from its logs (also while they are written)."""
-    return Monitor(run_dir).poll()
 
 
 # ---------------------------------------------------------------------- formatting
@@ -276,7 +54,9 @@ def _table(header: list[str], rows: list[list[str]], left: tuple[int, ...] = ())
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return [line(header), *(line(r) for r in rows)]
 
@@ -289,22 +69,6 @@ def _age(s: float) -> str:
     if not math.isfinite(s):
         return "-"
     return (f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.0f}h") + " ago"
-
-
-def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:
-    try:
-        import yaml
-
-        cfg = yaml.safe_load(RunDir(run_dir).config.read_text())
-        if isinstance(cfg, dict):
-            return cfg
-    except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too
-        pass
-    for t in monitor.trackers.values():  # no config.yaml (copied logs only): the logs carry the config too
-        cfg = (t.tail.attrs or {}).get("config")
-        if isinstance(cfg, dict):
-            return cfg
-    return {}
 
 
 def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str]:
@@ -321,29 +85,33 @@ def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str
         board = Leaderboard(root)  # the directory exists, so nothing is created
         entries = board.list()
     now = time.time()
-    kept = f"top {tcfg.get('top_k', '?')} of each kind of agent kept" if cfg.get("population") else \
-        f"top {tcfg.get('top_k', '?')} kept"
+    kept = (
+        f"top {tcfg.get('top_k', '?')} of each kind of agent kept"
+        if cfg.get("population")
+        else f"top {tcfg.get('top_k', '?')} kept"
+    )
     lines = [f"leaderboard {root} ({len(entries)} entries, {kept})"]
-    rows = [[str(i + 1), _num(e.score), f"{e.env_steps:,}" if e.env_steps is not None else "-",
-             "-" if e.pod is None else str(e.pod), "-" if e.round is None else str(e.round),
-             str(e.meta.get("algo") or "ppo"), e.job or "-", _age(now - e.created) if e.created else "-", e.id]
-            for i, e in enumerate(entries[:top])]
-    lines += ["  " + s for s in _table(["#", "score", "env steps", "pod", "round", "algo", "job", "age", "entry"], rows,
-                                        left=(5, 6, 8))]
+    rows = [
+        [
+            str(i + 1),
+            _num(e.score),
+            f"{e.env_steps:,}" if e.env_steps is not None else "-",
+            "-" if e.pod is None else str(e.pod),
+            "-" if e.round is None else str(e.round),
+            str(e.meta.get("algo") or "ppo"),
+            e.job or "-",
+            _age(now - e.created) if e.created else "-",
+            e.id,
+        ]
+        for i, e in enumerate(entries[:top])
+    ]
+    lines += [
+        "  " + s
+        for s in _table(
+            ["#", "score", "env steps", "pod", "round", "algo", "job", "age", "entry"], rows, left=(5, 6, 8)
+        )
+    ]
     return lines
-
-
-def pod_state(p: PodStatus, total: int, ended: bool) -> str:
-    """``unreadable`` (its log), ``done`` (trained its budget), ``stalled`` (no log write for
-    STALE_S and the run has not ended), ``stopped`` (the run ended before it was done) or
-    ``running``."""
-    if p.error:
-        return "unreadable"
-    if total and p.env_steps >= total:
-        return "done"
-    if ended:
-        return "stopped"
-    return "stalled" if p.age_s > STALE_S else "running"
 
 
 def _pod_rows(pods: list[PodStatus], total: int) -> list[list[str]]:
@@ -353,14 +121,37 @@ def _pod_rows(pods: list[PodStatus], total: int) -> list[list[str]]:
             rows.append([str(p.rank), "-", "-", "-", "-", "-", "-", "-", "-", _age(p.age_s), f"unreadable: {p.error}"])
             continue
         pct = f" ({100 * p.env_steps / total:.0f}%)" if total else ""
-        rows.append([str(p.rank), "-" if p.seed is None else str(p.seed), "-" if p.rounds is None else str(p.rounds),
-                     f"{p.env_steps:,}{pct}", _num(p.steps_per_s, "{:,.0f}"), _num(p.last_eval), _num(p.best_eval),
-                     p.algo or "-", _num(p.wall_s, "{:.0f}s"), _age(p.age_s), p.last_action or "-"])
+        rows.append(
+            [
+                str(p.rank),
+                "-" if p.seed is None else str(p.seed),
+                "-" if p.rounds is None else str(p.rounds),
+                f"{p.env_steps:,}{pct}",
+                _num(p.steps_per_s, "{:,.0f}"),
+                _num(p.last_eval),
+                _num(p.best_eval),
+                p.algo or "-",
+                _num(p.wall_s, "{:.0f}s"),
+                _age(p.age_s),
+                p.last_action or "-",
+            ]
+        )
     return rows
 
 
-POD_HEADER = ["rank", "seed", "rounds", "env steps", "steps/s", "last eval", "best eval", "algo", "train time",
-              "log written", "last tournament action"]
+POD_HEADER = [
+    "rank",
+    "seed",
+    "rounds",
+    "env steps",
+    "steps/s",
+    "last eval",
+    "best eval",
+    "algo",
+    "train time",
+    "log written",
+    "last tournament action",
+]
 
 
 def _ranks_text(ranks: list[int], most: int = 8) -> str:
@@ -386,23 +177,33 @@ def _aggregate_lines(pods: list[PodStatus], total: int, ended: bool, world: int 
         return lines
     qs = (0, 10, 50, 90, 100)
     rows = []
-    for name, vals, fmt in (("env steps", [p.env_steps for p in ok], "{:,.0f}"),
-                            ("steps/s", [p.steps_per_s for p in ok], "{:,.0f}"),
-                            ("last eval", [p.last_eval for p in ok], "{:.1f}"),
-                            ("best eval", [p.best_eval for p in ok], "{:.1f}"),
-                            ("rounds", [math.nan if p.rounds is None else p.rounds for p in ok], "{:.0f}")):
+    for name, vals, fmt in (
+        ("env steps", [p.env_steps for p in ok], "{:,.0f}"),
+        ("steps/s", [p.steps_per_s for p in ok], "{:,.0f}"),
+        ("last eval", [p.last_eval for p in ok], "{:.1f}"),
+        ("best eval", [p.best_eval for p in ok], "{:.1f}"),
+        ("rounds", [math.nan if p.rounds is None else p.rounds for p in ok], "{:.0f}"),
+    ):
         a = np.asarray(vals, dtype=float)
         a = a[np.isfinite(a)]
         if not len(a):
             continue
         rows.append([name, *(fmt.format(v) for v in np.percentile(a, qs)), f"{len(a)}"])
     if rows:
-        lines += ["  " + x for x in _table(["over pods", "min", "p10", "median", "p90", "max", "pods"], rows, left=(0,))]
+        lines += [
+            "  " + x for x in _table(["over pods", "min", "p10", "median", "p90", "max", "pods"], rows, left=(0,))
+        ]
     return lines
 
 
-def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None, top_pods: int = TOP_PODS,
-           monitor: Monitor | None = None, slurm: Callable[[list[str]], dict[str, Any]] | None = None) -> str:
+def render(
+    run_dir: str | Path,
+    top: int = TOP_ENTRIES,
+    pods: bool | None = None,
+    top_pods: int = TOP_PODS,
+    monitor: Monitor | None = None,
+    slurm: Callable[[list[str]], dict[str, Any]] | None = None,
+) -> str:
     """The status of a run as text: header, pods, total, leaderboard, Slurm, summary (once the run has ended).
 
     ``pods``: a row for every pod (True), or aggregates and the ``top_pods`` best pods only
@@ -412,7 +213,7 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None
     poll). Raises :class:`StatusError` if ``run_dir`` is not a run directory.
     """
     run_dir = Path(run_dir)
-    _check_run_dir(run_dir)
+    check_run_dir(run_dir)
     monitor = monitor if monitor is not None else Monitor(run_dir)
     summary: dict[str, Any] | None = None
     summary_path = RunDir(run_dir).summary
@@ -437,17 +238,27 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None
     else:
         state = "stopped early (checkpointed; run again to resume)"
     task = (cfg.get("env") or {}).get("name", "?")
-    lines = [f"run {run_dir}  [{cfg.get('name', '?')}: {task}, {len(statuses)} pod{'s' * (len(statuses) != 1)}, "
-             f"tournament {mode}]  {state}  at {time.strftime('%H:%M:%S')}"]
+    lines = [
+        f"run {run_dir}  [{cfg.get('name', '?')}: {task}, {len(statuses)} pod{'s' * (len(statuses) != 1)}, "
+        f"tournament {mode}]  {state}  at {time.strftime('%H:%M:%S')}"
+    ]
     every = len(statuses) <= POD_ROWS if pods is None else pods
-    world = max((int((t.tail.attrs or {}).get("pool_size") or (t.tail.attrs or {}).get("world_size") or 0)
-                 for t in monitor.trackers.values()), default=0)  # the pool's pods (all its jobs)
+    world = max(
+        (
+            int((t.tail.attrs or {}).get("pool_size") or (t.tail.attrs or {}).get("world_size") or 0)
+            for t in monitor.trackers.values()
+        ),
+        default=0,
+    )  # the pool's pods (all its jobs)
     if len(statuses) > 1 or world > len(statuses):
         agg = _aggregate_lines(statuses, total, summary is not None, world)
         lines += ["", *(agg if not every or len(statuses) > POD_ROWS else agg[:1])]  # a few pods: their rows say it
     ok = [p for p in statuses if not p.error]
-    shown = statuses if every else sorted(
-        ok, key=lambda p: (-p.best_eval if math.isfinite(p.best_eval) else math.inf, p.rank))[:top_pods]
+    shown = (
+        statuses
+        if every
+        else sorted(ok, key=lambda p: (-p.best_eval if math.isfinite(p.best_eval) else math.inf, p.rank))[:top_pods]
+    )
     rows = _pod_rows(shown, total)
     if len(statuses) > 1:
         best = max((p for p in ok if math.isfinite(p.best_eval)), key=lambda p: p.best_eval, default=None)
@@ -456,12 +267,25 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None
             # the run's verdict: every pod once more on one common set (eval.final_episodes)
             lo, hi = summary.get("best_return_ci95") or (None, None)
             best_cell = _num(summary["best_return"])
-            best_note = (f"best: pod {summary.get('best_pod')} (verdict: {summary['final_episodes']} episodes on common "
-                         f"start states, 95% [{_num(lo)}, {_num(hi)}])")
-        rows.append(["all", "", "", f"{sum(p.env_steps for p in ok):,}",
-                     _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
-                     _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
-                     best_cell, "", "", "", best_note])
+            best_note = (
+                f"best: pod {summary.get('best_pod')} (verdict: {summary['final_episodes']} episodes on common "
+                f"start states, 95% [{_num(lo)}, {_num(hi)}])"
+            )
+        rows.append(
+            [
+                "all",
+                "",
+                "",
+                f"{sum(p.env_steps for p in ok):,}",
+                _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
+                _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
+                best_cell,
+                "",
+                "",
+                "",
+                best_note,
+            ]
+        )
     lines.append("")
     if not every:
         lines.append(f"top {len(shown)} of {len(statuses)} pods by best eval (--pods: every pod's row)")
@@ -474,8 +298,11 @@ def render(run_dir: str | Path, top: int = TOP_ENTRIES, pods: bool | None = None
         lines += ["", *_slurm_lines(jobs, slurm)]
     if summary is not None:
         keys = ("env_steps", "wall_s", "steps_per_s", "best_return", "final_return", "best_pod", "rounds")
-        parts = [f"{k} {summary[k]:,.1f}" if isinstance(summary.get(k), float) else f"{k} {summary[k]}"
-                 for k in keys if k in summary and summary[k] is not None]
+        parts = [
+            f"{k} {summary[k]:,.1f}" if isinstance(summary.get(k), float) else f"{k} {summary[k]}"
+            for k in keys
+            if k in summary and summary[k] is not None
+        ]
         lines += ["", "summary: " + ", ".join(parts)]
     return "\n".join(lines) + "\n"
 
@@ -506,8 +333,9 @@ def _slurm_lines(jobs: list[str], ask: Callable[[list[str]], dict[str, Any]] | N
     return out
 
 
-def status(run_dir: str | Path, watch: float = 0, out: TextIO | None = None, pods: bool | None = None,
-           top_pods: int = TOP_PODS) -> int:
+def status(
+    run_dir: str | Path, watch: float = 0, out: TextIO | None = None, pods: bool | None = None, top_pods: int = TOP_PODS
+) -> int:
     """Print the status of a run to ``out`` (default stdout); with ``watch > 0`` refresh every
     ``watch`` seconds (clearing the screen when ``out`` is a terminal). ``pods``/``top_pods``: as
     :func:`render`'s. A watcher keeps one :class:`Monitor`: each refresh reads only the log rows
@@ -560,14 +388,30 @@ def status(run_dir: str | Path, watch: float = 0, out: TextIO | None = None, pod
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``podracer status`` (for the CLI's subparser)."""
     p.add_argument("run_dir", help="run directory (podracer train --run-dir)")
-    p.add_argument("--watch", type=float, default=0, metavar="SECONDS",
-                   help="refresh every SECONDS until interrupted or until the run ends (each refresh reads only "
-                        "the log rows appended since the last one)")
-    p.add_argument("--pods", "--all", action="store_true", dest="pods", default=None,
-                   help=f"a row for every pod (default: up to {POD_ROWS} pods; beyond, counts, percentiles over the "
-                        "pods and the top pods only)")
-    p.add_argument("--top", type=int, default=TOP_PODS, metavar="N",
-                   help=f"pods shown beside the aggregates of a large pool, best evaluation first (default {TOP_PODS})")
+    p.add_argument(
+        "--watch",
+        type=float,
+        default=0,
+        metavar="SECONDS",
+        help="refresh every SECONDS until interrupted or until the run ends (each refresh reads only "
+        "the log rows appended since the last one)",
+    )
+    p.add_argument(
+        "--pods",
+        "--all",
+        action="store_true",
+        dest="pods",
+        default=None,
+        help=f"a row for every pod (default: up to {POD_ROWS} pods; beyond, counts, percentiles over the "
+        "pods and the top pods only)",
+    )
+    p.add_argument(
+        "--top",
+        type=int,
+        default=TOP_PODS,
+        metavar="N",
+        help=f"pods shown beside the aggregates of a large pool, best evaluation first (default {TOP_PODS})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {"DataError": ".data", "MarketData": ".data", "from_arrays": ".data", "load_market": ".data",
-         "Market": ".env", "StockTradingEnv": ".env", "TradingOptions": ".task", "get_market": ".env",
-         "synthetic_history": ".synthetic", "synthetic_market": ".synthetic"}
+_LAZY = {
+    "DataError": ".data",
+    "MarketData": ".data",
+    "from_arrays": ".data",
+    "load_market": ".data",
+    "Market": ".env",
+    "StockTradingEnv": ".env",
+    "TradingOptions": ".task",
+    "get_market": ".env",
+    "synthetic_history": ".synthetic",
+    "synthetic_market": ".synthetic",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -22,5 +31,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DataError", "MarketData", "from_arrays", "load_market", "Market", "StockTradingEnv", "TradingOptions",
-           "get_market", "synthetic_history", "synthetic_market"]
+__all__ = [
+    "DataError",
+    "MarketData",
+    "from_arrays",
+    "load_market",
+    "Market",
+    "StockTradingEnv",
+    "TradingOptions",
+    "get_market",
+    "synthetic_history",
+    "synthetic_market",
+]

@@ -52,8 +52,9 @@ import numpy as np
 import torch
 
 import podracer_hpc.trading.indicators as ind  # (not "from . import": that names the package, a circle)
-from podracer_hpc.trading.data import FIELDS, DataError, MarketData, align, read_rows
-from podracer_hpc.trading.fields import MarketSource, market_source
+from podracer_hpc.trading.data import MarketData, align
+from podracer_hpc.trading.fields import FIELDS, DataError, MarketSource, market_source
+from podracer_hpc.trading.readers import read_rows
 
 CACHE_ENV = "PODRACER_MARKET_CACHE"
 FORMAT = 1  # the file layout; bump when the datasets or attributes change
@@ -87,11 +88,20 @@ class PreparedMarket:
     seconds: float  # time this call took
 
 
-def _options(src: MarketSource, stocks: Sequence[str], turbulence_window: int, dtype: torch.dtype, key: str) -> dict[str, Any]:
+def _options(
+    src: MarketSource, stocks: Sequence[str], turbulence_window: int, dtype: torch.dtype, key: str
+) -> dict[str, Any]:
     w = int(turbulence_window)
-    return {"format": FORMAT, "data": str(src.path.resolve()), "stocks": list(stocks), "turbulence_window": w if w >= 2 else 0,
-            "dtype": _obs_dtype_name(dtype), "key": key, "min_coverage": MIN_COVERAGE,
-            "min_date_coverage": MIN_DATE_COVERAGE}
+    return {
+        "format": FORMAT,
+        "data": str(src.path.resolve()),
+        "stocks": list(stocks),
+        "turbulence_window": w if w >= 2 else 0,
+        "dtype": _obs_dtype_name(dtype),
+        "key": key,
+        "min_coverage": MIN_COVERAGE,
+        "min_date_coverage": MIN_DATE_COVERAGE,
+    }
 
 
 def _obs_dtype_name(dtype: torch.dtype) -> str:
@@ -107,8 +117,14 @@ def _cache_dir(src: Path, cache_dir: str | os.PathLike | None, in_package: bool 
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "podracer-hpc" / "markets"
 
 
-def cache_path(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
-               dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = "") -> Path:
+def cache_path(
+    data: str | os.PathLike | MarketSource,
+    stocks: Sequence[str] = (),
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float32,
+    cache_dir: str | os.PathLike | None = None,
+    key: str = "",
+) -> Path:
     """The cache file of a data file and the options that change its preparation."""
     src = market_source(data)
     return _cache_file(src, _options(src, stocks, turbulence_window, dtype, key), cache_dir)
@@ -165,43 +181,62 @@ def _read(path: Path, src: MarketSource, opts: dict[str, Any], t0: float) -> tup
         md = MarketData(
             dates=arrays["dates"].view("datetime64[s]"),
             tickers=[x.decode() if isinstance(x, bytes) else str(x) for x in arrays["tickers"]],
-            **{f: t(f) for f in FIELDS}, valid=t("valid"),
-            notes=list(attrs.get("notes") or []), meta={"source": str(attrs.get("source", src.path)), "cache": str(path)},
+            **{f: t(f) for f in FIELDS},
+            valid=t("valid"),
+            notes=list(attrs.get("notes") or []),
+            meta={"source": str(attrs.get("source", src.path)), "cache": str(path)},
         )
-        return PreparedMarket(md, t("market_obs"), t("turbulence"), int(attrs["fingerprint"]), path, False,
-                              time.perf_counter() - t0), ""
+        return PreparedMarket(
+            md, t("market_obs"), t("turbulence"), int(attrs["fingerprint"]), path, False, time.perf_counter() - t0
+        ), ""
     except KeyError as e:
         return None, f"incomplete (no {e})"
 
 
-def _say_to_stderr(prefix: str) -> Progress:
+def say_to_stderr(prefix: str) -> Progress:
     """Progress lines: wall seconds and this process's CPU seconds so far, then the message."""
     t0, c0 = time.perf_counter(), time.process_time()
 
     def say(msg: str) -> None:
-        print(f"{prefix} {time.perf_counter() - t0:7.1f}s ({time.process_time() - c0:6.1f}s CPU)  {msg}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{prefix} {time.perf_counter() - t0:7.1f}s ({time.process_time() - c0:6.1f}s CPU)  {msg}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return say
 
 
-def prepare(src: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
-            dtype: torch.dtype = torch.float32, key: str = "", progress: Progress | None = None
-            ) -> tuple[MarketData, torch.Tensor, torch.Tensor]:
+def prepare(
+    src: str | os.PathLike | MarketSource,
+    stocks: Sequence[str] = (),
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float32,
+    key: str = "",
+    progress: Progress | None = None,
+) -> tuple[MarketData, torch.Tensor, torch.Tensor]:
     """Read, align and compute the features of a data file (no cache): (market, market_obs, turbulence)."""
     say = progress or (lambda _m: None)
     src = market_source(src)
     say(f"reading {src.path} ({src.path.stat().st_size / 1e6:,.1f} MB)")
     rows = read_rows(src, key)
-    say(f"read {len(rows):,} bars of {len(rows.tick_names):,} tickers{' (wide file: closes only)' if rows.wide else ''}")
+    say(
+        f"read {len(rows):,} bars of {len(rows.tick_names):,} tickers{' (wide file: closes only)' if rows.wide else ''}"
+    )
     md = align(rows, list(stocks) or None, min_coverage=MIN_COVERAGE, min_date_coverage=MIN_DATE_COVERAGE)
     del rows
     say(f"aligned: {md.num_days:,} times x {md.num_stocks} tickers" + "".join(f"; {n}" for n in md.notes))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the indicators and the turbulence index run in two threads of their own
     try:
-        obs, turb = ind.market_features(md.high, md.low, md.close, turbulence_window,
-                                        torch.float64 if dtype == torch.float64 else torch.float32, progress=say)
+        obs, turb = ind.market_features(
+            md.high,
+            md.low,
+            md.close,
+            turbulence_window,
+            torch.float64 if dtype == torch.float64 else torch.float32,
+            progress=say,
+        )
     finally:
         torch.set_num_threads(threads)
     return md, obs, turb
@@ -212,12 +247,18 @@ def _write(path: Path, md: MarketData, obs: torch.Tensor, turb: torch.Tensor, at
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        write_arrays(tmp, {
-            "dates": md.dates.astype("datetime64[s]").astype(np.int64),
-            "tickers": np.asarray(md.tickers, dtype=object),
-            **{f: getattr(md, f).numpy() for f in FIELDS}, "valid": md.valid.numpy(),
-            "market_obs": obs.numpy(), "turbulence": turb.numpy(),
-        }, attrs)
+        write_arrays(
+            tmp,
+            {
+                "dates": md.dates.astype("datetime64[s]").astype(np.int64),
+                "tickers": np.asarray(md.tickers, dtype=object),
+                **{f: getattr(md, f).numpy() for f in FIELDS},
+                "valid": md.valid.numpy(),
+                "market_obs": obs.numpy(),
+                "turbulence": turb.numpy(),
+            },
+            attrs,
+        )
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -242,8 +283,10 @@ class _Lock:
                 return self
             except OSError as e:
                 if e.errno not in (errno.EACCES, errno.EAGAIN):  # no locks on this filesystem: go on without
-                    self.say(f"cannot lock {self.path} ({e.strerror}); preparing without a lock (other "
-                             "processes may prepare the same market at the same time)")
+                    self.say(
+                        f"cannot lock {self.path} ({e.strerror}); preparing without a lock (other "
+                        "processes may prepare the same market at the same time)"
+                    )
                     return self
             if waited - told >= 30 or not told:
                 self.say(f"waiting for {self.path}: another process is preparing this market")
@@ -257,9 +300,16 @@ class _Lock:
             self.fd = -1
 
 
-def open_market(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
-                dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = "",
-                progress: Progress | None = None, force: bool = False) -> PreparedMarket:
+def open_market(
+    data: str | os.PathLike | MarketSource,
+    stocks: Sequence[str] = (),
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float32,
+    cache_dir: str | os.PathLike | None = None,
+    key: str = "",
+    progress: Progress | None = None,
+    force: bool = False,
+) -> PreparedMarket:
     """The prepared market of a data file: read from its cache, or prepared (once, under a lock) and cached.
 
     ``stocks`` selects and orders tickers as :func:`~.data.load_market` does; ``dtype`` is the
@@ -274,14 +324,16 @@ def open_market(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = 
         m, _ = _read(path, src, opts, t0)
         if m is not None:
             return m
-    say = progress or _say_to_stderr("[podracer data]")
+    say = progress or say_to_stderr("[podracer data]")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = _Lock(path, say)
         lock.__enter__()
     except OSError as e:
-        say(f"cannot write the market cache in {path.parent} ({e.strerror or e}); preparing in memory "
-            f"(set {CACHE_ENV} or --cache-dir to a writable directory to share it)")
+        say(
+            f"cannot write the market cache in {path.parent} ({e.strerror or e}); preparing in memory "
+            f"(set {CACHE_ENV} or --cache-dir to a writable directory to share it)"
+        )
         md, obs, turb = prepare(src, stocks, turbulence_window, dtype, key, say)
         return PreparedMarket(md, obs, turb, md.fingerprint(), None, True, time.perf_counter() - t0)
     try:
@@ -294,9 +346,17 @@ def open_market(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = 
         say(f"preparing {path.name} ({why})")
         identity = file_identity(src.path)
         md, obs, turb = prepare(src, stocks, turbulence_window, dtype, key, say)
-        attrs = {"format": FORMAT, "options": opts, "code_version": code_version(), **identity,
-                 "fingerprint": md.fingerprint(), "notes": md.notes, "source": str(src.path),
-                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename}
+        attrs = {
+            "format": FORMAT,
+            "options": opts,
+            "code_version": code_version(),
+            **identity,
+            "fingerprint": md.fingerprint(),
+            "notes": md.notes,
+            "source": str(src.path),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "host": os.uname().nodename,
+        }
         try:
             _write(path, md, obs, turb, attrs)
         except OSError as e:  # full, quota, read-only: the market is ready, only sharing it failed
@@ -312,9 +372,14 @@ def open_market(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = 
     return m
 
 
-def read_fresh(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
-               dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = ""
-               ) -> tuple[Path, PreparedMarket | None, str]:
+def read_fresh(
+    data: str | os.PathLike | MarketSource,
+    stocks: Sequence[str] = (),
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float32,
+    cache_dir: str | os.PathLike | None = None,
+    key: str = "",
+) -> tuple[Path, PreparedMarket | None, str]:
     """(cache file, its prepared market if it is there and fresh else None, 'fresh' or why it would be
     prepared again), preparing nothing: the data file's identity is checked once, and a caller that
     goes on to use a fresh market reads no file again."""
@@ -325,13 +390,27 @@ def read_fresh(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (
     return path, m, "fresh" if m is not None else why
 
 
-def cache_status(data: str | os.PathLike | MarketSource, stocks: Sequence[str] = (), turbulence_window: int = 252,
-                 dtype: torch.dtype = torch.float32, cache_dir: str | os.PathLike | None = None, key: str = ""
-                 ) -> tuple[Path, str]:
+def cache_status(
+    data: str | os.PathLike | MarketSource,
+    stocks: Sequence[str] = (),
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float32,
+    cache_dir: str | os.PathLike | None = None,
+    key: str = "",
+) -> tuple[Path, str]:
     """(cache file, 'fresh' or why it would be prepared again) without preparing anything."""
     path, _, state = read_fresh(data, stocks, turbulence_window, dtype, cache_dir, key)
     return path, state
 
 
-__all__ = ["PreparedMarket", "open_market", "prepare", "cache_path", "cache_status", "read_fresh", "code_version", "file_identity",
-           "CACHE_ENV"]
+__all__ = [
+    "PreparedMarket",
+    "open_market",
+    "prepare",
+    "cache_path",
+    "cache_status",
+    "read_fresh",
+    "code_version",
+    "file_identity",
+    "CACHE_ENV",
+]

@@ -52,9 +52,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-
-from podracer_hpc.trading.fields import FIELDS, PKG_PREFIX, TICKER_ALIASES, TIME_ALIASES, DataError, is_daily, parse_time, resolve_data_path, to_datetime64
-from podracer_hpc.trading.readers import _Rows, read_rows  # noqa: F401
+from podracer_hpc.trading.fields import (
+    FIELDS,
+    DataError,
+    is_daily,
+    parse_time,
+    resolve_data_path,
+    to_datetime64,
+)
+from podracer_hpc.trading.readers import Rows, read_rows
 
 
 # --------------------------------------------------------------------------------------
@@ -116,14 +122,20 @@ class MarketData:
             raise DataError(f"tickers not in the data: {', '.join(missing)} (it has {', '.join(self.tickers)})")
         idx = torch.tensor([self.tickers.index(t) for t in tickers], dtype=torch.int64)
         return dataclasses.replace(
-            self, tickers=list(tickers), notes=list(self.notes), meta=dict(self.meta),
+            self,
+            tickers=list(tickers),
+            notes=list(self.notes),
+            meta=dict(self.meta),
             **{f: getattr(self, f)[:, idx].clone() for f in (*FIELDS, "valid")},
         )
 
     def slice(self, lo: int, hi: int) -> "MarketData":
         """Rows ``lo..hi-1`` of the calendar."""
         return dataclasses.replace(
-            self, dates=self.dates[lo:hi].copy(), notes=list(self.notes), meta=dict(self.meta),
+            self,
+            dates=self.dates[lo:hi].copy(),
+            notes=list(self.notes),
+            meta=dict(self.meta),
             **{f: getattr(self, f)[lo:hi].clone() for f in (*FIELDS, "valid")},
         )
 
@@ -145,8 +157,14 @@ class MarketData:
 # --------------------------------------------------------------------------------------
 # Alignment
 # --------------------------------------------------------------------------------------
-def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None = None, end: str | None = None,
-          min_coverage: float = 0.9, min_date_coverage: float = 0.5) -> MarketData:
+def align(
+    rows: Rows,
+    tickers: Sequence[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    min_coverage: float = 0.9,
+    min_date_coverage: float = 0.5,
+) -> MarketData:
     """Apply the module's alignment policy to validated rows (vectorized: no loop over rows or tickers)."""
     src = rows.source
     notes: list[str] = []
@@ -165,8 +183,10 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
         missing = [t for t in tickers if t not in index]
         if missing:
             names_sorted = sorted(all_names)
-            raise DataError(f"{src}: tickers not in the file: {', '.join(missing)} (it has {', '.join(names_sorted[:20])}"
-                            f"{', ...' if len(names_sorted) > 20 else ''})")
+            raise DataError(
+                f"{src}: tickers not in the file: {', '.join(missing)} (it has {', '.join(names_sorted[:20])}"
+                f"{', ...' if len(names_sorted) > 20 else ''})"
+            )
         new_code = np.full(len(all_names), -1, dtype=np.int64)
         new_code[[index[t] for t in tickers]] = np.arange(len(tickers))
     else:
@@ -199,8 +219,10 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     if (counts > 1).any():  # the same (time, ticker) twice: report the first such pair, in (time, ticker) order
         k0 = int(np.argmax(counts > 1))
         a, b = np.flatnonzero(key == k0)[:2]
-        raise DataError(f"{src}: {where(b)}: a second bar for {names[k0 % S]} at {np.datetime64(int(cal[k0 // S]), 's')} "
-                        f"(the first is at {where(a)})")
+        raise DataError(
+            f"{src}: {where(b)}: a second bar for {names[k0 % S]} at {np.datetime64(int(cal[k0 // S]), 's')} "
+            f"(the first is at {where(a)})"
+        )
     present = (counts > 0).reshape(T, S)
     del counts
     grids = []
@@ -211,12 +233,14 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     del key, tidx, tcodes, kcodes
 
     # 2. stray times
-    listed = (np.maximum.accumulate(present, axis=0) & np.maximum.accumulate(present[::-1], axis=0)[::-1])
+    listed = np.maximum.accumulate(present, axis=0) & np.maximum.accumulate(present[::-1], axis=0)[::-1]
     stray = present.sum(1) < min_date_coverage * listed.sum(1)
     del listed
     if stray.any():
-        notes.append(f"dropped {int(stray.sum())} of {T} times with bars for fewer than "
-                     f"{min_date_coverage:.0%} of the tickers listed then (first {np.datetime64(int(cal[stray][0]), 's')})")
+        notes.append(
+            f"dropped {int(stray.sum())} of {T} times with bars for fewer than "
+            f"{min_date_coverage:.0%} of the tickers listed then (first {np.datetime64(int(cal[stray][0]), 's')})"
+        )
         cal, present = cal[~stray], present[~stray]
         grids = [g[~stray] for g in grids]
     if len(cal) == 0:
@@ -225,15 +249,22 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     cover = present.mean(0)
     sparse = (cover < min_coverage) | (cover == 0)
     if sparse.all():
-        raise DataError(f"{src}: every ticker has bars on fewer than {min_coverage:.0%} of the times "
-                        f"(best: {names[int(np.argmax(cover))]} with {cover.max():.0%}); lower min_coverage")
+        raise DataError(
+            f"{src}: every ticker has bars on fewer than {min_coverage:.0%} of the times "
+            f"(best: {names[int(np.argmax(cover))]} with {cover.max():.0%}); lower min_coverage"
+        )
     if sparse.any():
         if tickers:
             bad = [f"{names[i]} ({cover[i]:.0%})" for i in np.nonzero(sparse)[0]]
-            raise DataError(f"{src}: requested tickers with bars on fewer than {min_coverage:.0%} of the times: "
-                            f"{', '.join(bad)}; drop them or lower min_coverage")
-        notes.append("dropped tickers with bars on fewer than {:.0%} of the times: {}".format(
-            min_coverage, ", ".join(f"{names[i]} ({cover[i]:.0%})" for i in np.nonzero(sparse)[0])))
+            raise DataError(
+                f"{src}: requested tickers with bars on fewer than {min_coverage:.0%} of the times: "
+                f"{', '.join(bad)}; drop them or lower min_coverage"
+            )
+        notes.append(
+            "dropped tickers with bars on fewer than {:.0%} of the times: {}".format(
+                min_coverage, ", ".join(f"{names[i]} ({cover[i]:.0%})" for i in np.nonzero(sparse)[0])
+            )
+        )
         keep_s = ~sparse
         names = [n for n, k in zip(names, keep_s) if k]
         present = present[:, keep_s]
@@ -245,42 +276,57 @@ def align(rows: _Rows, tickers: Sequence[str] | None = None, start: str | None =
     last = T - 1 - present[::-1].argmax(0)
     lo, hi = int(first.max()), int(last.min())
     if lo > hi:
-        raise DataError(f"{src}: the tickers' histories do not overlap ({names[int(first.argmax())]} starts at "
-                        f"{np.datetime64(int(cal[lo]), 's')}, {names[int(last.argmin())]} ends at "
-                        f"{np.datetime64(int(cal[hi]), 's')})")
+        raise DataError(
+            f"{src}: the tickers' histories do not overlap ({names[int(first.argmax())]} starts at "
+            f"{np.datetime64(int(cal[lo]), 's')}, {names[int(last.argmin())]} ends at "
+            f"{np.datetime64(int(cal[hi]), 's')})"
+        )
     if lo > 0 or hi < T - 1:
-        notes.append(f"trimmed to the common span {np.datetime64(int(cal[lo]), 's')} .. "
-                     f"{np.datetime64(int(cal[hi]), 's')} ({lo} leading, {T - 1 - hi} trailing times dropped)")
+        notes.append(
+            f"trimmed to the common span {np.datetime64(int(cal[lo]), 's')} .. "
+            f"{np.datetime64(int(cal[hi]), 's')} ({lo} leading, {T - 1 - hi} trailing times dropped)"
+        )
     # 5. forward fill (from any earlier bar of the ticker, even before lo)
     ffi = np.where(present, np.arange(T)[:, None], -1)
     np.maximum.accumulate(ffi, axis=0, out=ffi)
-    ffi = ffi[lo:hi + 1].clip(min=0)  # rows before a first bar lie before lo
+    ffi = ffi[lo : hi + 1].clip(min=0)  # rows before a first bar lie before lo
     close_ff = np.take_along_axis(grids[3], ffi, axis=0)
     del ffi
-    miss = ~present[lo:hi + 1]
+    miss = ~present[lo : hi + 1]
     fields = []
     for j, g in enumerate(grids):
-        g = g[lo:hi + 1]
+        g = g[lo : hi + 1]
         fields.append(np.where(miss, 0.0 if j == 4 else close_ff, g))
     del grids, close_ff
-    present, cal = present[lo:hi + 1], cal[lo:hi + 1]
+    present, cal = present[lo : hi + 1], cal[lo : hi + 1]
     nfill = miss.sum(0)
     if nfill.any():
         worst = int(np.argmax(nfill))
-        notes.append(f"forward-filled {int(nfill.sum())} missing bars in {int((nfill > 0).sum())} tickers "
-                     f"(most: {names[worst]}, {int(nfill[worst])})")
+        notes.append(
+            f"forward-filled {int(nfill.sum())} missing bars in {int((nfill > 0).sum())} tickers "
+            f"(most: {names[worst]}, {int(nfill[worst])})"
+        )
     if len(cal) < 2:
         raise DataError(f"{src}: fewer than 2 aligned times remain after the alignment ({'; '.join(notes)})")
     return MarketData(
-        dates=cal.astype("datetime64[s]"), tickers=list(names),
+        dates=cal.astype("datetime64[s]"),
+        tickers=list(names),
         **{f: torch.from_numpy(np.ascontiguousarray(x)) for f, x in zip(FIELDS, fields)},
-        valid=torch.from_numpy(np.ascontiguousarray(present)), notes=notes, meta={"source": src},
+        valid=torch.from_numpy(np.ascontiguousarray(present)),
+        notes=notes,
+        meta={"source": src},
     )
 
 
-def load_market(path: str | os.PathLike, tickers: Sequence[str] | None = None, start: str | None = None,
-                end: str | None = None, min_coverage: float = 0.9, min_date_coverage: float = 0.5,
-                key: str = "") -> MarketData:
+def load_market(
+    path: str | os.PathLike,
+    tickers: Sequence[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    min_coverage: float = 0.9,
+    min_date_coverage: float = 0.5,
+    key: str = "",
+) -> MarketData:
     """Read a long- or wide-format file and align it (see the module docstring for the policy).
 
     This parses the file every time; a pod or a backtest opens the prepared-market cache instead
@@ -288,8 +334,16 @@ def load_market(path: str | os.PathLike, tickers: Sequence[str] | None = None, s
     return align(read_rows(path, key), tickers or None, start, end, min_coverage, min_date_coverage)
 
 
-def from_arrays(close: Any, *, open: Any = None, high: Any = None, low: Any = None, volume: Any = None,
-                dates: Any = None, tickers: Sequence[str] | None = None) -> MarketData:
+def from_arrays(
+    close: Any,
+    *,
+    open: Any = None,
+    high: Any = None,
+    low: Any = None,
+    volume: Any = None,
+    dates: Any = None,
+    tickers: Sequence[str] | None = None,
+) -> MarketData:
     """A complete market from ``[T, S]`` arrays (copied; high/low/open default to close, volume to 0)."""
     c = torch.tensor(np.asarray(close, dtype=np.float64))
     if c.ndim != 2:
@@ -304,11 +358,25 @@ def from_arrays(close: Any, *, open: Any = None, high: Any = None, low: Any = No
     return MarketData(
         dates=np.asarray(dates).astype("datetime64[s]"),
         tickers=list(tickers) if tickers else [f"S{i:03d}" for i in range(S)],
-        open=get(open, c), high=get(high, c), low=get(low, c), close=c.clone(),
+        open=get(open, c),
+        high=get(high, c),
+        low=get(low, c),
+        close=c.clone(),
         volume=get(volume, torch.zeros(T, S, dtype=torch.float64)),
         valid=torch.ones(T, S, dtype=torch.bool),
     )
 
 
-__all__ = ["DataError", "MarketData", "load_market", "align", "read_rows", "from_arrays", "parse_time",
-           "resolve_data_path", "to_datetime64", "is_daily", "FIELDS"]
+__all__ = [
+    "DataError",
+    "MarketData",
+    "load_market",
+    "align",
+    "read_rows",
+    "from_arrays",
+    "parse_time",
+    "resolve_data_path",
+    "to_datetime64",
+    "is_daily",
+    "FIELDS",
+]

@@ -44,26 +44,19 @@ assumption).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 import podracer_hpc.trading.indicators as ind  # not "from . import": that reads as needing the package
-
-from podracer_hpc.docfield import F
 from podracer_hpc.envs.base import TorchVecEnv
 from podracer_hpc.envs.registry import options_from
 from podracer_hpc.envs.rng import BatchRNG, draw
 from podracer_hpc.trading.data import MarketData
 from podracer_hpc.trading.fields import MarketSource, market_source
-from podracer_hpc.trading.synthetic import STRUCTURES, synthetic_market
-
-
+from podracer_hpc.trading.synthetic import synthetic_market
 from podracer_hpc.trading.task import ACTIONS, TradingOptions  # noqa: E402,F401  (the declaration, no torch)
-
 
 # --------------------------------------------------------------------------------------
 # The market table shared by every env (computed once per data set and device)
@@ -90,8 +83,9 @@ class Market:
         return self.data.num_stocks
 
 
-def market_features(md: MarketData, turbulence_window: int = 252, device: str | torch.device = "cpu"
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def market_features(
+    md: MarketData, turbulence_window: int = 252, device: str | torch.device = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(market observation ``[T, 9 S + 1]`` float64, turbulence ``[T]``) of a market, computed on ``device``
     (:func:`indicators.market_features`; a data file's market is prepared once and cached instead:
     :mod:`podracer_hpc.trading.cache`).
@@ -102,12 +96,18 @@ def market_features(md: MarketData, turbulence_window: int = 252, device: str | 
     return ind.market_features(md.high.to(dev), md.low.to(dev), md.close.to(dev), turbulence_window)
 
 
-def prepare_market(md: MarketData, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                   turbulence_window: int = 252) -> Market:
+def prepare_market(
+    md: MarketData, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, turbulence_window: int = 252
+) -> Market:
     dev = torch.device(device)
     obs, turb = market_features(md, turbulence_window, dev)
-    return Market(md, md.close.to(dev, torch.float64).contiguous(), obs.to(dev, dtype).contiguous(),
-                  turb.to(dev), md.fingerprint())
+    return Market(
+        md,
+        md.close.to(dev, torch.float64).contiguous(),
+        obs.to(dev, dtype).contiguous(),
+        turb.to(dev),
+        md.fingerprint(),
+    )
 
 
 _CACHE: dict[tuple, Market] = {}
@@ -127,15 +127,27 @@ def _cached_market(key: tuple, build: Any) -> Market:
 def market_of(prepared: Any, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> Market:
     """The env's :class:`Market` (on ``device``) of a prepared market (:class:`cache.PreparedMarket`)."""
     dev = torch.device(device)
-    return Market(prepared.data, prepared.data.close.to(dev, torch.float64), prepared.market_obs.to(dev, dtype),
-                  prepared.turbulence.to(dev), prepared.fingerprint)
+    return Market(
+        prepared.data,
+        prepared.data.close.to(dev, torch.float64),
+        prepared.market_obs.to(dev, dtype),
+        prepared.turbulence.to(dev),
+        prepared.fingerprint,
+    )
 
 
-def get_market(data: str | os.PathLike | MarketSource | MarketData | None = None, stocks: Sequence[str] = (),
-               device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-               turbulence_window: int = 252, synthetic_stocks: int = 30, synthetic_days: int = 1512,
-               synthetic_seed: int = 0, synthetic_structure: str = "momentum",
-               cache_dir: str | os.PathLike | None = None) -> Market:
+def get_market(
+    data: str | os.PathLike | MarketSource | MarketData | None = None,
+    stocks: Sequence[str] = (),
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    turbulence_window: int = 252,
+    synthetic_stocks: int = 30,
+    synthetic_days: int = 1512,
+    synthetic_seed: int = 0,
+    synthetic_structure: str = "momentum",
+    cache_dir: str | os.PathLike | None = None,
+) -> Market:
     """The market of a data file, a :class:`MarketData`, or the synthetic market (``data`` empty).
 
     A data file's market comes from its prepared-market cache (:func:`cache.open_market`: read and
@@ -152,12 +164,31 @@ def get_market(data: str | os.PathLike | MarketSource | MarketData | None = None
 
         src = market_source(data)
         st = src.path.stat()
-        key = ("file", str(src.path.resolve()), st.st_mtime_ns, st.st_size, stocks, str(dev), dtype, turbulence_window,
-               str(cache_dir or ""))
-        return _cached_market(key, lambda: market_of(open_market(src, stocks, turbulence_window, dtype, cache_dir),
-                                                     dev, dtype))
-    key = ("synthetic", synthetic_stocks, synthetic_days, synthetic_seed, synthetic_structure, stocks, str(dev),
-           dtype, turbulence_window)
+        key = (
+            "file",
+            str(src.path.resolve()),
+            st.st_mtime_ns,
+            st.st_size,
+            stocks,
+            str(dev),
+            dtype,
+            turbulence_window,
+            str(cache_dir or ""),
+        )
+        return _cached_market(
+            key, lambda: market_of(open_market(src, stocks, turbulence_window, dtype, cache_dir), dev, dtype)
+        )
+    key = (
+        "synthetic",
+        synthetic_stocks,
+        synthetic_days,
+        synthetic_seed,
+        synthetic_structure,
+        stocks,
+        str(dev),
+        dtype,
+        turbulence_window,
+    )
 
     def build() -> Market:
         md = synthetic_market(synthetic_stocks, synthetic_days, synthetic_seed, synthetic_structure)
@@ -199,8 +230,17 @@ class StockTradingEnv(TorchVecEnv):
             if not (mdev.type == dev.type and (dev.index is None or mdev.index in (None, dev.index))):
                 raise ValueError(f"stock_trading: the market lives on {mdev}, the env on {dev}")
         else:
-            market = get_market(data, o.stocks, dev, dtype, o.turbulence_window, o.synthetic_stocks, o.synthetic_days,
-                                o.synthetic_seed, o.synthetic_structure)
+            market = get_market(
+                data,
+                o.stocks,
+                dev,
+                dtype,
+                o.turbulence_window,
+                o.synthetic_stocks,
+                o.synthetic_days,
+                o.synthetic_seed,
+                o.synthetic_structure,
+            )
         self.market = market
         md = market.data
         S = md.num_stocks
@@ -216,9 +256,11 @@ class StockTradingEnv(TorchVecEnv):
         lo = max(md.index_at_or_after(start) if start else 0, min(int(o.warmup_bars), md.num_days - 2))
         hi = md.index_at_or_before(end) if end else md.num_days - 1
         if hi - lo < 1:
-            raise ValueError(f"stock_trading: the trading window {start or '(data start)'} .. {end or '(data end)'} "
-                             f"holds fewer than 2 bars of the data ({md.date_strings()[0]} .. {md.date_strings()[-1]}, "
-                             f"{md.num_days} bars)")
+            raise ValueError(
+                f"stock_trading: the trading window {start or '(data start)'} .. {end or '(data end)'} "
+                f"holds fewer than 2 bars of the data ({md.date_strings()[0]} .. {md.date_strings()[-1]}, "
+                f"{md.num_days} bars)"
+            )
         self.lo, self.hi = int(lo), int(hi)
         self.window = self.hi - self.lo
         self.max_episode_steps = min(self.max_episode_steps, self.window)
@@ -238,7 +280,7 @@ class StockTradingEnv(TorchVecEnv):
         return state[:, 0]
 
     def holdings(self, state: torch.Tensor) -> torch.Tensor:
-        return state[:, 1:1 + self.num_stocks]
+        return state[:, 1 : 1 + self.num_stocks]
 
     def day(self, state: torch.Tensor) -> torch.Tensor:
         return state[:, 1 + self.num_stocks].long()
@@ -278,8 +320,9 @@ class StockTradingEnv(TorchVecEnv):
         state[:, -1] = day
         return state
 
-    def orders(self, state: torch.Tensor, action: torch.Tensor, p: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def orders(
+        self, state: torch.Tensor, action: torch.Tensor, p: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(shares sold, shares bought) ``[N, S]`` at the current day's close ``p``, by the rules above."""
         sell, buy, _ = self._orders(state, action, p)
         return sell, buy
@@ -292,7 +335,7 @@ class StockTradingEnv(TorchVecEnv):
             if a.shape[1] != 1:
                 raise ValueError(f"stock_trading: action has {a.shape[1]} columns, expected {S} (one per stock) or 1")
             a = a.expand(n, S)
-        cash, hold = state[:, 0], state[:, 1:1 + S]
+        cash, hold = state[:, 0], state[:, 1 : 1 + S]
         if p is None:
             p = self.market.close.index_select(0, state[:, 1 + S].long())
         a = torch.nan_to_num(a.to(torch.float64), nan=0.0)
@@ -323,7 +366,7 @@ class StockTradingEnv(TorchVecEnv):
         """``dynamics`` plus the next day's closes ``[N, S]`` (reused by the observation)."""
         S = self.num_stocks
         close = self.market.close
-        cash, hold, day_f = state[:, 0], state[:, 1:1 + S], state[:, 1 + S]
+        cash, hold, day_f = state[:, 0], state[:, 1 : 1 + S], state[:, 1 + S]
         day = day_f.long()
         p = close.index_select(0, day)
         p1 = close.index_select(0, day + 1)
@@ -334,7 +377,7 @@ class StockTradingEnv(TorchVecEnv):
             next_state = torch.cat([new_cash[:, None], new_hold, (day_f + 1.0)[:, None]], 1)
         else:  # eager: written in place, one allocation
             next_state = torch.empty_like(state)
-            new_hold = torch.add(hold, buy.sub_(sell), out=next_state[:, 1:1 + S])
+            new_hold = torch.add(hold, buy.sub_(sell), out=next_state[:, 1 : 1 + S])
             next_state[:, 0] = new_cash
             next_state[:, 1 + S] = day_f + 1.0
         v0 = cash + torch.linalg.vecdot(hold, p)
@@ -355,15 +398,21 @@ class StockTradingEnv(TorchVecEnv):
         inv = 1.0 / self.initial_cash
         mo = self.market.market_obs
         if torch.compiler.is_compiling():  # no out= into a strided view under torch.compile
-            return torch.cat([(state[:, :1] * inv).to(self.obs_dtype), (state[:, 1:1 + S] * p * inv).to(self.obs_dtype),
-                              mo.index_select(0, day).to(self.obs_dtype)], 1)
+            return torch.cat(
+                [
+                    (state[:, :1] * inv).to(self.obs_dtype),
+                    (state[:, 1 : 1 + S] * p * inv).to(self.obs_dtype),
+                    mo.index_select(0, day).to(self.obs_dtype),
+                ],
+                1,
+            )
         obs = torch.empty(state.shape[0], self.obs_dim, dtype=self.obs_dtype, device=state.device)
         obs[:, 0] = state[:, 0] * inv
-        obs[:, 1:1 + S] = torch.mul(state[:, 1:1 + S], p).mul_(inv)
+        obs[:, 1 : 1 + S] = torch.mul(state[:, 1 : 1 + S], p).mul_(inv)
         if mo.dtype == self.obs_dtype:
-            torch.index_select(mo, 0, day, out=obs[:, 1 + S:])
+            torch.index_select(mo, 0, day, out=obs[:, 1 + S :])
         else:
-            obs[:, 1 + S:] = mo.index_select(0, day)
+            obs[:, 1 + S :] = mo.index_select(0, day)
         return obs
 
     # --- the protocol (as TorchVecEnv, with one random draw per restart) ----------------
@@ -388,14 +437,28 @@ class StockTradingEnv(TorchVecEnv):
         u, counter = draw(key, counter, 1, done, torch.float64)
         new_state = torch.where(done[:, None], self.initial_state(u), next_state)
         obs = torch.where(done[:, None], self.observe(new_state), final_obs)
-        return (new_state, torch.where(done, 0, t), torch.where(done, 0.0, ep_ret), counter, obs,
-                reward.to(self.obs_dtype), terminated, truncated, final_obs, done, ep_ret, t)
+        return (
+            new_state,
+            torch.where(done, 0, t),
+            torch.where(done, 0.0, ep_ret),
+            counter,
+            obs,
+            reward.to(self.obs_dtype),
+            terminated,
+            truncated,
+            final_obs,
+            done,
+            ep_ret,
+            t,
+        )
 
     def step(self, action: torch.Tensor):
         if self._compiled_step is not None:
             return super().step(action)
         if self.device.type != "cpu":  # branch-free: no host sync
-            return self._apply(self.pure_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action))
+            return self._apply(
+                self.pure_step(self.state, self.t, self.ep_return, self.rng.key, self.rng.counter, action)
+            )
         # CPU: checking on the host is free, so only finished envs are restarted and observed again
         next_state, reward, terminated, p1 = self._dynamics(self.state, action)
         t = self.t + 1
@@ -430,11 +493,15 @@ class StockTradingEnv(TorchVecEnv):
 
     def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         if "data_id" in sd and int(sd["data_id"]) != int(self.data_id):
-            raise ValueError("stock_trading: the env state was saved on other market data (data file, stocks or "
-                             "synthetic market changed since the checkpoint)")
+            raise ValueError(
+                "stock_trading: the env state was saved on other market data (data file, stocks or "
+                "synthetic market changed since the checkpoint)"
+            )
         if "window" in sd and sd["window"].tolist() != [self.lo, self.hi]:
-            raise ValueError(f"stock_trading: the env state was saved for trading window days {sd['window'].tolist()}, "
-                             f"this env trades days {[self.lo, self.hi]} (env.trading.start/end changed?)")
+            raise ValueError(
+                f"stock_trading: the env state was saved for trading window days {sd['window'].tolist()}, "
+                f"this env trades days {[self.lo, self.hi]} (env.trading.start/end changed?)"
+            )
         super().load_state_dict({k: v for k, v in sd.items() if k not in ("data_id", "window", "tickers")})
 
 
@@ -446,6 +513,14 @@ def tickers_from_state(sd: dict[str, torch.Tensor]) -> list[str] | None:
     return bytes(t.to("cpu", torch.uint8).tolist()).decode().split("\n")
 
 
-
-__all__ = ["StockTradingEnv", "TradingOptions", "tickers_from_state", "Market", "get_market", "market_of", "prepare_market",
-           "market_features", "OBS_FEATURES"]
+__all__ = [
+    "StockTradingEnv",
+    "TradingOptions",
+    "tickers_from_state",
+    "Market",
+    "get_market",
+    "market_of",
+    "prepare_market",
+    "market_features",
+    "OBS_FEATURES",
+]

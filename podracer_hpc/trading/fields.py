@@ -11,8 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FIELDS", "PKG_PREFIX", "TICKER_ALIASES", "TIME_ALIASES", "DataError", "MarketSource", "is_daily",
-           "market_source", "parse_time", "resolve_data_path", "to_datetime64"]
+__all__ = [
+    "FIELDS",
+    "PKG_PREFIX",
+    "TICKER_ALIASES",
+    "TIME_ALIASES",
+    "DataError",
+    "MarketSource",
+    "is_daily",
+    "market_source",
+    "parse_time",
+    "resolve_data_path",
+    "to_datetime64",
+]
 
 FIELDS = ("open", "high", "low", "close", "volume")
 TIME_ALIASES = ("date", "timestamp", "datetime", "time")
@@ -27,7 +38,7 @@ class DataError(ValueError):
 # --------------------------------------------------------------------------------------
 # Times
 # --------------------------------------------------------------------------------------
-def _parse_time_cached(cache: dict[str, int], text: str, where: str, hint: str = "") -> int:
+def parse_time_cached(cache: dict[str, int], text: str, where: str, hint: str = "") -> int:
     """:func:`parse_time` memoized per file (each time repeats once per ticker); a bad time raises
     DataError naming ``where``."""
     t = cache.get(text)
@@ -81,17 +92,21 @@ def resolve_data_path(spec: str | os.PathLike) -> Path:
     s = os.fspath(spec)
     if not s.startswith(PKG_PREFIX):
         return Path(s).expanduser()
-    pkg, _, rel = s[len(PKG_PREFIX):].strip("/").partition("/")
+    pkg, _, rel = s[len(PKG_PREFIX) :].strip("/").partition("/")
     if not pkg or not rel:
-        raise DataError(f"{s}: expected pkg:PACKAGE/path/inside/it, e.g. pkg:skfolio/datasets/data/sp500_dataset.csv.gz")
+        raise DataError(
+            f"{s}: expected pkg:PACKAGE/path/inside/it, e.g. pkg:skfolio/datasets/data/sp500_dataset.csv.gz"
+        )
     try:
         found = importlib.util.find_spec(pkg)
     except (ImportError, ValueError):
         found = None
     roots = list(found.submodule_search_locations or []) if found is not None else []
     if not roots:
-        raise DataError(f"{s}: the package {pkg!r} is not installed here (pip install {pkg}; "
-                        "for the real-data example: pip install 'podracer-hpc[real-data]')")
+        raise DataError(
+            f"{s}: the package {pkg!r} is not installed here (pip install {pkg}; "
+            "for the real-data example: pip install 'podracer-hpc[real-data]')"
+        )
     for root in roots:
         p = Path(root) / rel
         if p.is_file():

@@ -34,7 +34,6 @@ Definitions (``n`` the window):
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -70,10 +69,10 @@ def _linear_scan(u: torch.Tensor, q: float, B: int) -> torch.Tensor:
     ub = u.reshape(nb, B, K)
     if q ** (B - 1) > 1e-100:  # y_i = q^i sum_{j <= i} q^-j u_j: a cumulative sum, no overflow for these q and B
         j = torch.arange(B, dtype=u.dtype, device=u.device)[None, :, None]
-        y = torch.cumsum(ub * q ** -j, 1).mul_(q ** j)  # [nb, B, K]: each block from 0
+        y = torch.cumsum(ub * q**-j, 1).mul_(q**j)  # [nb, B, K]: each block from 0
     else:
         y = torch.matmul(_lower_powers(q, B, u.dtype, u.device), ub)
-    carry = _linear_scan(y[:, -1, :].contiguous(), q ** B, B)  # [nb, K]: the true value at each block's end
+    carry = _linear_scan(y[:, -1, :].contiguous(), q**B, B)  # [nb, K]: the true value at each block's end
     p = q ** torch.arange(1, B + 1, dtype=u.dtype, device=u.device)
     y[1:].addcmul_(p[None, :, None], carry[:-1, None, :])
     return y.reshape(nb * B, K)[:T]
@@ -136,11 +135,11 @@ def _rolling_dev(x: torch.Tensor, mean: torch.Tensor, n: int, square: bool) -> t
         acc, m = out[s:e], mean[s:e]
         for j in range(min(n, e)):
             t0 = max(s, j)  # the first t of the block with a bar j back
-            d = torch.sub(x[t0 - j:e - j], m[t0 - s:], out=tmp[:e - t0])
+            d = torch.sub(x[t0 - j : e - j], m[t0 - s :], out=tmp[: e - t0])
             if square:
-                acc[t0 - s:].addcmul_(d, d)
+                acc[t0 - s :].addcmul_(d, d)
             else:
-                acc[t0 - s:] += d.abs_()
+                acc[t0 - s :] += d.abs_()
     return out
 
 
@@ -194,7 +193,9 @@ def dx(high: torch.Tensor, low: torch.Tensor, close: torch.Tensor, n: int = 14) 
     pdi = torch.where(ok, 100.0 * ema(pdm, a) / den, zero)
     mdi = torch.where(ok, 100.0 * ema(mdm, a) / den, zero)
     s = pdi + mdi
-    return torch.where(s > 0, 100.0 * ((pdi - mdi).abs() / torch.where(s > 0, s, 1.0)), zero)  # the ratio <= 1: DX <= 100
+    return torch.where(
+        s > 0, 100.0 * ((pdi - mdi).abs() / torch.where(s > 0, s, 1.0)), zero
+    )  # the ratio <= 1: DX <= 100
 
 
 def bollinger(close: torch.Tensor, n: int = 20, k: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -223,8 +224,8 @@ def _turbulence_exact(r: torch.Tensor, w: int, t0: int, t1: int, out: torch.Tens
         xc = win - mu[..., None]
         cov = xc @ xc.transpose(1, 2) / (w - 1)
         inv = torch.linalg.pinv(cov, hermitian=True)
-        y = r[k0 + w:k1 + w] - mu
-        out[k0 + w:k1 + w] = torch.einsum("cs,cst,ct->c", y, inv, y)
+        y = r[k0 + w : k1 + w] - mu
+        out[k0 + w : k1 + w] = torch.einsum("cs,cst,ct->c", y, inv, y)
 
 
 def _window_inverse(r: torch.Tensor, w: int, ts: torch.Tensor, rcond: float) -> tuple[torch.Tensor, ...]:
@@ -240,8 +241,9 @@ def _window_inverse(r: torch.Tensor, w: int, ts: torch.Tensor, rcond: float) -> 
     return s, inv, ok
 
 
-def _turbulence_updates(r: torch.Tensor, w: int, starts: torch.Tensor, length: int, out: torch.Tensor,
-                        rcond: float, drift_tol: float) -> torch.Tensor:
+def _turbulence_updates(
+    r: torch.Tensor, w: int, starts: torch.Tensor, length: int, out: torch.Tensor, rcond: float, drift_tol: float
+) -> torch.Tensor:
     """Segments of ``length`` bars starting at ``starts``, stepped together; returns which segments failed.
 
     Each segment starts from the exact inverse of its first window's scatter matrix ``C`` and
@@ -288,8 +290,14 @@ def _turbulence_updates(r: torch.Tensor, w: int, starts: torch.Tensor, length: i
     return failed
 
 
-def turbulence(close: torch.Tensor, window: int = 252, chunk: int = 512, segment: int = 0,
-               rcond: float = 1e-9, drift_tol: float = 1e-7) -> torch.Tensor:
+def turbulence(
+    close: torch.Tensor,
+    window: int = 252,
+    chunk: int = 512,
+    segment: int = 0,
+    rcond: float = 1e-9,
+    drift_tol: float = 1e-7,
+) -> torch.Tensor:
     """Turbulence index ``[T]`` (see the module docstring).
 
     Computed in segments of consecutive bars, all stepped together: each starts from an exact
@@ -345,9 +353,15 @@ def compute_indicators(high: torch.Tensor, low: torch.Tensor, close: torch.Tenso
 _HALO = 60  # rows before a block that its windows need: the longest window (sma60) less one, plus one for t - 1
 
 
-def market_features(high: torch.Tensor, low: torch.Tensor, close: torch.Tensor, turbulence_window: int = 252,
-                    dtype: torch.dtype = torch.float64, progress: Callable[[str], None] | None = None,
-                    block: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+def market_features(
+    high: torch.Tensor,
+    low: torch.Tensor,
+    close: torch.Tensor,
+    turbulence_window: int = 252,
+    dtype: torch.dtype = torch.float64,
+    progress: Callable[[str], None] | None = None,
+    block: int = 4096,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(market observation ``[T, 9 S + 1]`` in ``dtype``, turbulence ``[T]`` float64) from float64 bars.
 
     The blocks of :data:`OBS_FEATURES` (``log close``, ``macd / close``, ``rsi / 100``,
@@ -377,9 +391,9 @@ def market_features(high: torch.Tensor, low: torch.Tensor, close: torch.Tensor, 
         hb, lb, cb = h[a:e], lo[a:e], c[a:e]
         C, Hh, Ll = cb[k:], hb[k:], lb[k:]
         # t - 1 values (the first bar of the data has none)
-        pc = cb[k - 1:e - a - 1] if k else torch.cat([C[:1], C[:-1]])
-        ph = hb[k - 1:e - a - 1] if k else torch.cat([Hh[:1], Hh[:-1]])
-        pl = lb[k - 1:e - a - 1] if k else torch.cat([Ll[:1], Ll[:-1]])
+        pc = cb[k - 1 : e - a - 1] if k else torch.cat([C[:1], C[:-1]])
+        ph = hb[k - 1 : e - a - 1] if k else torch.cat([Hh[:1], Hh[:-1]])
+        pl = lb[k - 1 : e - a - 1] if k else torch.cat([Ll[:1], Ll[:-1]])
 
         def smooth(name: str, x: torch.Tensor, alpha: float) -> torch.Tensor:
             y = ema(x, alpha, init=state[name])
@@ -387,7 +401,7 @@ def market_features(high: torch.Tensor, low: torch.Tensor, close: torch.Tensor, 
             return y
 
         def put(i: int, v: torch.Tensor) -> None:
-            out[s:e, i * S:(i + 1) * S] = v
+            out[s:e, i * S : (i + 1) * S] = v
 
         put(0, torch.log(C))
         put(1, (smooth("fast", C, a12) - smooth("slow", C, a26)) / C)
@@ -433,5 +447,19 @@ def market_features(high: torch.Tensor, low: torch.Tensor, close: torch.Tensor, 
     return out, turb
 
 
-__all__ = ["INDICATORS", "OBS_FEATURES", "ema", "sma", "rolling_std", "macd", "rsi", "cci", "dx", "bollinger",
-           "returns", "turbulence", "compute_indicators", "market_features"]
+__all__ = [
+    "INDICATORS",
+    "OBS_FEATURES",
+    "ema",
+    "sma",
+    "rolling_std",
+    "macd",
+    "rsi",
+    "cci",
+    "dx",
+    "bollinger",
+    "returns",
+    "turbulence",
+    "compute_indicators",
+    "market_features",
+]

@@ -13,8 +13,17 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from podracer_hpc.trading.fields import (
+    FIELDS,
+    TICKER_ALIASES,
+    TIME_ALIASES,
+    DataError,
+    MarketSource,
+    market_source,
+    parse_time,
+    parse_time_cached,
+)
 
-from podracer_hpc.trading.fields import FIELDS, TICKER_ALIASES, TIME_ALIASES, DataError, MarketSource, _parse_time_cached, market_source, parse_time
 
 # --------------------------------------------------------------------------------------
 # Reading: columns -> validated rows
@@ -50,12 +59,16 @@ def _layout(header: Sequence[Any], source: str, where: str) -> _Layout:
         return _Layout(False, ti, ki, [find((f,), f) for f in FIELDS], [], names)
     cols = [i for i in range(len(names)) if i != ti]
     if not cols:
-        raise DataError(f"{source}: {where}: only a time column; a wide file has one column of closes per ticker "
-                        f"after it, a long file has ticker, open, high, low, close, volume")
+        raise DataError(
+            f"{source}: {where}: only a time column; a wide file has one column of closes per ticker "
+            f"after it, a long file has ticker, open, high, low, close, volume"
+        )
     for i in cols:
         if not names[i]:
-            raise DataError(f"{source}: {where}: column {i + 1} has no name (in a wide file every column after "
-                            "the time is a ticker's closes)")
+            raise DataError(
+                f"{source}: {where}: column {i + 1} has no name (in a wide file every column after "
+                "the time is a ticker's closes)"
+            )
     seen: dict[str, int] = {}
     for i in cols:
         if names[i] in seen:
@@ -65,7 +78,7 @@ def _layout(header: Sequence[Any], source: str, where: str) -> _Layout:
 
 
 @dataclasses.dataclass
-class _Rows:
+class Rows:
     """Validated bars of one file: bar ``i`` is at time ``time_values[time_codes[i]]`` (seconds), of
     ticker ``tick_names[tick_codes[i]]``, with ``values[j][i]`` for ``FIELDS[j]``."""
 
@@ -112,8 +125,9 @@ def _encode(col: Any) -> tuple[np.ndarray, list[Any]]:
         if col.num_chunks == 0:
             return np.zeros(0, dtype=np.int64), []
         uniq = col.chunk(0).dictionary.to_pylist()
-        codes = np.concatenate([pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-                                for c in col.chunks])
+        codes = np.concatenate(
+            [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for c in col.chunks]
+        )
         return codes, uniq
     uniq, codes = np.unique(col, return_inverse=True)
     return codes.astype(np.int64).reshape(-1), list(uniq)
@@ -214,8 +228,9 @@ def _ticker_column(col: Any, source: str, where: Callable[[int], str]) -> tuple[
     return codes, distinct
 
 
-def _columns_to_rows(cols: dict[str, Any], lay: _Layout, source: str, unit: str,
-                     line_of: Callable[[int], int], hint: str = "") -> _Rows:
+def _columns_to_rows(
+    cols: dict[str, Any], lay: _Layout, source: str, unit: str, line_of: Callable[[int], int], hint: str = ""
+) -> Rows:
     """Validate the columns of a long or wide file (pyarrow or numpy columns, in ``lay.names`` order)."""
     names = list(cols)
 
@@ -236,7 +251,11 @@ def _columns_to_rows(cols: dict[str, Any], lay: _Layout, source: str, unit: str,
         if bad.any():
             r, s = np.unravel_index(int(np.argmax(bad)), V.shape)
             x = V[r, s]
-            why = f"is {x}, not a finite number" if np.isinf(x) else f"must be > 0, got {x} (leave the cell empty for a missing bar)"
+            why = (
+                f"is {x}, not a finite number"
+                if np.isinf(x)
+                else f"must be > 0, got {x} (leave the cell empty for a missing bar)"
+            )
             raise DataError(f"{source}: {where(r)}: {tickers[s]} {why}")
         rr, cc = np.nonzero(~np.isnan(V))  # bar by bar, time-major
         close = V[rr, cc]
@@ -248,8 +267,17 @@ def _columns_to_rows(cols: dict[str, Any], lay: _Layout, source: str, unit: str,
         def bar_line(i: int) -> int:
             return line_of(int(rows_of[i]))
 
-        return _Rows(tcodes[rr], tvals, rank[cc], [tickers[j] for j in order],
-                     [close, close, close, close, np.zeros_like(close)], source, unit, bar_line, wide=True)
+        return Rows(
+            tcodes[rr],
+            tvals,
+            rank[cc],
+            [tickers[j] for j in order],
+            [close, close, close, close, np.zeros_like(close)],
+            source,
+            unit,
+            bar_line,
+            wide=True,
+        )
     # long
     used = (lay.time, lay.ticker, *lay.fields)
     nulls = [_is_null(col(i)) for i in used]
@@ -279,7 +307,7 @@ def _columns_to_rows(cols: dict[str, Any], lay: _Layout, source: str, unit: str,
             if nl[k]:
                 raise DataError(f"{source}: {where(k)}: {f} '' is not a number")
         _check_bar([float(v[k]) for v in values], source, where(k))
-    return _Rows(tcodes, tvals, kcodes, tick_names, values, source, unit, line_of)
+    return Rows(tcodes, tvals, kcodes, tick_names, values, source, unit, line_of)
 
 
 def _take(col: Any, idx: np.ndarray) -> Any:
@@ -354,7 +382,7 @@ def _csv_line_of(path: Path, header_line: int) -> Callable[[int], int]:
     return line_of
 
 
-def _read_csv(path: Path) -> _Rows:
+def _read_csv(path: Path) -> Rows:
     """A CSV file by pyarrow's reader (vectorized, multi-threaded); the line-by-line reader names
     the first bad line when pyarrow refuses it."""
     source = str(path)
@@ -383,9 +411,12 @@ def _read_csv(path: Path) -> _Rows:
             path,
             read_options=pacsv.ReadOptions(use_threads=True, block_size=1 << 24),
             convert_options=pacsv.ConvertOptions(
-                include_columns=[raw[i] for i in use], column_types=types,
+                include_columns=[raw[i] for i in use],
+                column_types=types,
                 null_values=list(_WIDE_MISSING) if lay.wide else [""],
-                strings_can_be_null=True, quoted_strings_can_be_null=True),
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
         )
     except (pa.ArrowException, OSError, UnicodeDecodeError, EOFError) as e:
         return _read_csv_python(path, _needle(str(e)))
@@ -399,20 +430,21 @@ def _needle(message: str) -> str | None:
     for mark, end in (("invalid value '", "'"), ("columns, got ", None)):
         i = message.find(mark)
         if i >= 0:
-            rest = message[i + len(mark):]
+            rest = message[i + len(mark) :]
             if end is None:
                 rest = rest.split(": ", 1)[1] if ": " in rest else ""
                 return rest.strip() or None
-            return rest[:rest.find(end)] or None
+            return rest[: rest.find(end)] or None
     return None
 
 
-def _check_row(row: list[str], line: int, lay: _Layout, width: int, source: str, cache: dict[str, int]
-               ) -> list[tuple[int, str, list[float]]]:
+def _check_row(
+    row: list[str], line: int, lay: _Layout, width: int, source: str, cache: dict[str, int]
+) -> list[tuple[int, str, list[float]]]:
     """The bars of one CSV row (long: one; wide: one per non-empty cell), checked as the reader does."""
     if len(row) != width:
         raise DataError(f"{source}: line {line}: {len(row)} fields, the header has {width}")
-    t = _parse_time_cached(cache, row[lay.time], f"{source}: line {line}", _CSV_HINT)
+    t = parse_time_cached(cache, row[lay.time], f"{source}: line {line}", _CSV_HINT)
     if lay.wide:
         out = []
         for i in lay.tickers:
@@ -426,8 +458,10 @@ def _check_row(row: list[str], line: int, lay: _Layout, width: int, source: str,
             if not math.isfinite(x):
                 raise DataError(f"{source}: line {line}: {lay.names[i]} is {x}, not a finite number")
             if x <= 0:
-                raise DataError(f"{source}: line {line}: {lay.names[i]} must be > 0, got {x} "
-                                "(leave the cell empty for a missing bar)")
+                raise DataError(
+                    f"{source}: line {line}: {lay.names[i]} must be > 0, got {x} "
+                    "(leave the cell empty for a missing bar)"
+                )
             out.append((t, lay.names[i], [x, x, x, x, 0.0]))
         return out
     tic = row[lay.ticker].strip()
@@ -437,12 +471,14 @@ def _check_row(row: list[str], line: int, lay: _Layout, width: int, source: str,
         v = [float(row[i]) for i in lay.fields]
     except ValueError:
         bad = next(FIELDS[j] for j, i in enumerate(lay.fields) if not _is_float(row[i]))
-        raise DataError(f"{source}: line {line}: {bad} {row[lay.fields[FIELDS.index(bad)]]!r} is not a number") from None
+        raise DataError(
+            f"{source}: line {line}: {bad} {row[lay.fields[FIELDS.index(bad)]]!r} is not a number"
+        ) from None
     _check_bar(v, source, f"line {line}")
     return [(t, tic, v)]
 
 
-def _read_csv_python(path: Path, needle: str | None = None) -> _Rows:
+def _read_csv_python(path: Path, needle: str | None = None) -> Rows:
     """The standard library's line-by-line reader (about 80k rows per CPU second): exact line
     numbers in every message. With ``needle`` (the text pyarrow choked on), the lines holding it
     are checked first, so that an error deep in a large file is found without parsing all of it."""
@@ -481,14 +517,23 @@ def _read_csv_python(path: Path, needle: str | None = None) -> _Rows:
     col = {n: i for i, n in enumerate(names)}
     vals = np.asarray(values, dtype=np.float64).reshape(-1, 5)
     line_arr = np.asarray(lines, dtype=np.int64)
-    return _Rows(tcodes, np.asarray(tvals, dtype=np.int64), np.array([col[t] for t in tickers], dtype=np.int64), names,
-                 [vals[:, j].copy() for j in range(5)], source, "line", lambda i: int(line_arr[i]), wide=lay.wide)
+    return Rows(
+        tcodes,
+        np.asarray(tvals, dtype=np.int64),
+        np.array([col[t] for t in tickers], dtype=np.int64),
+        names,
+        [vals[:, j].copy() for j in range(5)],
+        source,
+        "line",
+        lambda i: int(line_arr[i]),
+        wide=lay.wide,
+    )
 
 
 # --------------------------------------------------------------------------------------
 # Parquet, HDF5
 # --------------------------------------------------------------------------------------
-def _read_parquet(path: Path) -> _Rows:
+def _read_parquet(path: Path) -> Rows:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -510,7 +555,7 @@ def _read_parquet(path: Path) -> _Rows:
     return _columns_to_rows(cols, lay, str(path), "row", lambda i: i + 1)
 
 
-def _read_hdf5(path: Path, key: str = "") -> _Rows:
+def _read_hdf5(path: Path, key: str = "") -> Rows:
     from podracer_hpc.files.h5arrays import ArrayFileError, read_arrays
 
     try:
@@ -524,7 +569,7 @@ def _read_hdf5(path: Path, key: str = "") -> _Rows:
     return _columns_to_rows(cols, lay, str(path), "row", lambda i: i + 1)
 
 
-def read_rows(path: str | os.PathLike | MarketSource, key: str = "") -> _Rows:
+def read_rows(path: str | os.PathLike | MarketSource, key: str = "") -> Rows:
     """The validated bars of a file (long or wide; CSV, Parquet or HDF5), not yet aligned."""
     p = market_source(path).path
     name = p.name.lower()
@@ -535,5 +580,3 @@ def read_rows(path: str | os.PathLike | MarketSource, key: str = "") -> _Rows:
     if name.endswith((".csv", ".csv.gz", ".txt", ".txt.gz")):
         return _read_csv(p)
     raise DataError(f"{p}: unknown file type; use .csv, .csv.gz, .parquet or .h5/.hdf5")
-
-

@@ -29,18 +29,19 @@ import numpy as np
 import torch
 
 from podracer_hpc.trading.data import MarketData
-
 from podracer_hpc.trading.task import STRUCTURES  # noqa: E402  (declared with the task, no torch)
 
 # calm, volatile, crisis
 _DRIFT = np.array([0.15, -0.05, -0.60]) / 252
 _VOL_MULT = np.array([1.0, 1.7, 3.0])
 _MKT_WEIGHT = np.array([1.0, 1.2, 1.8])
-_TRANSITIONS = np.array([
-    [0.990, 0.008, 0.002],
-    [0.020, 0.970, 0.010],
-    [0.040, 0.060, 0.900],
-])
+_TRANSITIONS = np.array(
+    [
+        [0.990, 0.008, 0.002],
+        [0.020, 0.970, 0.010],
+        [0.040, 0.060, 0.900],
+    ]
+)
 
 
 def _student_t(rng: np.random.Generator, df: float, size: tuple[int, ...]) -> np.ndarray:
@@ -103,8 +104,11 @@ def synthetic_market(
         idio[t] = phi * idio[t - 1] + eps[t]
 
     vm = _VOL_MULT[regime][:, None]
-    r = (_DRIFT[regime][:, None] + vm * (_MKT_WEIGHT[regime][:, None] * beta * mkt[:, None]
-                                         + sec_load * sec[:, sector]) + vm * idio)
+    r = (
+        _DRIFT[regime][:, None]
+        + vm * (_MKT_WEIGHT[regime][:, None] * beta * mkt[:, None] + sec_load * sec[:, sector])
+        + vm * idio
+    )
     r[0] = 0.0
     r = np.clip(r, -0.5, 1.0)
     p0 = np.exp(rng.uniform(np.log(10.0), np.log(300.0), S))
@@ -125,11 +129,18 @@ def synthetic_market(
     return MarketData(
         dates=dates.astype("datetime64[s]"),
         tickers=[f"SYN{i:03d}" for i in range(S)],
-        open=t(open_), high=t(high), low=t(low), close=t(close), volume=t(volume),
+        open=t(open_),
+        high=t(high),
+        low=t(low),
+        close=t(close),
+        volume=t(volume),
         valid=torch.ones(T, S, dtype=torch.bool),
         notes=[f"synthetic market: seed {seed}, {S} stocks, {T} days, structure {structure}"],
         meta={
-            "source": "synthetic", "seed": seed, "structure": structure, "regime": regime,
+            "source": "synthetic",
+            "seed": seed,
+            "structure": structure,
+            "regime": regime,
             "predictable": {f"SYN{i:03d}": float(phi[i]) for i in chosen},
         },
     )
@@ -179,12 +190,23 @@ def synthetic_history(
     return MarketData(
         dates=dates.astype("datetime64[s]"),
         tickers=[f"SYN{i:03d}" for i in range(num_stocks)],
-        open=t("open"), high=t("high"), low=t("low"), close=t("close"), volume=t("volume"),
+        open=t("open"),
+        high=t("high"),
+        low=t("low"),
+        close=t("close"),
+        volume=t("volume"),
         valid=torch.ones(T, num_stocks, dtype=torch.bool),
-        notes=[f"synthetic history: {len(seeds)} markets (seeds {seeds[0]}..{seeds[-1]}) of {days_per_market} days, "
-               f"{num_stocks} stocks, structure {structure}"],
-        meta={"source": "synthetic_history", "seeds": seeds, "structure": structure,
-              "segments": [i * int(days_per_market) for i in range(len(seeds))], "predictable": predictable},
+        notes=[
+            f"synthetic history: {len(seeds)} markets (seeds {seeds[0]}..{seeds[-1]}) of {days_per_market} days, "
+            f"{num_stocks} stocks, structure {structure}"
+        ],
+        meta={
+            "source": "synthetic_history",
+            "seeds": seeds,
+            "structure": structure,
+            "segments": [i * int(days_per_market) for i in range(len(seeds))],
+            "predictable": predictable,
+        },
     )
 
 

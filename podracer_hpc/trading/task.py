@@ -30,8 +30,11 @@ class TradingOptions:
     initial_cash: float = F(1_000_000.0, "cash of a new account")
     cost: float = F(0.001, "proportional transaction cost of a buy or a sell (0.002 = 0.2%)")
     max_shares: int = F(100, "largest order per stock per step, in shares (action +-1; actions=shares)")
-    actions: str = F("shares", "shares: a_i x max_shares shares bought (+) or sold (-); weights: target portfolio "
-                     "weights max(a_i, 0), scaled to sum to at most 1, the rest in cash")
+    actions: str = F(
+        "shares",
+        "shares: a_i x max_shares shares bought (+) or sold (-); weights: target portfolio "
+        "weights max(a_i, 0), scaled to sum to at most 1, the rest in cash",
+    )
     reward_scale: float = F(0.0, "reward = change in account value x this; 0 = 100 / initial_cash (percent)")
     turbulence_threshold: float = F(0.0, "sell everything and buy nothing at or above this turbulence; 0 = never")
     turbulence_window: int = F(252, "past returns (bars) in the turbulence index's covariance; 0 = no index")
@@ -49,21 +52,50 @@ class TradingOptions:
             if not ok:
                 raise OptionError(key, why)
 
-        need(math.isfinite(self.initial_cash) and self.initial_cash > 0, "initial_cash",
-             f"must be a finite amount > 0, got {self.initial_cash}")
-        need(0 <= self.cost < 1, "cost", f"must be in [0, 1) (a fraction of the traded value: 0.002 = 0.2%), got {self.cost}")
+        need(
+            math.isfinite(self.initial_cash) and self.initial_cash > 0,
+            "initial_cash",
+            f"must be a finite amount > 0, got {self.initial_cash}",
+        )
+        need(
+            0 <= self.cost < 1,
+            "cost",
+            f"must be in [0, 1) (a fraction of the traded value: 0.002 = 0.2%), got {self.cost}",
+        )
         need(self.max_shares >= 1, "max_shares", f"must be >= 1, got {self.max_shares}")
         need(self.actions in ACTIONS, "actions", f"must be one of {', '.join(ACTIONS)}, got {self.actions!r}")
-        need(math.isfinite(self.reward_scale) and self.reward_scale >= 0, "reward_scale",
-             f"must be >= 0 (0 = 100 / initial_cash), got {self.reward_scale}")
-        need(self.turbulence_threshold >= 0, "turbulence_threshold", f"must be >= 0 (0 = off), got {self.turbulence_threshold}")
-        need(self.turbulence_window >= 0, "turbulence_window", f"must be >= 0 (0 = no index), got {self.turbulence_window}")
+        need(
+            math.isfinite(self.reward_scale) and self.reward_scale >= 0,
+            "reward_scale",
+            f"must be >= 0 (0 = 100 / initial_cash), got {self.reward_scale}",
+        )
+        need(
+            self.turbulence_threshold >= 0,
+            "turbulence_threshold",
+            f"must be >= 0 (0 = off), got {self.turbulence_threshold}",
+        )
+        need(
+            self.turbulence_window >= 0,
+            "turbulence_window",
+            f"must be >= 0 (0 = no index), got {self.turbulence_window}",
+        )
         need(self.warmup_bars >= 0, "warmup_bars", f"must be >= 0, got {self.warmup_bars}")
         need(self.synthetic_stocks >= 1, "synthetic_stocks", f"must be >= 1, got {self.synthetic_stocks}")
         need(self.synthetic_days >= 2, "synthetic_days", f"must be >= 2, got {self.synthetic_days}")
-        need(self.synthetic_structure in STRUCTURES, "synthetic_structure",
-             f"must be one of {', '.join(STRUCTURES)}, got {self.synthetic_structure!r}")
+        need(
+            self.synthetic_structure in STRUCTURES,
+            "synthetic_structure",
+            f"must be one of {', '.join(STRUCTURES)}, got {self.synthetic_structure!r}",
+        )
 
 
-register(Task("stock_trading", build=Lazy("podracer_hpc.trading.env", "StockTradingEnv"), options=TradingOptions,
-              section="trading", assets=True, doc="trade a portfolio of stocks on daily or minute bars (docs/trading.md)"))
+register(
+    Task(
+        "stock_trading",
+        build=Lazy("podracer_hpc.trading.env", "StockTradingEnv"),
+        options=TradingOptions,
+        section="trading",
+        assets=True,
+        doc="trade a portfolio of stocks on daily or minute bars (docs/trading.md)",
+    )
+)

@@ -17,14 +17,32 @@ import pytest
 import torch
 
 from podracer_hpc.agents import compiled as C
-from podracer_hpc.config import ConfigError, load_config
+from podracer_hpc.config import load_config
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.pod import Pod
 
-PPO = ["env.name=pendulum", "env.num_envs=8", "agent.rollout_steps=8", "agent.num_minibatches=2",
-       "agent.update_epochs=2", "agent.hidden_sizes=[8, 8]", "eval.episodes=2", "threads=1"]
-OFF = ["env.name=pendulum", "env.num_envs=8", "agent.rollout_steps=4", "agent.hidden_sizes=[8, 8]",
-       "agent.batch_size=16", "agent.buffer_size=128", "agent.learning_starts=16", "agent.norm_obs=true",
-       "eval.episodes=2", "threads=1"]
+PPO = [
+    "env.name=pendulum",
+    "env.num_envs=8",
+    "agent.rollout_steps=8",
+    "agent.num_minibatches=2",
+    "agent.update_epochs=2",
+    "agent.hidden_sizes=[8, 8]",
+    "eval.episodes=2",
+    "threads=1",
+]
+OFF = [
+    "env.name=pendulum",
+    "env.num_envs=8",
+    "agent.rollout_steps=4",
+    "agent.hidden_sizes=[8, 8]",
+    "agent.batch_size=16",
+    "agent.buffer_size=128",
+    "agent.learning_starts=16",
+    "agent.norm_obs=true",
+    "eval.episodes=2",
+    "threads=1",
+]
 
 
 def _pods(overrides: list[str], mode: str) -> tuple[Pod, Pod]:
@@ -42,8 +60,9 @@ def _agree(eager: Pod, fast: Pod, iterations: int = 2) -> None:
                 torch.testing.assert_close(mf[k].double(), me[k].double(), rtol=1e-4, atol=1e-5, msg=k)
     moved = max(float((v - start[k]).abs().max()) for k, v in eager.agent.net.state_dict().items())
     assert moved > 0  # they trained
-    worst = max(float((v - fast.agent.net.state_dict()[k]).abs().max())
-                for k, v in eager.agent.net.state_dict().items())
+    worst = max(
+        float((v - fast.agent.net.state_dict()[k]).abs().max()) for k, v in eager.agent.net.state_dict().items()
+    )
     assert worst <= 1e-5, (worst, moved)
     torch.testing.assert_close(fast.obs, eager.obs, rtol=1e-5, atol=1e-5)  # the env stepped alike
 
@@ -104,6 +123,7 @@ def test_without_a_cpp_compiler_the_agent_says_so_and_trains_eagerly(monkeypatch
 def test_a_function_that_cannot_compile_falls_back_to_eager_once(capsys):
     def needs_the_host(x: torch.Tensor) -> torch.Tensor:
         return x * 2 if float(x.sum()) > 0 else x  # a host read: no full graph
+
     if C.compile_problem("cpu"):
         pytest.skip(C.compile_problem("cpu"))
     fn = C.compiled(needs_the_host, "on", "cpu", "the probe")
@@ -141,6 +161,7 @@ def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
     assert C.usable("on", "cpu")
     import os
     import socket
+
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
 
 
@@ -148,6 +169,7 @@ def test_inductor_takes_the_cpus_vector_isas_from_its_flags_unless_the_user_says
     """The ISA probe (a test build and a fresh Python per instruction set: 8 s of a cold first
     compile here) is skipped; a user's TORCHINDUCTOR_VEC_ISA_OK, or a value set already, wins."""
     from torch._inductor import config as inductor_config
+
     monkeypatch.setattr(inductor_config.cpp, "vec_isa_ok", None)
     assert not C.trust_cpu_isa({"TORCHINDUCTOR_VEC_ISA_OK": "0"}) and inductor_config.cpp.vec_isa_ok is None
     assert C.trust_cpu_isa({}) and inductor_config.cpp.vec_isa_ok is True

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from podracer_hpc.files import safeio
 from podracer_hpc.agents.offpolicy import OffPolicyAgent
 from podracer_hpc.agents.replay import ReplayBuffer
-from podracer_hpc.agents.sac import SAC_MUTABLE, SACAgent, SACConfig
-from podracer_hpc.agents.td3 import TD3_MUTABLE, TD3Agent, TD3Config
-from podracer_hpc.config import ConfigError
+from podracer_hpc.agents.sac import SACAgent
+from podracer_hpc.agents.settings import SAC_MUTABLE, TD3_MUTABLE, SACConfig, TD3Config
+from podracer_hpc.agents.td3 import TD3Agent
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.envs import make_env
+from podracer_hpc.files import safeio
 
 SMALL = dict(hidden_sizes=[16, 16], batch_size=32, buffer_size=8 * 40, learning_starts=64)
 
@@ -50,8 +51,9 @@ class Loop:
         else:
             action, _ = agent.act(nobs, self.gen)
         obs, reward, terminated, truncated, info = env.step(2.0 * action)
-        self.buf.add(self.obs, action, agent.scale_reward(reward, info["done"], None), info["final_obs"],
-                     terminated, truncated)
+        self.buf.add(
+            self.obs, action, agent.scale_reward(reward, info["done"], None), info["final_obs"], terminated, truncated
+        )
         self.obs = obs
         self.env_steps += N
         metrics: dict[str, torch.Tensor] = {}
@@ -230,8 +232,9 @@ def test_td3_delays_the_actor_and_the_targets(one_torch_thread):
     loop.step()  # 8 rows stored and the first update (updates_due(1) = 1): a critic-only one
     assert agent.num_updates == 1  # the next one, the 2nd, is an actor update
     snap = lambda m: [p.clone() for p in m.parameters()]  # noqa: E731
-    actor0, at0, ct0, c0 = (snap(m) for m in (agent.net.actor, agent.net.actor_target, agent.net.critic_target,
-                                              agent.net.critic))
+    actor0, at0, ct0, c0 = (
+        snap(m) for m in (agent.net.actor, agent.net.actor_target, agent.net.critic_target, agent.net.critic)
+    )
     agent.update(buf, gen, 1)
     changed = lambda before, m: any(not torch.equal(b, p) for b, p in zip(before, m.parameters()))  # noqa: E731
     assert changed(actor0, agent.net.actor) and changed(at0, agent.net.actor_target)
@@ -284,14 +287,19 @@ def deterministic_return(agent: OffPolicyAgent, episodes: int = 32, seed: int = 
     return float(total.mean())
 
 
-LEARN = dict(hidden_sizes=[64, 64], batch_size=128, buffer_size=200_000, learning_starts=1024, n_step=3,
-             updates_per_step=16)
+LEARN = dict(
+    hidden_sizes=[64, 64], batch_size=128, buffer_size=200_000, learning_starts=1024, n_step=3, updates_per_step=16
+)
 
 
-@pytest.mark.parametrize("algo,env_steps,over,threshold", [
-    ("sac", 16_384, {}, -400.0),
-    ("td3", 24_576, dict(actor_lr=1e-3, critic_lr=1e-3), -600.0),
-], ids=["sac", "td3"])
+@pytest.mark.parametrize(
+    "algo,env_steps,over,threshold",
+    [
+        ("sac", 16_384, {}, -400.0),
+        ("td3", 24_576, dict(actor_lr=1e-3, critic_lr=1e-3), -600.0),
+    ],
+    ids=["sac", "td3"],
+)
 def test_learns_pendulum(algo, env_steps, over, threshold, one_torch_thread):
     """64 Pendulum envs, 64x64 nets, batch 128, 3-step returns, 16 updates per env step of the
     batch (1 update per 4 transitions), 1024 random transitions first.

@@ -9,9 +9,17 @@ import pytest
 import torch
 
 from podracer_hpc.agents.compiled import FusedAdam
-from podracer_hpc.agents.offpolicy import TwinQ, clipped_double_q_target, critic_loss, ensemble_target, mlp, upgrade_twin_q_state
-from podracer_hpc.agents.sac import SACAgent, SACConfig, sac_actor_loss, squashed_gaussian_log_prob
-from podracer_hpc.agents.td3 import TD3Agent, TD3Config, td3_actor_loss
+from podracer_hpc.agents.offpolicy import (
+    TwinQ,
+    clipped_double_q_target,
+    critic_loss,
+    ensemble_target,
+    mlp,
+    upgrade_twin_q_state,
+)
+from podracer_hpc.agents.sac import SACAgent, sac_actor_loss, squashed_gaussian_log_prob
+from podracer_hpc.agents.settings import SACConfig, TD3Config
+from podracer_hpc.agents.td3 import TD3Agent, td3_actor_loss
 
 ACTS = ["relu", "tanh", "elu", "silu"]
 TOL = dict(rtol=1e-6, atol=1e-6)
@@ -67,8 +75,10 @@ def test_the_batched_critics_equal_two_separate_ones(activation, hidden, one_tor
         assert w.abs().max() > 0
     # gradients at the inputs (the actor loss's path), the weights detached
     a_in = act.clone().requires_grad_(True)
-    want_in = torch.autograd.grad((torch.stack([m(torch.cat([obs, a_in], -1)).squeeze(-1) for m in pair])
-                                   * torch.tensor([[1.0], [-0.5]])).sum(), a_in)[0]
+    want_in = torch.autograd.grad(
+        (torch.stack([m(torch.cat([obs, a_in], -1)).squeeze(-1) for m in pair]) * torch.tensor([[1.0], [-0.5]])).sum(),
+        a_in,
+    )[0]
     qv, inputs, pre = q.saved_forward(x)
     _, g_x = q.backward(torch.tensor([[1.0], [-0.5]]).expand(2, 37), inputs, pre, params=False, to_input=True)
     torch.testing.assert_close(g_x.sum(0)[:, 3:], want_in, **TOL)
@@ -185,8 +195,9 @@ def test_fused_adam_takes_a_transposed_gradient_as_its_parameter_lays_out():
         p0.grad = g.contiguous()
         opts[0].step()
         lean.step([g])
-    torch.testing.assert_close(opts[1].param_groups[0]["params"][0], opts[0].param_groups[0]["params"][0],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        opts[1].param_groups[0]["params"][0], opts[0].param_groups[0]["params"][0], rtol=0, atol=0
+    )
 
 
 def test_a_state_of_the_two_module_critics_loads_into_the_ensemble(one_torch_thread):
@@ -204,6 +215,7 @@ def test_a_state_of_the_two_module_critics_loads_into_the_ensemble(one_torch_thr
         opt.zero_grad()
         critic_loss(old["q1"](x).squeeze(-1), old["q2"](x).squeeze(-1), y).backward()
         opt.step()
+
     for _ in range(3):
         old_step()
     tensors = {f"net.critic.{k}": v.clone() for k, v in old.state_dict().items()}

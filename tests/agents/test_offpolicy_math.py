@@ -13,7 +13,14 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 from podracer_hpc.agents.offpolicy import TwinQ, clipped_double_q_target, critic_loss, polyak_update, updates_due
 from podracer_hpc.agents.replay import ReplayBuffer
-from podracer_hpc.agents.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor, sac_actor_loss, squashed_gaussian_log_prob, temperature_loss
+from podracer_hpc.agents.sac import (
+    LOG_STD_MAX,
+    LOG_STD_MIN,
+    SquashedGaussianActor,
+    sac_actor_loss,
+    squashed_gaussian_log_prob,
+    temperature_loss,
+)
 from podracer_hpc.agents.td3 import exploration_action, smoothed_target_action, td3_actor_loss
 
 
@@ -91,8 +98,14 @@ def fill(buf: ReplayBuffer, steps: int, seed: int = 0, p_term: float = 0.1, p_tr
         trunc = (g.random(N) < p_trunc) & ~term
         act = g.uniform(-1, 1, size=(N, A)).astype(np.float32)
         rew = g.normal(size=N).astype(np.float32)
-        buf.add(torch.from_numpy(obs), torch.from_numpy(act), torch.from_numpy(rew), torch.from_numpy(nxt),
-                torch.from_numpy(term), torch.from_numpy(trunc))
+        buf.add(
+            torch.from_numpy(obs),
+            torch.from_numpy(act),
+            torch.from_numpy(rew),
+            torch.from_numpy(nxt),
+            torch.from_numpy(term),
+            torch.from_numpy(trunc),
+        )
         for k, v in zip(hist, (obs, act, rew, nxt, term, trunc)):
             hist[k].append(v)
     return {k: np.stack(v) for k, v in hist.items()}
@@ -143,8 +156,14 @@ def test_n_step_window_explicit_numbers():
     term = [False, True, False, False, False, False]
     trunc = [False, False, False, False, True, False]
     for s, r in enumerate([1.0, 2.0, 4.0, 8.0, 16.0, 32.0]):
-        buf.add(torch.tensor([[float(s)]]), torch.zeros(1, 1), torch.tensor([r]), torch.tensor([[100.0 + s]]),
-                torch.tensor([term[s]]), torch.tensor([trunc[s]]))
+        buf.add(
+            torch.tensor([[float(s)]]),
+            torch.zeros(1, 1),
+            torch.tensor([r]),
+            torch.tensor([[100.0 + s]]),
+            torch.tensor([term[s]]),
+            torch.tensor([trunc[s]]),
+        )
     ret, last, k = buf.n_step_returns(torch.arange(6), torch.zeros(6, dtype=torch.long))
     # step 0: 1 + 0.5*2, stops at the termination (no bootstrap)
     # step 1: 2 (the terminal step itself)
@@ -168,8 +187,14 @@ def test_one_step_truncation_bootstraps_from_the_final_obs():
     bootstraps from Q(final obs); a termination does not bootstrap."""
     buf = ReplayBuffer(2, 2, 1, 1, gamma=0.9)
     final_obs = torch.tensor([[7.0], [9.0]])
-    buf.add(torch.tensor([[0.0], [1.0]]), torch.zeros(2, 1), torch.tensor([1.0, 1.0]), final_obs,
-            torch.tensor([False, True]), torch.tensor([True, False]))
+    buf.add(
+        torch.tensor([[0.0], [1.0]]),
+        torch.zeros(2, 1),
+        torch.tensor([1.0, 1.0]),
+        final_obs,
+        torch.tensor([False, True]),
+        torch.tensor([True, False]),
+    )
     b = buf.sample(64, gen())
     q_of = lambda o: 10.0 * o[:, 0]  # noqa: E731  a stand-in critic
     y = clipped_double_q_target(b.reward, b.terminated, b.discount, q_of(b.next_obs), q_of(b.next_obs) + 1)
@@ -294,8 +319,9 @@ def test_reparameterized_sample_carries_gradient_to_the_actor():
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in actor.parameters())
 
 
-@pytest.mark.parametrize("entropy,target,alpha_rises", [(-3.0, -1.0, True), (0.5, -1.0, False), (-2.5, -2.0, True),
-                                                         (1.0, 0.0, False)])
+@pytest.mark.parametrize(
+    "entropy,target,alpha_rises", [(-3.0, -1.0, True), (0.5, -1.0, False), (-2.5, -2.0, True), (1.0, 0.0, False)]
+)
 def test_temperature_loss_gradient_sign(entropy, target, alpha_rises):
     """Entropy (-log pi) below the target: the loss's gradient in log alpha is negative, so a
     descent step raises alpha; above the target it lowers it."""

@@ -10,7 +10,7 @@ import torch
 from torch.distributions import Categorical, Normal
 
 from podracer_hpc.agents.ppo import ActorCritic, PPOAgent, RewardScaler, RunningMeanStd, compute_gae, ppo_loss
-from podracer_hpc.config import PPOConfig
+from podracer_hpc.agents.settings import PPOConfig
 
 
 # --------------------------------------------------------------------------------------
@@ -461,7 +461,16 @@ def test_update_moves_policy_toward_positive_advantages_and_fits_values(discrete
     assert float((new_logp - logp)[pos].mean()) > 0.01
     assert float((new_logp - logp)[~pos].mean()) < -0.01
     assert float((new_values - returns).square().mean()) < float((values - returns).square().mean())
-    expected = {"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "learning_rate"}
+    expected = {
+        "loss",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clipfrac",
+        "explained_variance",
+        "learning_rate",
+    }
     assert set(metrics) == expected
     for k, v in metrics.items():
         assert isinstance(v, torch.Tensor) and v.dim() == 0 and torch.isfinite(v), k
@@ -545,8 +554,9 @@ def _minibatch(agent: PPOAgent, B: int, seed: int, ties: bool = False):
 @pytest.mark.parametrize("norm_adv", [True, False])
 def test_written_out_gradients_equal_autograds(activation, clip_vloss, norm_adv):
     torch.manual_seed(0)
-    cfg = PPOConfig(hidden_sizes=[8, 8], activation=activation, clip_vloss=clip_vloss, norm_adv=norm_adv,
-                    init_log_std=-0.5)
+    cfg = PPOConfig(
+        hidden_sizes=[8, 8], activation=activation, clip_vloss=clip_vloss, norm_adv=norm_adv, init_log_std=-0.5
+    )
     agent = PPOAgent(5, 2, False, 0, 4, cfg)
     assert agent.written_out()
     rows = (*_minibatch(agent, 32, seed=1, ties=True), 0.2, 0.5, 0.01)
@@ -587,6 +597,13 @@ def test_categorical_and_per_asset_networks_go_through_autograd(discrete):
     if discrete:
         agent = PPOAgent(4, 1, True, 3, 4, PPOConfig(hidden_sizes=[8, 8]))
     else:
-        agent = PPOAgent(7, 2, False, 0, 4, PPOConfig(hidden_sizes=[8, 8], network="per_asset"),
-                         asset_layout=([6], [[0, 1, 2], [3, 4, 5]]))
+        agent = PPOAgent(
+            7,
+            2,
+            False,
+            0,
+            4,
+            PPOConfig(hidden_sizes=[8, 8], network="per_asset"),
+            asset_layout=([6], [[0, 1, 2], [3, 4, 5]]),
+        )
     assert not agent.written_out() and "loss" in agent.hot() and "grads" not in agent.hot()

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from podracer_hpc.agents.ppo import PPOAgent
-from podracer_hpc.config import ConfigError, PPOConfig, load_config
+from podracer_hpc.agents.settings import PPOConfig
+from podracer_hpc.config import load_config
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.tools.backtest import backtest, main
 from podracer_hpc.trading.data import from_arrays
 from podracer_hpc.trading.env import StockTradingEnv
@@ -86,12 +88,25 @@ def test_target_weight_actions():
     close = torch.tensor([[10.0, 50.0, 200.0]] * 4, dtype=torch.float64)
     close[2:] *= torch.tensor([1.1, 0.9, 1.0], dtype=torch.float64)
     md = from_arrays(close.numpy(), tickers=["A", "B", "C"])
-    env = StockTradingEnv(3, seed=0, data=md, actions="weights", cost=0.01, initial_cash=10_000.0,
-                          warmup_bars=0, random_start=False, turbulence_window=0)
+    env = StockTradingEnv(
+        3,
+        seed=0,
+        data=md,
+        actions="weights",
+        cost=0.01,
+        initial_cash=10_000.0,
+        warmup_bars=0,
+        random_start=False,
+        turbulence_window=0,
+    )
     env.reset(seed=0)
-    a = torch.tensor([[1.0, 0.0, 0.0],       # all in A
-                      [0.5, 0.5, -1.0],      # half A, half B; a negative weight is 0
-                      [1.0, 1.0, 1.0]])      # more than 1 in all: scaled to a third each
+    a = torch.tensor(
+        [
+            [1.0, 0.0, 0.0],  # all in A
+            [0.5, 0.5, -1.0],  # half A, half B; a negative weight is 0
+            [1.0, 1.0, 1.0],
+        ]
+    )  # more than 1 in all: scaled to a third each
     env.step(a)
     cash, hold = env.state[:, 0], env.state[:, 1:4]
     p = close[0]
@@ -112,10 +127,23 @@ def test_target_weight_actions():
 def test_per_asset_weights_pod_trains_and_its_checkpoint_backtests(tmp_path, capsys):
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=8", "agent.hidden_sizes=[8]", "eval.episodes=1",
-                             "env.max_episode_steps=8", "agent.rollout_steps=4", "agent.num_minibatches=2",
-                             "agent.network=per_asset", "env.trading.actions=weights", "total_env_steps=96",
-                             "env.trading.synthetic_stocks=6", "eval.interval_env_steps=0"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=8",
+            "agent.hidden_sizes=[8]",
+            "eval.episodes=1",
+            "env.max_episode_steps=8",
+            "agent.rollout_steps=4",
+            "agent.num_minibatches=2",
+            "agent.network=per_asset",
+            "env.trading.actions=weights",
+            "total_env_steps=96",
+            "env.trading.synthetic_stocks=6",
+            "eval.interval_env_steps=0",
+        ],
+    )
     pod = Pod(cfg)
     before = {k: v.clone() for k, v in pod.agent.net.state_dict().items()}
     for _ in range(3):

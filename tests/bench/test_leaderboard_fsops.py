@@ -99,6 +99,7 @@ def test_world_a_failing_rank_frees_every_other():
 def test_collective_worker_runs_real_rounds(tmp_path, rule):
     """The worker's collective path in this process: the real Pool writes every round's listing."""
     import podracer_hpc.pool.rounds as pool_mod
+
     mod, real_decide = _bench(), pool_mod.decide
     args = argparse.Namespace(pods=[6], mode="collective", rule=rule, rounds=2, run_dir=str(tmp_path / "run"))
     assert mod.worker(args) == 0
@@ -114,8 +115,14 @@ def test_collective_worker_runs_real_rounds(tmp_path, rule):
 def test_collective_counts_are_attributed_to_every_pod(tmp_path):
     """Under strace, 4 pods, collective PBT: the calls are counted per pod, rank 0 (the lister) the busiest."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    r = subprocess.run([sys.executable, str(BENCH), "--pods", "4", "--modes", "collective", "--rules", "pbt",
-                        "--rounds", "2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(BENCH), "--pods", "4", "--modes", "collective", "--rules", "pbt", "--rounds", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     (row,) = out["rows"]

@@ -13,8 +13,18 @@ import torch
 
 from podracer_hpc.cluster import device as D
 
-SLURM_AND_MPI = ("SLURM_", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PODRACER_", "MPI_LOCAL", "OMPI_COMM_WORLD",
-                 "WARP_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "CUDA_CACHE_PATH")
+SLURM_AND_MPI = (
+    "SLURM_",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "PODRACER_",
+    "MPI_LOCAL",
+    "OMPI_COMM_WORLD",
+    "WARP_CACHE_PATH",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+)
 
 
 @pytest.fixture
@@ -67,13 +77,16 @@ def test_set_cpu_threads_sets_torch(env):
 
 # ------------------------------------------------------------------------------ devices
 @pytest.mark.skipif(torch.version.cuda is not None, reason="checks the CPU-only build's message")
-@pytest.mark.parametrize("spec,extra,what", [
-    ("cuda", {}, "device='cuda'"),
-    ("cuda:1", {}, "device='cuda:1'"),
-    ("auto", {"SLURM_GPUS_ON_NODE": "8"}, "the job asked for GPUs (SLURM_GPUS_ON_NODE=8)"),
-    ("auto", {"PODRACER_GPUS": "4"}, "the job asked for GPUs (PODRACER_GPUS=4)"),
-    ("auto", {"SLURM_JOB_GPUS": "0,1"}, "the job asked for GPUs (SLURM_JOB_GPUS=0,1)"),
-])
+@pytest.mark.parametrize(
+    "spec,extra,what",
+    [
+        ("cuda", {}, "device='cuda'"),
+        ("cuda:1", {}, "device='cuda:1'"),
+        ("auto", {"SLURM_GPUS_ON_NODE": "8"}, "the job asked for GPUs (SLURM_GPUS_ON_NODE=8)"),
+        ("auto", {"PODRACER_GPUS": "4"}, "the job asked for GPUs (PODRACER_GPUS=4)"),
+        ("auto", {"SLURM_JOB_GPUS": "0,1"}, "the job asked for GPUs (SLURM_JOB_GPUS=0,1)"),
+    ],
+)
 def test_cuda_on_a_cpu_only_torch_fails_with_how_to_install(env, spec, extra, what):
     with pytest.raises(D.DeviceError) as e:
         D.resolve_device(spec, environ={**env, **extra})
@@ -82,14 +95,17 @@ def test_cuda_on_a_cpu_only_torch_fails_with_how_to_install(env, spec, extra, wh
     assert "--index-url https://download.pytorch.org/whl/cu" in msg and "CONDA_OVERRIDE_CUDA" in msg
 
 
-@pytest.mark.parametrize("extra,why", [
-    ({"PODRACER_GPUS": "8", "SLURM_GPUS_PER_NODE": "0"}, "PODRACER_GPUS=8"),  # the launcher's word wins
-    ({"PODRACER_GPUS": "0", "SLURM_JOB_GPUS": "0,1"}, ""),  # --exclusive holds GPUs nobody asked for
-    ({"SLURM_GPUS_PER_NODE": "0", "SLURM_JOB_GPUS": "0,1"}, ""),
-    ({"SLURM_GPUS_PER_NODE": "h100:8"}, "SLURM_GPUS_PER_NODE=h100:8"),
-    ({"SLURM_GPUS_ON_NODE": "2"}, "SLURM_GPUS_ON_NODE=2"),  # --gres=gpu:2
-    ({}, ""),
-])
+@pytest.mark.parametrize(
+    "extra,why",
+    [
+        ({"PODRACER_GPUS": "8", "SLURM_GPUS_PER_NODE": "0"}, "PODRACER_GPUS=8"),  # the launcher's word wins
+        ({"PODRACER_GPUS": "0", "SLURM_JOB_GPUS": "0,1"}, ""),  # --exclusive holds GPUs nobody asked for
+        ({"SLURM_GPUS_PER_NODE": "0", "SLURM_JOB_GPUS": "0,1"}, ""),
+        ({"SLURM_GPUS_PER_NODE": "h100:8"}, "SLURM_GPUS_PER_NODE=h100:8"),
+        ({"SLURM_GPUS_ON_NODE": "2"}, "SLURM_GPUS_ON_NODE=2"),  # --gres=gpu:2
+        ({}, ""),
+    ],
+)
 def test_what_counts_as_asking_for_gpus(env, extra, why):
     assert D.gpus_requested({**env, **extra}) == why
 
@@ -142,8 +158,9 @@ def test_ranks_compare_gpus_and_share_one_error(env, monkeypatch):
     host = socket.gethostname()
     with pytest.raises(D.DeviceError, match=r"ranks \[0, 1\] on .* share one GPU"):
         D.resolve_device("auto", 0, 2, allgather=lambda x: [x, (host, "GPU-0", "")], environ=dict(env))
-    assert D.resolve_device("auto", 0, 2, allgather=lambda x: [x, (host, "GPU-7", "")],
-                            environ=dict(env)) == torch.device("cuda", 0)
+    assert D.resolve_device(
+        "auto", 0, 2, allgather=lambda x: [x, (host, "GPU-7", "")], environ=dict(env)
+    ) == torch.device("cuda", 0)
     with pytest.raises(D.DeviceError, match="rank 1 on n7: no GPU"):
         D.resolve_device("auto", 0, 2, allgather=lambda x: [x, ("n7", "", "no GPU")], environ=dict(env))
 
@@ -164,6 +181,7 @@ def test_pods_share_a_gpu_only_when_asked(env, monkeypatch):
     with pytest.raises(D.DeviceError, match="CPU-only build"):
         D.resolve_device("cuda:shared", environ=dict(env))
 
+
 def test_cuda_build_without_a_visible_gpu(env, monkeypatch):
     FakeCuda(monkeypatch, 0)
     assert D.resolve_device("auto", environ=dict(env)) == torch.device("cpu")
@@ -183,8 +201,9 @@ def test_node_caches_go_under_the_cache_dir_per_host(env, tmp_path):
 
 
 def test_start_line_says_where_the_pod_runs(env):
-    line = D.start_line(3, "n1", torch.device("cpu"), 2, "torch", world_size=4, local_rank=1, revision="abc1234-dirty",
-                        environ=env)
+    line = D.start_line(
+        3, "n1", torch.device("cpu"), 2, "torch", world_size=4, local_rank=1, revision="abc1234-dirty", environ=env
+    )
     assert line.startswith("pod 3/4 on n1 (local 1): CPU ")
     assert ", 2 threads | env backend torch | torch " + torch.__version__ in line
     assert line.endswith("| code abc1234-dirty")

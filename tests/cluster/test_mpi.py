@@ -12,16 +12,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import tree_distances
 
 from podracer_hpc.cluster import mpi as comm_mod
 from podracer_hpc.cluster import mpich as mpich_mod
 from podracer_hpc.cluster.mpi import Comm, get_comm, launcher_env, stop_tree_fanout, stop_tree_neighbours
-from helpers import tree_distances
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "mpi_scripts"
-MPI_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-            "MV2_COMM_WORLD_RANK", "PALS_RANKID", "SLURM_PROCID", "SLURM_STEP_ID",
-            "SLURM_STEP_NUM_TASKS", "PODRACER_COMM")
+MPI_VARS = (
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "MV2_COMM_WORLD_RANK",
+    "PALS_RANKID",
+    "SLURM_PROCID",
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NUM_TASKS",
+    "PODRACER_COMM",
+)
 
 
 def find_mpiexec() -> str | None:
@@ -47,7 +57,7 @@ def mpiexec_cmd(mpiexec: str, n: int) -> list[str]:
 
 
 def parse_results(stdout: str) -> list[dict]:
-    rows = [json.loads(line[len("RESULT "):]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    rows = [json.loads(line[len("RESULT ") :]) for line in stdout.splitlines() if line.startswith("RESULT ")]
     return sorted(rows, key=lambda d: d["rank"])
 
 
@@ -66,7 +76,11 @@ def test_real_mpiexec_collectives(n: int, tmp_path: Path) -> None:
         pytest.skip("no mpiexec next to sys.executable or on PATH (pip install mpich)")
     proc = subprocess.run(
         mpiexec_cmd(mpiexec, n) + [sys.executable, str(SCRIPTS / "comm_check.py"), str(tmp_path)],
-        capture_output=True, text=True, timeout=120, env=clean_env(), cwd=SCRIPTS.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+        cwd=SCRIPTS.parent.parent,
     )
     assert proc.returncode == 0, f"mpiexec failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     rows = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(n)]
@@ -119,7 +133,11 @@ def test_stop_notices_flood_a_tree_and_settle_exactly(n: int, tmp_path: Path) ->
         pytest.skip("no mpiexec next to sys.executable or on PATH (pip install mpich)")
     proc = subprocess.run(
         mpiexec_cmd(mpiexec, n) + [sys.executable, str(SCRIPTS / "stop_tree.py"), str(tmp_path)],
-        capture_output=True, text=True, timeout=240, env=clean_env(), cwd=SCRIPTS.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=clean_env(),
+        cwd=SCRIPTS.parent.parent,
     )
     assert proc.returncode == 0, f"mpiexec failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     out = json.loads((tmp_path / "stop_tree.json").read_text())
@@ -159,7 +177,10 @@ def test_world_of_one_in_plain_process() -> None:
     """Outside a launcher: a world of one, and mpi4py.MPI is never imported (MPI not initialized)."""
     proc = subprocess.run(
         [sys.executable, str(SCRIPTS / "world_of_one.py")],
-        capture_output=True, text=True, timeout=60, env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
     )
     assert proc.returncode == 0, proc.stderr
     (r,) = parse_results(proc.stdout)
@@ -244,7 +265,12 @@ def test_world_of_one_stop_notices_and_meeting() -> None:
     """Alone, a stop needs no notice: nothing is sent or heard, and a meeting is one's own part."""
     c = Comm(note="test")
     c.announce_stop()
-    assert not c.stop_announced() and (c.notices_sent, c.notices_received, c.notice_hops, c.notified) == (0, 0, None, ())
+    assert not c.stop_announced() and (c.notices_sent, c.notices_received, c.notice_hops, c.notified) == (
+        0,
+        0,
+        None,
+        (),
+    )
     assert c.meet(lambda: {"rank": c.rank, "notified": c.notified}) == [{"rank": 0, "notified": ()}]
     c.settle_notices([()])
     assert c.calls == {"allgather": 1}
@@ -306,14 +332,24 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
     assert mpich_world_id("1.0") == "eb421bf2"  # seen on the local cluster: job 1 step 0
     shm = tmp_path
     own, dead, locked, mapped = (mpich_world_id(f"{j}.0") for j in (41, 40, 39, 38))
-    names = [f"mpich_shm_{own}_0", f"mpich_vci_{own}_1", f"mpich_shm_{dead}_0", f"mpich_shm_{locked}_0",
-             f"mpich_shm_{mapped}_0", "mpich_shm_notahash_0", "notes.txt"]
+    names = [
+        f"mpich_shm_{own}_0",
+        f"mpich_vci_{own}_1",
+        f"mpich_shm_{dead}_0",
+        f"mpich_shm_{locked}_0",
+        f"mpich_shm_{mapped}_0",
+        "mpich_shm_notahash_0",
+        "notes.txt",
+    ]
     for n in names:
         _segment(shm, n)
     lock = shm / f"podracer-mpich-{os.geteuid()}.lock"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock), str(int(locked, 16)),
-                               str(shm / f"mpich_shm_{mapped}_0")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock), str(int(locked, 16)), str(shm / f"mpich_shm_{mapped}_0")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         # young segments of other job steps may belong to a job between shm_open and mmap: kept
@@ -327,29 +363,45 @@ def test_stale_mpich_segments_removed_live_ones_kept(tmp_path: Path) -> None:
         # this job step's segments go at once (an earlier start's); a dead run's old one too
         assert sorted(removed) == sorted([f"mpich_shm_{own}_0", f"mpich_vci_{own}_1", f"mpich_shm_{dead}_0"])
         left = sorted(p.name for p in shm.iterdir())
-        assert left == sorted([f"mpich_shm_{locked}_0", f"mpich_shm_{mapped}_0", "mpich_shm_notahash_0",
-                               "notes.txt", lock.name])
+        assert left == sorted(
+            [f"mpich_shm_{locked}_0", f"mpich_shm_{mapped}_0", "mpich_shm_notahash_0", "notes.txt", lock.name]
+        )
         # while this process (a rank of the start) holds its shared lock, another rank of the same
         # start must not remove what the first one has created
         _segment(shm, f"mpich_shm_{own}_0")
         other_rank = subprocess.run(
-            [sys.executable, "-c", "import sys; from podracer_hpc.cluster.mpich import clean_stale_mpich_segments as c; "
-             f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))"],
-            capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-c",
+                "import sys; from podracer_hpc.cluster.mpich import clean_stale_mpich_segments as c; "
+                f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert other_rank.returncode == 0 and other_rank.stdout.strip() == "[]", other_rank.stderr
         assert (shm / f"mpich_shm_{own}_0").exists()
     finally:
         os.close(fd)  # the rank exits: its lock goes with it
     # the next start (every rank of the earlier one is gone) removes it, and says so
     nxt = subprocess.run(
-        [sys.executable, "-c", "from podracer_hpc.cluster.mpich import clean_stale_mpich_segments as c; "
-         f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))"],
-        capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-c",
+            "from podracer_hpc.cluster.mpich import clean_stale_mpich_segments as c; "
+            f"print(c({{'PMI_JOBID': '41.0'}}, shm_dir={str(shm)!r}, orphan_age_s=3600))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert nxt.stdout.strip() == f"['mpich_shm_{own}_0']", nxt.stderr
     assert "removed 1 MPICH shared-memory segment" in nxt.stderr
     # the locked and the mapped segment's owners have exited: now they are orphans too
     assert sorted(clean_stale_mpich_segments({}, shm_dir=str(shm), orphan_age_s=0)) == sorted(
-        [f"mpich_shm_{locked}_0", f"mpich_shm_{mapped}_0"])
+        [f"mpich_shm_{locked}_0", f"mpich_shm_{mapped}_0"]
+    )
 
 
 def test_stale_mpich_cleanup_leaves_other_users_and_missing_dirs_alone(tmp_path: Path) -> None:

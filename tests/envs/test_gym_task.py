@@ -13,13 +13,22 @@ import numpy as np
 import pytest
 import torch
 
-from podracer_hpc.config import ConfigError, load_config
+from podracer_hpc.config import load_config
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.envs import build_env, make_env
-from podracer_hpc.envs.gym_adapter import GymVecEnv
 
-SMALL = ["env.num_envs=4", "agent.rollout_steps=32", "agent.num_minibatches=2", "total_env_steps=256",
-         "eval.interval_env_steps=128", "eval.episodes=2", "eval.final_episodes=2", "tournament.mode=none",
-         "threads=1", "log.progress_interval_s=0"]
+SMALL = [
+    "env.num_envs=4",
+    "agent.rollout_steps=32",
+    "agent.num_minibatches=2",
+    "total_env_steps=256",
+    "eval.interval_env_steps=128",
+    "eval.episodes=2",
+    "eval.final_episodes=2",
+    "tournament.mode=none",
+    "threads=1",
+    "log.progress_interval_s=0",
+]
 
 
 def gym_cfg(env_id: str, *more: str):
@@ -28,8 +37,10 @@ def gym_cfg(env_id: str, *more: str):
 
 def reference(env_id: str, n: int, max_episode_steps: int):
     """gymnasium's own SyncVectorEnv with same-step autoreset, built by hand."""
-    return gym.vector.SyncVectorEnv([lambda: gym.make(env_id, max_episode_steps=max_episode_steps)] * n,
-                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv(
+        [lambda: gym.make(env_id, max_episode_steps=max_episode_steps)] * n,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
 
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "MountainCarContinuous-v0"])
@@ -89,8 +100,15 @@ def test_async_and_the_envs_own_vector_entry_point_step_like_the_reference():
         for x, y in zip(sync.step(a)[:4], asyn.step(a)[:4]):
             assert torch.equal(x, y)
     asyn.close()
-    own = build_env(gym_cfg("podracer_hpc.gym_envs:podracer/Pendulum-v0", "env.gymnasium.vectorization=vector_entry_point",
-                            "env.max_episode_steps=30").env, 4, seed=5)
+    own = build_env(
+        gym_cfg(
+            "podracer_hpc.gym_envs:podracer/Pendulum-v0",
+            "env.gymnasium.vectorization=vector_entry_point",
+            "env.max_episode_steps=30",
+        ).env,
+        4,
+        seed=5,
+    )
     pend = make_env("pendulum", 4, seed=5, max_episode_steps=30)
     assert own.backend == "gymnasium-vector_entry_point" and own.max_episode_steps == 30
     assert torch.equal(own.reset(5), pend.reset(5))
@@ -98,7 +116,7 @@ def test_async_and_the_envs_own_vector_entry_point_step_like_the_reference():
     for _ in range(70):  # two autoresets
         a = 4 * torch.rand(4, 1, generator=g) - 2
         (o1, r1, t1, tr1, i1), (o2, r2, t2, tr2, i2) = own.step(a), pend.step(a)
-        assert torch.equal(o1, o2) and torch.allclose(r1, r2) and torch.equal(tr1, tr2)
+        assert torch.equal(o1, o2) and torch.allclose(r1, r2) and torch.equal(t1, t2) and torch.equal(tr1, tr2)
         assert torch.equal(i1["final_obs"][i1["done"]], i2["final_obs"][i2["done"]])
 
 
@@ -107,13 +125,20 @@ def test_async_and_the_envs_own_vector_entry_point_step_like_the_reference():
     [
         ([], "env.gymnasium.id: set it to the id of an installed gymnasium env"),
         (["env.gymnasium.id=Acrobat-v1"], "env.gymnasium.id: gymnasium cannot make 'Acrobat-v1'"),
-        (["env.gymnasium.id=Acrobot-v1", "env.gymnasium.kwargs={lenght: 2}"],
-         "env.gymnasium.kwargs: 'Acrobot-v1' does not take {'lenght': 2}"),
+        (
+            ["env.gymnasium.id=Acrobot-v1", "env.gymnasium.kwargs={lenght: 2}"],
+            "env.gymnasium.kwargs: 'Acrobot-v1' does not take {'lenght': 2}",
+        ),
         (["env.gymnasium.id=Acrobot-v1", "env.gymnasium.kwargs=[1]"], "env.gymnasium.kwargs: must be a mapping"),
-        (["env.gymnasium.id=Acrobot-v1", "env.gymnasium.vectorization=parallel"],
-         "env.gymnasium.vectorization: must be one of sync, async, vector_entry_point"),
-        (["env.gymnasium.id=CartPole-v1", "env.gymnasium.vectorization=vector_entry_point"],
-         "env.gymnasium.vectorization: CartPole-v1's own vector env resets finished envs with AutoresetMode.NEXT_STEP"),
+        (
+            ["env.gymnasium.id=Acrobot-v1", "env.gymnasium.vectorization=parallel"],
+            "env.gymnasium.vectorization: must be one of sync, async, vector_entry_point",
+        ),
+        (
+            ["env.gymnasium.id=CartPole-v1", "env.gymnasium.vectorization=vector_entry_point"],
+            "env.gymnasium.vectorization: CartPole-v1's own vector env resets finished envs with "
+            "AutoresetMode.NEXT_STEP",
+        ),
         (["env.gymnasium.id=Blackjack-v1"], "its observation space is Tuple("),
         (["env.gymnasium.id=Acrobot-v1", "agent.algo=sac"], "agent.algo: sac needs continuous actions; Acrobot-v1"),
         (["env.gymnasium.id=no_such_module:Foo-v0"], "env.gymnasium.id: 'no_such_module:Foo-v0' needs a package"),
@@ -126,7 +151,9 @@ def test_a_gymnasium_env_a_pod_cannot_run_is_refused_by_the_config(overrides, fr
 
 
 def test_podracer_train_refuses_a_bad_id_with_exit_2(cli, tmp_path):
-    r = cli("train", "jobs/gym_acrobot.yaml", "--run-dir", str(tmp_path / "run"), "--set", "env.gymnasium.id=Acrobot-v9")
+    r = cli(
+        "train", "jobs/gym_acrobot.yaml", "--run-dir", str(tmp_path / "run"), "--set", "env.gymnasium.id=Acrobot-v9"
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "env.gymnasium.id: gymnasium cannot make 'Acrobot-v9'" in r.stderr and not (tmp_path / "run").exists()
 
@@ -152,11 +179,18 @@ def test_the_acrobot_job_learns(tmp_path):
     time limit; measured -499 over 160 random episodes), this run reached -84 at 150k steps."""
     from podracer_hpc.rank.program import train
 
-    cfg = load_config("jobs/gym_acrobot.yaml", ["tournament.mode=none", "total_env_steps=50000", "threads=1",
-                                                "eval.interval_env_steps=25000", "log.progress_interval_s=0"])
+    cfg = load_config(
+        "jobs/gym_acrobot.yaml",
+        [
+            "tournament.mode=none",
+            "total_env_steps=50000",
+            "threads=1",
+            "eval.interval_env_steps=25000",
+            "log.progress_interval_s=0",
+        ],
+    )
     result = train(cfg, tmp_path / "run", quiet=True)
     assert result.complete and result.summary["final_return"] > -300, result.summary
-
 
 
 def test_async_workers_outlive_a_warning_signal_and_end_with_their_pod(cli, tmp_path):
@@ -172,9 +206,27 @@ def test_async_workers_outlive_a_warning_signal_and_end_with_their_pod(cli, tmp_
     assert obs.shape == (2, 6) and all(p.is_alive() for p in env.env.processes)
     env.close()
     assert not any(p.is_alive() for p in env.env.processes)
-    r = cli("train", "jobs/gym_acrobot.yaml", "--run-dir", str(tmp_path / "run"), "--quiet", "--set",
-            "env.gymnasium.vectorization=async", "--set", "env.num_envs=2", "--set", "total_env_steps=256", "--set",
-            "agent.rollout_steps=32", "--set", "eval.episodes=2", "--set", "eval.final_episodes=2", "--set",
-            "tournament.mode=none", timeout=240)  # it hung here, the run done, before
+    r = cli(
+        "train",
+        "jobs/gym_acrobot.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--set",
+        "env.gymnasium.vectorization=async",
+        "--set",
+        "env.num_envs=2",
+        "--set",
+        "total_env_steps=256",
+        "--set",
+        "agent.rollout_steps=32",
+        "--set",
+        "eval.episodes=2",
+        "--set",
+        "eval.final_episodes=2",
+        "--set",
+        "tournament.mode=none",
+        timeout=240,
+    )  # it hung here, the run done, before
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1])["env_steps"] == 256

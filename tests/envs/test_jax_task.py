@@ -14,7 +14,8 @@ jax = pytest.importorskip("jax", reason="the jax task needs jax (pip install 'po
 import jax.numpy as jnp  # noqa: E402
 import torch  # noqa: E402
 
-from podracer_hpc.config import ConfigError, load_config  # noqa: E402
+from podracer_hpc.config import load_config  # noqa: E402
+from podracer_hpc.docfield import ConfigError  # noqa: E402
 from podracer_hpc.envs import build_env, make_env  # noqa: E402
 from podracer_hpc.envs.jax_adapter import JaxVecEnv  # noqa: E402
 from podracer_hpc.envs.jax_pendulum import Pendulum  # noqa: E402
@@ -57,7 +58,9 @@ def test_the_jax_pendulum_steps_as_the_torch_pendulum():
         torch.testing.assert_close(i2["final_obs"], i1["final_obs"], rtol=0, atol=1e-5)
         torch.testing.assert_close(r2, r1, rtol=1e-6, atol=1e-5)
         assert te2.tolist() == te1.tolist() == [False] * n and tr2.tolist() == tr1.tolist()
-        assert i2["episode_length"].tolist() == i1["episode_length"].tolist() and i2["episode_length"].dtype == torch.int64
+        assert (
+            i2["episode_length"].tolist() == i1["episode_length"].tolist() and i2["episode_length"].dtype == torch.int64
+        )
         if i < 199:
             torch.testing.assert_close(o2, o1, rtol=0, atol=1e-5)
     assert tr2.all() and i2["done"].all() and i2["episode_length"].tolist() == [200] * n
@@ -85,13 +88,23 @@ class Walk:
 
     def reset(self, rng):
         pos = jax.random.uniform(rng, (), minval=-0.2, maxval=0.2)
-        return WalkState(pos, {"state": pos[None], "privileged_state": jnp.stack([pos, pos])}, jnp.float32(0.0),
-                         jnp.float32(0.0), {"steps": jnp.int32(0)})
+        return WalkState(
+            pos,
+            {"state": pos[None], "privileged_state": jnp.stack([pos, pos])},
+            jnp.float32(0.0),
+            jnp.float32(0.0),
+            {"steps": jnp.int32(0)},
+        )
 
     def step(self, state, action):
         pos = state.pos + 0.1 * action[0]
-        return WalkState(pos, {"state": pos[None], "privileged_state": jnp.stack([pos, -pos])}, jnp.float32(1.0),
-                         (jnp.abs(pos) >= 0.45).astype(jnp.float32), {"steps": state.info["steps"] + 1})
+        return WalkState(
+            pos,
+            {"state": pos[None], "privileged_state": jnp.stack([pos, -pos])},
+            jnp.float32(1.0),
+            (jnp.abs(pos) >= 0.45).astype(jnp.float32),
+            {"steps": state.info["steps"] + 1},
+        )
 
 
 class Registry:
@@ -109,17 +122,33 @@ REGISTRY = Registry()
 
 def test_a_playground_style_factory_with_a_dotted_attribute_and_a_dict_observation():
     """``module:registry.load`` with ``kwargs: {env_name: ...}``, as docs/jax.md shows for Playground."""
-    cfg = load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load",
-                             "env.jax.kwargs={env_name: Walk}", "env.jax.obs_key=privileged_state"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=jax",
+            "env.jax.factory=test_jax_env:REGISTRY.load",
+            "env.jax.kwargs={env_name: Walk}",
+            "env.jax.obs_key=privileged_state",
+        ],
+    )
     env = build_env(cfg.env, 3, seed=0)
     assert (env.obs_dim, env.act_dim, env.max_episode_steps) == (2, 1, 1000)
     obs, *_ = env.step(torch.ones(3, 1))
     torch.testing.assert_close(obs[:, 1], -obs[:, 0])  # the privileged entry, [pos, -pos] after a step
     with pytest.raises(ConfigError, match=r"env.jax.kwargs: .*Env 'Wlak' not found"):
-        load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load", "env.jax.kwargs={env_name: Wlak}"])
+        load_config(
+            None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load", "env.jax.kwargs={env_name: Wlak}"]
+        )
     with pytest.raises(ConfigError, match="env.jax.obs_key: .*without 'pixels'; its keys: state, privileged_state"):
-        load_config(None, ["env.name=jax", "env.jax.factory=test_jax_env:REGISTRY.load",
-                           "env.jax.kwargs={env_name: Walk}", "env.jax.obs_key=pixels"])
+        load_config(
+            None,
+            [
+                "env.name=jax",
+                "env.jax.factory=test_jax_env:REGISTRY.load",
+                "env.jax.kwargs={env_name: Walk}",
+                "env.jax.obs_key=pixels",
+            ],
+        )
 
 
 def test_a_terminated_env_resets_in_the_same_step_and_only_it_draws():
@@ -199,13 +228,19 @@ def test_a_dict_observation_needs_an_obs_key_it_has():
         JaxVecEnv(Walk(), 2, obs_key="pixels")
 
 
-@pytest.mark.parametrize("factory, fragment", [
-    ("podracer_hpc.envs.jax_pendulum", "must be 'module:callable'"),
-    ("no_such_pkg.envs:make", "cannot import 'no_such_pkg.envs' (no module named 'no_such_pkg')"),
-    ("podracer_hpc.envs.jax_pendulum:mkae", "jax_pendulum:mkae: module 'podracer_hpc.envs.jax_pendulum' has no attribute 'mkae'"),
-    ("podracer_hpc.envs.jax_pendulum:Pendulum.observation_size", "is not callable (an int)"),
-    ("builtins:dict", "the env (dict) has no 'reset'"),
-])
+@pytest.mark.parametrize(
+    "factory, fragment",
+    [
+        ("podracer_hpc.envs.jax_pendulum", "must be 'module:callable'"),
+        ("no_such_pkg.envs:make", "cannot import 'no_such_pkg.envs' (no module named 'no_such_pkg')"),
+        (
+            "podracer_hpc.envs.jax_pendulum:mkae",
+            "jax_pendulum:mkae: module 'podracer_hpc.envs.jax_pendulum' has no attribute 'mkae'",
+        ),
+        ("podracer_hpc.envs.jax_pendulum:Pendulum.observation_size", "is not callable (an int)"),
+        ("builtins:dict", "the env (dict) has no 'reset'"),
+    ],
+)
 def test_a_bad_factory_is_refused_by_the_config(factory, fragment):
     with pytest.raises(ConfigError) as ei:
         load_config(None, ["env.name=jax", f"env.jax.factory={factory}"])
@@ -222,8 +257,16 @@ def test_bad_kwargs_and_a_missing_factory_are_refused():
 
 
 def test_podracer_train_refuses_a_bad_factory_with_exit_2(cli, tmp_path):
-    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path / "run"), "--set", "env.name=jax",
-            "--set", "env.jax.factory=podracer_hpc.envs.jax_pendulum:nope")
+    r = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        "env.name=jax",
+        "--set",
+        "env.jax.factory=podracer_hpc.envs.jax_pendulum:nope",
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "env.jax.factory: podracer_hpc.envs.jax_pendulum:nope:" in r.stderr and not (tmp_path / "run").exists()
     r = cli("config", "jobs/pendulum.yaml", "--set", "env.name=jax", "--set", "env.jax.factory=jax_pendulum")
@@ -233,10 +276,33 @@ def test_podracer_train_refuses_a_bad_factory_with_exit_2(cli, tmp_path):
 def test_podracer_train_runs_ppo_through_the_adapter_and_resumes_exactly(cli, tmp_path):
     """A short PPO run (4,096 env steps) end to end through the CLI; rerunning the finished run
     resumes from its checkpoint (the env state included) and changes nothing."""
-    args = ["train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path / "run"), "--quiet", "--set", "env.name=jax",
-            "--set", f"env.jax.factory={FACTORY}", "--set", "env.num_envs=64", "--set", "agent.rollout_steps=16",
-            "--set", "agent.num_minibatches=4", "--set", "total_env_steps=4096", "--set", "eval.interval_env_steps=2048",
-            "--set", "eval.episodes=4", "--set", "eval.final_episodes=4", "--set", "threads=1"]
+    args = [
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--quiet",
+        "--set",
+        "env.name=jax",
+        "--set",
+        f"env.jax.factory={FACTORY}",
+        "--set",
+        "env.num_envs=64",
+        "--set",
+        "agent.rollout_steps=16",
+        "--set",
+        "agent.num_minibatches=4",
+        "--set",
+        "total_env_steps=4096",
+        "--set",
+        "eval.interval_env_steps=2048",
+        "--set",
+        "eval.episodes=4",
+        "--set",
+        "eval.final_episodes=4",
+        "--set",
+        "threads=1",
+    ]
     r = cli(*args, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -255,12 +321,31 @@ def test_the_config_of_a_jax_job_imports_jax_to_check_it_but_no_torch():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "podracer_hpc.cli", "config", "jobs/pendulum.yaml",
-                        "--set", "env.name=jax", "--set", f"env.jax.factory={FACTORY}"], capture_output=True, text=True,
-                       cwd=repo, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "podracer_hpc.cli",
+            "config",
+            "jobs/pendulum.yaml",
+            "--set",
+            "env.name=jax",
+            "--set",
+            f"env.jax.factory={FACTORY}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    mods = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in r.stderr.splitlines()
-            if line.startswith("import time:") and "|" in line}
+    mods = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
     assert "jax" in mods and "torch" not in mods, sorted(mods & {"jax", "torch"})
 
 
@@ -272,20 +357,29 @@ def test_jax_starts_without_preallocating_and_on_one_thread_when_torch_has_one()
     import subprocess
     import sys
 
-    code = ("import os, torch; torch.set_num_threads(1)\n"
-            "{before}"
-            "from podracer_hpc.envs import make_env\n"
-            f"env = make_env('jax', 2, factory='{FACTORY}')\n"
-            "print(os.environ.get('XLA_FLAGS', '-'), '|', os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])\n")
+    code = (
+        "import os, torch; torch.set_num_threads(1)\n"
+        "{before}"
+        "from podracer_hpc.envs import make_env\n"
+        f"env = make_env('jax', 2, factory='{FACTORY}')\n"
+        "print(os.environ.get('XLA_FLAGS', '-'), '|', os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])\n"
+    )
 
     def run(before: str = "", **environ: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_")}
-        r = subprocess.run([sys.executable, "-c", code.format(before=before)], capture_output=True, text=True,
-                           timeout=120, env={**env, **environ})
+        r = subprocess.run(
+            [sys.executable, "-c", code.format(before=before)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, **environ},
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return r.stdout.strip()
 
     assert run() == "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1 | false"
     assert run("import jax; jax.numpy.zeros(1)\n") == "- | false"  # backends made: too late for flags
-    assert run(XLA_FLAGS="--xla_cpu_multi_thread_eigen=true", XLA_PYTHON_CLIENT_PREALLOCATE="true") == \
-        "--xla_cpu_multi_thread_eigen=true | true"
+    assert (
+        run(XLA_FLAGS="--xla_cpu_multi_thread_eigen=true", XLA_PYTHON_CLIENT_PREALLOCATE="true")
+        == "--xla_cpu_multi_thread_eigen=true | true"
+    )

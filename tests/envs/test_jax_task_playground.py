@@ -19,14 +19,17 @@ import json
 import pytest
 
 playground = pytest.importorskip(
-    "mujoco_playground", reason="MuJoCo Playground is not installed here (pip install playground, in a venv of "
-                                "its own: docs/jax.md); this file runs with .venv-mjx/bin/python")
+    "mujoco_playground",
+    reason="MuJoCo Playground is not installed here (pip install playground, in a venv of "
+    "its own: docs/jax.md); this file runs with .venv-mjx/bin/python",
+)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from podracer_hpc.config import ConfigError, load_config  # noqa: E402
+from podracer_hpc.config import load_config  # noqa: E402
+from podracer_hpc.docfield import ConfigError  # noqa: E402
 from podracer_hpc.envs.jax_adapter import JaxVecEnv, env_episode_length  # noqa: E402
 
 FACTORY = "mujoco_playground:registry.load"
@@ -69,8 +72,9 @@ class Reference:
         fresh = self.reset_fn(split[:, 1])
         mask = jnp.asarray(which)
         self.keys = jnp.where(mask[:, None], split[:, 0], self.keys)
-        return jax.tree.map(lambda new, old: jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - 1)), new, old),
-                            fresh, self.state)
+        return jax.tree.map(
+            lambda new, old: jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - 1)), new, old), fresh, self.state
+        )
 
 
 def actions(steps: int, seed: int = 0) -> list[torch.Tensor]:
@@ -180,20 +184,50 @@ def test_a_checkpoint_restores_playgrounds_state_exactly(venv):
     for a, (o, r, te, tr, info) in zip(acts[60:], first):
         o2, r2, te2, tr2, info2 = venv.step(a)
         assert torch.equal(o, o2) and torch.equal(r, r2) and torch.equal(tr, tr2)
-        assert torch.equal(info["final_obs"], info2["final_obs"]) and torch.equal(info["episode_return"], info2["episode_return"])
+        assert torch.equal(info["final_obs"], info2["final_obs"]) and torch.equal(
+            info["episode_return"], info2["episode_return"]
+        )
     assert first[39][3].all()  # step 100, the time limit, was in there
 
 
 def test_podracer_train_runs_ppo_on_playground_and_resumes(cli, tmp_path):
     """``podracer train`` through the factory string: 2,048 env steps, then the same run resumed to
     4,096 (its checkpoint holds the Playground state), then a rerun of the finished run changes nothing."""
+
     def args(total: int) -> list[str]:
-        return ["train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path / "run"), "--quiet", "--set", "env.name=jax",
-                "--set", f"env.jax.factory={FACTORY}", "--set", KWARGS_SET, "--set", "env.num_envs=32",
-                "--set", "env.max_episode_steps=200", "--set", "agent.rollout_steps=16",
-                "--set", "agent.num_minibatches=4", "--set", "agent.hidden_sizes=[16, 16]",
-                "--set", f"total_env_steps={total}", "--set", "eval.interval_env_steps=2048", "--set", "eval.episodes=4",
-                "--set", "eval.final_episodes=4", "--set", "threads=1"]
+        return [
+            "train",
+            "jobs/pendulum.yaml",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--quiet",
+            "--set",
+            "env.name=jax",
+            "--set",
+            f"env.jax.factory={FACTORY}",
+            "--set",
+            KWARGS_SET,
+            "--set",
+            "env.num_envs=32",
+            "--set",
+            "env.max_episode_steps=200",
+            "--set",
+            "agent.rollout_steps=16",
+            "--set",
+            "agent.num_minibatches=4",
+            "--set",
+            "agent.hidden_sizes=[16, 16]",
+            "--set",
+            f"total_env_steps={total}",
+            "--set",
+            "eval.interval_env_steps=2048",
+            "--set",
+            "eval.episodes=4",
+            "--set",
+            "eval.final_episodes=4",
+            "--set",
+            "threads=1",
+        ]
 
     r = cli(*args(2048), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

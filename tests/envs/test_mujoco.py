@@ -5,19 +5,21 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
 
 from podracer_hpc.envs import TASKS, make_env
-from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
-
-from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
+from podracer_hpc.envs.mujoco import resolve_backend
+from podracer_hpc.envs.mujoco_tasks import GYM_IDS
 
 HAVE_MUJOCO = importlib.util.find_spec("mujoco") is not None
 HAVE_ENVPOOL = importlib.util.find_spec("envpool") is not None
 
 pytestmark = pytest.mark.skipif(not HAVE_MUJOCO, reason="mujoco not installed: pip install 'gymnasium[mujoco]'")
 needs_envpool = pytest.mark.skipif(
-    not HAVE_ENVPOOL, reason="envpool not installed (pip install envpool; it has wheels for CPython 3.11 "
-                             "x86_64 Linux, not for every platform)")
+    not HAVE_ENVPOOL,
+    reason="envpool not installed (pip install envpool; it has wheels for CPython 3.11 "
+    "x86_64 Linux, not for every platform)",
+)
 BACKENDS = [pytest.param("envpool", marks=needs_envpool), "gymnasium"]
 DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
 
@@ -136,8 +138,17 @@ def test_pod_trains_an_iteration_on_hopper():
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=hopper", "env.num_envs=8", "agent.rollout_steps=16",
-                             "agent.num_minibatches=2", "eval.episodes=2", "env.max_episode_steps=30"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=hopper",
+            "env.num_envs=8",
+            "agent.rollout_steps=16",
+            "agent.num_minibatches=2",
+            "eval.episodes=2",
+            "env.max_episode_steps=30",
+        ],
+    )
     pod = Pod(cfg, device="cpu")
     m = pod.train_iteration()
     assert all(torch.isfinite(torch.as_tensor(v)).all() for v in m.values())
@@ -174,8 +185,15 @@ def test_a_pod_learns_the_same_whether_the_env_steps_while_it_records(backend, m
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    over = ["env.name=hopper", "env.num_envs=4", "agent.rollout_steps=16", "agent.num_minibatches=2",
-            "env.max_episode_steps=20", f"env.mujoco.backend={backend}", "threads=1"]
+    over = [
+        "env.name=hopper",
+        "env.num_envs=4",
+        "agent.rollout_steps=16",
+        "agent.num_minibatches=2",
+        "env.max_episode_steps=20",
+        f"env.mujoco.backend={backend}",
+        "threads=1",
+    ]
     import types
 
     from podracer_hpc import pod as pod_module

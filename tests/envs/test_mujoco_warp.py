@@ -23,16 +23,18 @@ import importlib.util
 import numpy as np
 import pytest
 import torch
+from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
 
 from podracer_hpc.envs import make_env
-from podracer_hpc.envs.mujoco import GYM_IDS, resolve_backend
-
-from helpers import assert_hopper_autoreset, assert_mujoco_contract, random_actions
+from podracer_hpc.envs.mujoco import resolve_backend
+from podracer_hpc.envs.mujoco_tasks import GYM_IDS
 
 HAVE_WARP = all(importlib.util.find_spec(m) is not None for m in ("warp", "mujoco_warp", "mujoco", "gymnasium"))
 needs_warp = pytest.mark.skipif(
-    not HAVE_WARP, reason="MuJoCo Warp not installed: pip install 'podracer-hpc[warp]' "
-                          "(warp-lang==1.19.0 mujoco-warp==4.0.0, with mujoco and gymnasium)")
+    not HAVE_WARP,
+    reason="MuJoCo Warp not installed: pip install 'podracer-hpc[warp]' "
+    "(warp-lang==1.19.0 mujoco-warp==4.0.0, with mujoco and gymnasium)",
+)
 DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
 OBS_TOL, REWARD_TOL = 1e-4, 1e-5  # one step from identical states (measured: 8e-6, 1e-6)
 
@@ -90,8 +92,9 @@ def _close(w: torch.Tensor, ref: np.ndarray, tol: float) -> float:
 
 
 @needs_warp
-@pytest.mark.parametrize("task,steps", [("halfcheetah", 5), ("hopper", 5), ("walker2d", 5), ("ant", 1),
-                                        ("humanoid", 3)])
+@pytest.mark.parametrize(
+    "task,steps", [("halfcheetah", 5), ("hopper", 5), ("walker2d", 5), ("ant", 1), ("humanoid", 3)]
+)
 def test_matches_gymnasium_from_the_same_state(task, steps):
     """From gymnasium's start states and the same actions, observations, rewards and terminations agree.
 
@@ -211,9 +214,18 @@ def test_pod_trains_and_resumes_exactly_on_warp():
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=hopper", "env.num_envs=8", "agent.rollout_steps=16",
-                             "agent.num_minibatches=2", "eval.episodes=2", "env.max_episode_steps=30",
-                             "env.mujoco.backend=warp"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=hopper",
+            "env.num_envs=8",
+            "agent.rollout_steps=16",
+            "agent.num_minibatches=2",
+            "eval.episodes=2",
+            "env.max_episode_steps=30",
+            "env.mujoco.backend=warp",
+        ],
+    )
     pod = Pod(cfg, device="cpu")
     assert pod.env.backend == "warp"
     pod.train_iteration()

@@ -1,5 +1,6 @@
 """The task registry (podracer_hpc/envs/registry.py): each task owns its settings (options, checks,
-env builder), the config finds them there, and a new task is one file plus one line (tests/tiny_task.py, docs/adding-a-task.md)."""
+env builder), the config finds them there, and a new task is one file plus one line (tests/tiny_task.py,
+docs/adding-a-task.md)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,30 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from podracer_hpc.config import Config, ConfigError, EnvConfig, describe, env_config_class, from_dict, load_config, to_dict, validate
-from podracer_hpc.docfield import F
+from podracer_hpc.config import Config, EnvConfig, describe, env_config_class, from_dict, load_config, to_dict, validate
+from podracer_hpc.docfield import ConfigError, F
 from podracer_hpc.envs import TASKS, build_env, registry
 from podracer_hpc.envs.gym_task import GymnasiumOptions
 from podracer_hpc.envs.jax_task import JaxOptions
-from podracer_hpc.envs.mujoco import MujocoOptions
-from podracer_hpc.envs.registry import OptionError, Task
-from podracer_hpc.trading.env import StockTradingEnv, TradingOptions
+from podracer_hpc.envs.mujoco_tasks import MujocoOptions
+from podracer_hpc.envs.registry import Task
+from podracer_hpc.trading.env import StockTradingEnv
+from podracer_hpc.trading.task import TradingOptions
 
 REPO = Path(__file__).resolve().parents[2]
-BUILTIN = ["pendulum", "cartpole", "stock_trading", "halfcheetah", "hopper", "walker2d", "ant", "humanoid", "gymnasium",
-           "jax"]
+BUILTIN = [
+    "pendulum",
+    "cartpole",
+    "stock_trading",
+    "halfcheetah",
+    "hopper",
+    "walker2d",
+    "ant",
+    "humanoid",
+    "gymnasium",
+    "jax",
+]
 
 
 def test_config_imports_no_torch_and_modules_import_in_any_order():
@@ -53,10 +64,16 @@ def test_config_imports_no_torch_and_modules_import_in_any_order():
 # --------------------------------------------------------------------------------------
 def test_builtin_tasks_and_their_sections():
     assert registry.names()[: len(BUILTIN)] == BUILTIN
-    assert registry.sections() == {"trading": TradingOptions, "mujoco": MujocoOptions, "gymnasium": GymnasiumOptions,
-                                   "jax": JaxOptions}
+    assert registry.sections() == {
+        "trading": TradingOptions,
+        "mujoco": MujocoOptions,
+        "gymnasium": GymnasiumOptions,
+        "jax": JaxOptions,
+    }
     assert registry.get("stock_trading").section == "trading" and TASKS["stock_trading"] is StockTradingEnv
-    assert all(registry.get(n).options is MujocoOptions for n in ("halfcheetah", "hopper", "walker2d", "ant", "humanoid"))
+    assert all(
+        registry.get(n).options is MujocoOptions for n in ("halfcheetah", "hopper", "walker2d", "ant", "humanoid")
+    )
     assert registry.get("pendulum").options is None and "pendulum" in TASKS and len(TASKS) >= len(BUILTIN)
     for cls in registry.sections().values():
         registry.check(cls())  # the defaults are valid
@@ -106,18 +123,25 @@ def test_env_section_is_the_dict_checkpoints_stored_before_the_registry():
     # options added since, each at the default that gives the old behaviour (resume compares with
     # the defaults filled in, run.py's _diff_config); sections of tasks added since
     added = {"trading": {"actions": "shares"}}
-    new_sections = {"gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"},
-                    "jax": {"factory": "", "kwargs": {}, "obs_key": "state"}}
+    new_sections = {
+        "gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"},
+        "jax": {"factory": "", "kwargs": {}, "obs_key": "state"},
+    }
 
     def without_added(env: dict) -> dict:
-        return {k: ({kk: vv for kk, vv in v.items() if kk not in added.get(k, {})} if isinstance(v, dict) else v)
-                for k, v in env.items() if k not in new_sections}
+        return {
+            k: ({kk: vv for kk, vv in v.items() if kk not in added.get(k, {})} if isinstance(v, dict) else v)
+            for k, v in env.items()
+            if k not in new_sections
+        }
 
     now = to_dict(Config())["env"]
     assert without_added(now) == old["default"]
     assert all(now[sec][k] == v for sec, kv in added.items() for k, v in kv.items())
     assert all(now[sec] == v for sec, v in new_sections.items())
-    assert without_added(to_dict(load_config(REPO / "jobs/trading_quickstart.yaml"))["env"]) == old["trading_quickstart"]
+    assert (
+        without_added(to_dict(load_config(REPO / "jobs/trading_quickstart.yaml"))["env"]) == old["trading_quickstart"]
+    )
     cfg = from_dict(Config, {"env": old["hopper_envpool"]})
     assert without_added(to_dict(cfg)["env"]) == old["hopper_envpool"] and cfg.env.mujoco == MujocoOptions("envpool", 2)
     assert list(to_dict(cfg)["env"]) == [*old["default"], *new_sections]  # the same order (YAML dumps of run configs)
@@ -128,8 +152,10 @@ def test_env_config_is_the_class_with_the_sections():
     assert type(env) is env_config_class() and isinstance(env, EnvConfig)
     assert env.trading == TradingOptions() and env.mujoco == MujocoOptions()
     cfg = load_config(None, ["env.trading.cost=0.002", "env.mujoco.backend=gymnasium"])
-    assert cfg.env.trading.cost == 0.002 and cfg.env == Config(env=EnvConfig(trading=TradingOptions(cost=0.002),
-                                                                             mujoco=MujocoOptions("gymnasium"))).env
+    assert (
+        cfg.env.trading.cost == 0.002
+        and cfg.env == Config(env=EnvConfig(trading=TradingOptions(cost=0.002), mujoco=MujocoOptions("gymnasium"))).env
+    )
     assert pickle.loads(pickle.dumps(cfg)) == cfg and copy.deepcopy(cfg) == cfg
     assert dataclasses.replace(cfg.env, num_envs=3).trading.cost == 0.002
 
@@ -174,8 +200,17 @@ def test_programmatic_configs_are_checked_by_validate_and_by_build_env():
 
 
 def test_build_env_passes_the_section_to_the_env():
-    cfg = load_config(None, ["env.name=stock_trading", "env.max_episode_steps=9", "env.trading.cost=0.002",
-                             "env.trading.max_shares=7", "env.trading.synthetic_stocks=3", "env.trading.synthetic_days=300"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.max_episode_steps=9",
+            "env.trading.cost=0.002",
+            "env.trading.max_shares=7",
+            "env.trading.synthetic_stocks=3",
+            "env.trading.synthetic_days=300",
+        ],
+    )
     env = build_env(cfg.env, 4, "cpu", seed=1)
     assert isinstance(env, StockTradingEnv) and env.num_envs == 4 and env.max_episode_steps == 9
     assert (env.cost, env.max_shares, env.num_stocks) == (0.002, 7, 3)
@@ -185,16 +220,29 @@ def test_build_env_passes_the_section_to_the_env():
 
 
 def test_submit_dry_run_refuses_a_bad_trading_cost_before_queueing(cli, tmp_path):
-    r = cli("submit", "jobs/trading_quickstart.yaml", "--executor", "local", "--dry-run", "--run-dir",
-            str(tmp_path / "run"), "--set", "env.trading.cost=2")
+    r = cli(
+        "submit",
+        "jobs/trading_quickstart.yaml",
+        "--executor",
+        "local",
+        "--dry-run",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        "env.trading.cost=2",
+    )
     assert r.returncode == 2, r.stderr
     assert "env.trading.cost: must be in [0, 1)" in r.stderr and "got 2.0" in r.stderr
     assert not (tmp_path / "run").exists()
 
 
 def test_the_docs_name_every_task_option():
-    docs = {"trading": REPO / "docs/trading.md", "mujoco": REPO / "docs/mujoco.md",
-            "gymnasium": REPO / "docs/gymnasium.md", "jax": REPO / "docs/jax.md"}
+    docs = {
+        "trading": REPO / "docs/trading.md",
+        "mujoco": REPO / "docs/mujoco.md",
+        "gymnasium": REPO / "docs/gymnasium.md",
+        "jax": REPO / "docs/jax.md",
+    }
     assert set(docs) == set(registry.sections())
     for section, path in docs.items():
         text = path.read_text()
@@ -224,10 +272,24 @@ def test_a_new_task_is_one_file_plus_one_line(reach_task, tmp_path):
     with pytest.raises(ConfigError, match=r"env\.reach\.target: must be in \[-1, 1\], got 3\.0"):
         load_config(None, ["env.name=reach", "env.reach.target=3"])
 
-    cfg = load_config(None, ["env.name=reach", "env.reach.target=-0.6", "env.num_envs=64", "agent.rollout_steps=20",
-                             "agent.num_minibatches=4", "agent.hidden_sizes=[32, 32]", "agent.learning_rate=3e-3",
-                             "total_env_steps=25600", "eval.interval_env_steps=12800", "eval.episodes=16",
-                             "tournament.mode=none", "threads=1", "log.progress_interval_s=0"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=reach",
+            "env.reach.target=-0.6",
+            "env.num_envs=64",
+            "agent.rollout_steps=20",
+            "agent.num_minibatches=4",
+            "agent.hidden_sizes=[32, 32]",
+            "agent.learning_rate=3e-3",
+            "total_env_steps=25600",
+            "eval.interval_env_steps=12800",
+            "eval.episodes=16",
+            "tournament.mode=none",
+            "threads=1",
+            "log.progress_interval_s=0",
+        ],
+    )
     assert to_dict(cfg)["env"]["reach"] == {"target": -0.6, "speed": 0.2}
     assert {"trading", "mujoco"} <= set(to_dict(cfg)["env"])  # the other sections stay
     fresh = Pod(cfg)

@@ -18,8 +18,17 @@ def test_rows_roundtrip_and_defaults(tmp_path):
     p = tmp_path / "a.h5"
     with H5Writer(p, {"seed": 3, "config": {"x": 1}}) as w:
         w.append("train", {"update": 1, "env_steps": 10, "loss": 0.5})
-        w.append("tournament", {"round": 0, "env_steps": 10, "action": "load_entry", "source": "e-1",
-                                "old_hparams": '{"lr": 1}', "new_hparams": '{"lr": 2}'})
+        w.append(
+            "tournament",
+            {
+                "round": 0,
+                "env_steps": 10,
+                "action": "load_entry",
+                "source": "e-1",
+                "old_hparams": '{"lr": 1}',
+                "new_hparams": '{"lr": 2}',
+            },
+        )
         with pytest.raises(KeyError, match="unknown train columns"):
             w.append("train", {"bogus": 1})
     log = read_log(p)
@@ -141,10 +150,15 @@ def test_truncate_to_a_checkpoints_rows_is_exact_where_env_steps_tie(tmp_path):
         assert w.truncate_to({"train": 10}) == 0  # rows the log does not have: nothing to drop
 
 
-@pytest.mark.parametrize("data, initval, expected", [
-    (b"", 0, 0xDEADBEEF), (b"", 0xDEADBEEF, 0xBD5B7DDE),  # lookup3.c's own test vectors
-    (b"Four score and seven years ago", 0, 0x17770551), (b"Four score and seven years ago", 1, 0xCD628161),
-])
+@pytest.mark.parametrize(
+    "data, initval, expected",
+    [
+        (b"", 0, 0xDEADBEEF),
+        (b"", 0xDEADBEEF, 0xBD5B7DDE),  # lookup3.c's own test vectors
+        (b"Four score and seven years ago", 0, 0x17770551),
+        (b"Four score and seven years ago", 1, 0xCD628161),
+    ],
+)
 def test_lookup3_matches_the_published_vectors(data, initval, expected):
     assert lookup3(data, initval) == expected
 
@@ -217,19 +231,34 @@ def test_a_schema_1_log_is_read_typed_and_continued(tmp_path):
     legacy = ["", "pod1", "rejected:j-0-1-0123456789ab", "local-2-3-0123456789ab"]
     with H5Writer(p, {}) as w:
         for i, s in enumerate(legacy):
-            w.append("tournament", {"round": i, "env_steps": 10 * i, "action": "keep", "source": s,
-                                    "old_hparams": "{}", "new_hparams": '{"learning_rate": 0.1}'})
+            w.append(
+                "tournament",
+                {
+                    "round": i,
+                    "env_steps": 10 * i,
+                    "action": "keep",
+                    "source": s,
+                    "old_hparams": "{}",
+                    "new_hparams": '{"learning_rate": 0.1}',
+                },
+            )
     with h5py.File(p, "a") as f:  # what a version-1 writer left: no typed columns
         for name in ("source_kind", "source_id", "source_rejected"):
             del f["tournament"][name]
         f.attrs["schema_version"] = 1
     recs = read_records(read_log(p)["tournament"])
-    assert [r.source for r in recs] == [Source(), Source("pod", "1"), Source("entry", "j-0-1-0123456789ab", True),
-                                        Source("entry", "local-2-3-0123456789ab")]
+    assert [r.source for r in recs] == [
+        Source(),
+        Source("pod", "1"),
+        Source("entry", "j-0-1-0123456789ab", True),
+        Source("entry", "local-2-3-0123456789ab"),
+    ]
     assert recs[3].source.pod == 2 and recs[0].new_hparams == {"learning_rate": 0.1}
     with H5Writer(p, {}) as w:
-        w.append("tournament", RoundRecord(4, 40, 1.0, -5.0, "copy_pod", Source("entry", "x-3-4-0123456789ab"),
-                                           {}, {}, 0.1).to_row())
+        w.append(
+            "tournament",
+            RoundRecord(4, 40, 1.0, -5.0, "copy_pod", Source("entry", "x-3-4-0123456789ab"), {}, {}, 0.1).to_row(),
+        )
     log = read_log(p)
     assert log["attrs"]["schema_version"] == SCHEMA_VERSION  # upgraded in place (to 3: the comparison columns too)
     recs = read_records(log["tournament"])

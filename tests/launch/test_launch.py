@@ -19,9 +19,15 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
 
 
-@pytest.mark.parametrize("spec,ids,par", [
-    ("3", [0, 1, 2], 0), ("0-4%2", [0, 1, 2, 3, 4], 2), ("1,3,5", [1, 3, 5], 0), ("2-3,7%1", [2, 3, 7], 1),
-])
+@pytest.mark.parametrize(
+    "spec,ids,par",
+    [
+        ("3", [0, 1, 2], 0),
+        ("0-4%2", [0, 1, 2, 3, 4], 2),
+        ("1,3,5", [1, 3, 5], 0),
+        ("2-3,7%1", [2, 3, 7], 1),
+    ],
+)
 def test_parse_array(spec, ids, par):
     assert launch.parse_array(spec) == (ids, par)
 
@@ -37,34 +43,61 @@ def req(**kw):
     return launch.Request(**{**base, **kw})
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"nodes": 0}, "--nodes must be >= 1"),
-    ({"tasks_per_node": 0}, "--tasks-per-node must be >= 1"),
-    ({"tasks_per_node": 4, "gpus_per_node": 2}, "a pod is one rank on one GPU"),
-    ({"time_min": 0}, "--time must be >= 1"),
-    ({"nodes": 2}, "runs on this machine"),
-    ({"job_file": "jobs/nope.yaml"}, "not found"),
-    ({"mpi": "ucx"}, "--mpi must be"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"nodes": 0}, "--nodes must be >= 1"),
+        ({"tasks_per_node": 0}, "--tasks-per-node must be >= 1"),
+        ({"tasks_per_node": 4, "gpus_per_node": 2}, "a pod is one rank on one GPU"),
+        ({"time_min": 0}, "--time must be >= 1"),
+        ({"nodes": 2}, "runs on this machine"),
+        ({"job_file": "jobs/nope.yaml"}, "not found"),
+        ({"mpi": "ucx"}, "--mpi must be"),
+    ],
+)
 def test_impossible_requests_fail_before_anything_runs(kw, msg):
     with pytest.raises(launch.LaunchError, match=msg):
         launch.validate(req(**kw))
 
 
-@pytest.mark.parametrize("given, minutes", [("90", 90), ("12:00:00", 720), ("2-00:00:00", 2880), ("1-6", 1800),
-                                             ("45:30", 45)])
+@pytest.mark.parametrize(
+    "given, minutes", [("90", 90), ("12:00:00", 720), ("2-00:00:00", 2880), ("1-6", 1800), ("45:30", 45)]
+)
 def test_time_takes_minutes_or_slurms_syntax(given, minutes):
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
-                        "--mpi", "pmi2", "--time", given, "--dry-run"], capture_output=True, text=True, cwd=REPO,
-                       timeout=120, env={**os.environ, "PATH": "/nonexistent"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--mpi",
+            "pmi2",
+            "--time",
+            given,
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
     assert r.returncode == 0, r.stderr
     assert f"#SBATCH --time={minutes}\n" in r.stdout
 
 
 @pytest.mark.parametrize("given", ["infinite", "1h", "-5", ""])
 def test_time_refuses_what_slurm_would_not_take_or_never_ends(given):
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--time", given,
-                        "--dry-run"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--time", given, "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--time" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -90,8 +123,9 @@ def test_array_ids_other_than_0_to_n_minus_1_are_one_job_each_and_take_no_thrott
     monkeypatch.setenv("PATH", "/nonexistent")  # no Slurm here: --dry-run shows the script
     text = launch.sbatch_text(req(executor="slurm", mpi="pmi2", array=[1, 3, 5]), load_config("jobs/quickstart.yaml"))
     assert "--array" not in text  # not an array: Slurm's index would be 0..2 for tasks 1, 3, 5
-    assert "#SBATCH --array=0-2" in launch.sbatch_text(req(executor="slurm", mpi="pmi2", array=[0, 1, 2]),
-                                                        load_config("jobs/quickstart.yaml"))
+    assert "#SBATCH --array=0-2" in launch.sbatch_text(
+        req(executor="slurm", mpi="pmi2", array=[0, 1, 2]), load_config("jobs/quickstart.yaml")
+    )
     with pytest.raises(launch.LaunchError, match="throttle cannot hold"):
         launch.validate(req(executor="slurm", mpi="pmi2", array=[1, 3], array_parallelism=1), dry_run=True)
 
@@ -128,23 +162,53 @@ def normalize_sbatch(text: str) -> str:
 
 GOLDEN_CASES = {
     "submit_2x2": dict(nodes=2, tasks_per_node=2, time_min=10, mpi="pmi2"),
-    "submit_dgx_array": dict(nodes=4, tasks_per_node=8, gpus_per_node=8, partition="batch", account="rl",
-                             time_min=240, array=[0, 1, 2], array_parallelism=2),
+    "submit_dgx_array": dict(
+        nodes=4,
+        tasks_per_node=8,
+        gpus_per_node=8,
+        partition="batch",
+        account="rl",
+        time_min=240,
+        array=[0, 1, 2],
+        array_parallelism=2,
+    ),
     # issue 14: every resource option, the pass-through, the HDF5 and cache settings, no snapshot
-    "submit_dgx_resources": dict(nodes=4, tasks_per_node=8, gpus_per_node=8, cpus_per_task=16, mem="0",
-                                 exclusive=True, qos="normal", constraint="h100", job_name="pbt-h100",
-                                 mail_type="end,fail", mail_user="me@example.org", dependency="afterok:4242",
-                                 sbatch=["reservation=dgx-maint", "hint=nomultithread", "--wckey=rl-team"],
-                                 partition="batch", account="rl", time_min=240, hdf5_locking="false",
-                                 cache_dir="/raid/podracer-cache"),
-    "submit_cpu_unbound": dict(nodes=1, tasks_per_node=2, cpus_per_task=4, gpus_per_node=2, gpu_bind="none",
-                               snapshot=False, mpi="pmi2"),
+    "submit_dgx_resources": dict(
+        nodes=4,
+        tasks_per_node=8,
+        gpus_per_node=8,
+        cpus_per_task=16,
+        mem="0",
+        exclusive=True,
+        qos="normal",
+        constraint="h100",
+        job_name="pbt-h100",
+        mail_type="end,fail",
+        mail_user="me@example.org",
+        dependency="afterok:4242",
+        sbatch=["reservation=dgx-maint", "hint=nomultithread", "--wckey=rl-team"],
+        partition="batch",
+        account="rl",
+        time_min=240,
+        hdf5_locking="false",
+        cache_dir="/raid/podracer-cache",
+    ),
+    "submit_cpu_unbound": dict(
+        nodes=1, tasks_per_node=2, cpus_per_task=4, gpus_per_node=2, gpu_bind="none", snapshot=False, mpi="pmi2"
+    ),
     # issue 28: the ranks in a container (pyxis on srun; charliecloud's ch-run as the rank's python), srun extras
-    "submit_container_pyxis": dict(nodes=2, tasks_per_node=8, gpus_per_node=8, time_min=120,
-                                   container_image="/lustre/images/podracer.sqsh", container_mounts="/lustre/data:/data",
-                                   srun=["cpu-bind=cores", "network=single_node_vni"]),
-    "submit_container_charliecloud": dict(nodes=1, tasks_per_node=2, mpi="pmi2", container_image="/scratch/img/podracer",
-                                          container_runtime="charliecloud"),
+    "submit_container_pyxis": dict(
+        nodes=2,
+        tasks_per_node=8,
+        gpus_per_node=8,
+        time_min=120,
+        container_image="/lustre/images/podracer.sqsh",
+        container_mounts="/lustre/data:/data",
+        srun=["cpu-bind=cores", "network=single_node_vni"],
+    ),
+    "submit_container_charliecloud": dict(
+        nodes=1, tasks_per_node=2, mpi="pmi2", container_image="/scratch/img/podracer", container_runtime="charliecloud"
+    ),
 }
 
 
@@ -165,19 +229,22 @@ def test_no_wckey_unless_asked():
     assert "wckey" not in launch.sbatch_text(r, load_config(r.job_file))
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"sbatch": ["cpus-per-task=4"]}, "use podracer submit --cpus-per-task instead"),
-    ({"sbatch": ["--output=/tmp/x"]}, "set by podracer submit itself"),
-    ({"sbatch": ["gpus-per-task=2"]}, "one bound GPU per pod"),
-    ({"sbatch": ["r=1"]}, "long sbatch option name"),
-    ({"mem": "lots"}, "--mem 'lots'"),
-    ({"mail_type": "END,SOMETIMES"}, "SOMETIMES unknown"),
-    ({"cpus_per_task": -1}, "--cpus-per-task must be"),
-    ({"qos": "two words"}, "no spaces"),
-    ({"gpu_bind": "closest"}, "--gpu-bind must be"),
-    ({"hdf5_locking": "maybe"}, "--hdf5-locking must be"),
-    ({"overrides": ["device=cuda"]}, "--gpus-per-node is 0"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"sbatch": ["cpus-per-task=4"]}, "use podracer submit --cpus-per-task instead"),
+        ({"sbatch": ["--output=/tmp/x"]}, "set by podracer submit itself"),
+        ({"sbatch": ["gpus-per-task=2"]}, "one bound GPU per pod"),
+        ({"sbatch": ["r=1"]}, "long sbatch option name"),
+        ({"mem": "lots"}, "--mem 'lots'"),
+        ({"mail_type": "END,SOMETIMES"}, "SOMETIMES unknown"),
+        ({"cpus_per_task": -1}, "--cpus-per-task must be"),
+        ({"qos": "two words"}, "no spaces"),
+        ({"gpu_bind": "closest"}, "--gpu-bind must be"),
+        ({"hdf5_locking": "maybe"}, "--hdf5-locking must be"),
+        ({"overrides": ["device=cuda"]}, "--gpus-per-node is 0"),
+    ],
+)
 def test_bad_resource_requests_fail_before_anything_runs(kw, msg, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")  # nothing may get as far as Slurm
     with pytest.raises(launch.LaunchError, match=re.escape(msg)):
@@ -186,7 +253,11 @@ def test_bad_resource_requests_fail_before_anything_runs(kw, msg, monkeypatch):
 
 def test_sbatch_pass_through():
     assert launch.parse_sbatch(["reservation=dgx", "--hint=nomultithread", "requeue_not", "wckey=team"]) == {
-        "reservation": "dgx", "hint": "nomultithread", "requeue-not": True, "wckey": "team"}
+        "reservation": "dgx",
+        "hint": "nomultithread",
+        "requeue-not": True,
+        "wckey": "team",
+    }
 
 
 def test_dry_run_needs_no_slurm(monkeypatch, capsys):
@@ -232,22 +303,35 @@ def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
     snap = launch.make_snapshot(plan)
     meta = json.loads((snap.path / "SNAPSHOT.json").read_text())
     assert meta["revision"] == snap.revision and meta["dirty"] == snap.revision.endswith("-dirty")
-    assert (snap.path / "podracer_hpc" / "launch" / "slurm.py").read_bytes() == \
-        (Path(launch.__file__).parent / "slurm.py").read_bytes()
+    assert (snap.path / "podracer_hpc" / "launch" / "slurm.py").read_bytes() == (
+        Path(launch.__file__).parent / "slurm.py"
+    ).read_bytes()
     assert not list(snap.path.rglob("__pycache__")) and snap.job_file.read_text() == "name: snap\n"
     assert launch.plan_snapshot(tmp_path / "run", str(job)).id == snap.id  # same code, same snapshot
     job.write_text("name: snap2\n")
     assert launch.plan_snapshot(tmp_path / "run", str(job)).id != snap.id
     # the snapshot runs as the package, with its revision, whatever the working directory holds
-    out = subprocess.run([sys.executable, "-c", "import podracer_hpc, podracer_hpc.cluster.device as d; "
-                          "print(podracer_hpc.__file__); print(d.code_revision())"], capture_output=True, text=True,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import podracer_hpc, podracer_hpc.cluster.device as d; "
+            "print(podracer_hpc.__file__); print(d.code_revision())",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1"},
+    )
     assert out.stdout.split() == [str(snap.path / "podracer_hpc" / "__init__.py"), snap.revision], out.stderr
 
 
 def test_local_submit_runs_and_waits(tmp_path, capsys):
-    r = req(tasks_per_node=2, run_dir=str(tmp_path / "run"),
-            overrides=["total_env_steps=40960", "tournament.interval_env_steps=20480", "log.progress_interval_s=0"])
+    r = req(
+        tasks_per_node=2,
+        run_dir=str(tmp_path / "run"),
+        overrides=["total_env_steps=40960", "tournament.interval_env_steps=20480", "log.progress_interval_s=0"],
+    )
     cfg = launch.validate(r)
     launched = launch.submit_local(r, cfg)
     summaries = launch.wait(launched, timeout_s=240, poll_s=0.5)
@@ -269,8 +353,18 @@ def test_local_failure_names_the_log(tmp_path):
 # The local executor behind the signal relay (podracer_hpc/cluster/mpirun.py; issue 11, item 4), under a
 # real mpiexec: USR2 to "the job" stops every rank with a checkpoint, USR2 to mpiexec is no crash.
 # ------------------------------------------------------------------------------------------
-TINY = ["--set", "env.num_envs=64", "--set", "threads=1", "--set", "eval.episodes=2",
-        "--set", "log.progress_interval_s=0", "--set", "eval.interval_env_steps=4096"]
+TINY = [
+    "--set",
+    "env.num_envs=64",
+    "--set",
+    "threads=1",
+    "--set",
+    "eval.episodes=2",
+    "--set",
+    "log.progress_interval_s=0",
+    "--set",
+    "eval.interval_env_steps=4096",
+]
 STEPS_PER_UPDATE = 64 * 16  # num_envs x pendulum's rollout_steps
 
 
@@ -294,10 +388,30 @@ def _train_rows(run: Path, ranks: int) -> list[list[int]]:
 
 
 def _submit_local(run: Path, *sets: str, out: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/pendulum.yaml", "--executor",
-                             "local", "--tasks-per-node", "2", "--wait", "--timeout", "240", "--run-dir", str(run),
-                             *TINY, *sets], stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=REPO,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/pendulum.yaml",
+            "--executor",
+            "local",
+            "--tasks-per-node",
+            "2",
+            "--wait",
+            "--timeout",
+            "240",
+            "--run-dir",
+            str(run),
+            *TINY,
+            *sets,
+        ],
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 @pytest.mark.mpi
@@ -363,11 +477,31 @@ def test_podracer_mpirun_as_documented_survives_usr2_to_its_process_group(tmp_pa
     mpiexec_or_skip()
     podracer = Path(sys.executable).parent / "podracer"
     run = tmp_path / "run"
-    cmd = [str(podracer), "mpirun", "-n", "2", str(podracer), "train", "jobs/quickstart.yaml", "--run-dir", str(run),
-           "--set", "total_env_steps=40960", "--set", "tournament.interval_env_steps=8192", *TINY]
+    cmd = [
+        str(podracer),
+        "mpirun",
+        "-n",
+        "2",
+        str(podracer),
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=40960",
+        "--set",
+        "tournament.interval_env_steps=8192",
+        *TINY,
+    ]
     out = tmp_path / "out"
-    p = subprocess.Popen(cmd, stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    p = subprocess.Popen(
+        cmd,
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         end = time.monotonic() + 120
         while time.monotonic() < end and p.poll() is None and not all(len(r) >= 2 for r in _train_rows_of(run, 2)):
@@ -398,10 +532,16 @@ def _train_rows_of(run: Path, ranks: int, name: str = "quickstart") -> list[list
 
 
 def test_signal_relay_refuses_bad_arguments():
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cluster.mpirun"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cluster.mpirun"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2 and "usage: podracer mpirun" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", "/nonexistent/mpiexec", "-n", "2",
-                        "true"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", "/nonexistent/mpiexec", "-n", "2", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "is not an executable file" in r.stderr
 
 
@@ -409,14 +549,19 @@ def test_signal_relay_exit_code_is_mpiexecs(tmp_path):
     """With a stand-in for mpiexec: TERM is what it gets (once per signal), its exit code is passed on,
     and it starts with USR1/USR2 ignored."""
     fake = tmp_path / "mpiexec"
-    fake.write_text("#!/bin/bash\n"
-                    "grep -E '^SigIgn' /proc/$$/status > \"$(dirname \"$0\")/sigign\"\n"
-                    "trap 'echo TERM >> \"$(dirname \"$0\")/got\"; exit 75' TERM\n"
-                    "echo started > \"$(dirname \"$0\")/started\"\n"
-                    "while :; do sleep 0.1; done\n")
+    fake.write_text(
+        "#!/bin/bash\n"
+        'grep -E \'^SigIgn\' /proc/$$/status > "$(dirname "$0")/sigign"\n'
+        'trap \'echo TERM >> "$(dirname "$0")/got"; exit 75\' TERM\n'
+        'echo started > "$(dirname "$0")/started"\n'
+        "while :; do sleep 0.1; done\n"
+    )
     fake.chmod(0o755)
-    p = subprocess.Popen([sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", str(fake), "-n", "1", "x"],
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", str(fake), "-n", "1", "x"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         end = time.monotonic() + 30
         while not (tmp_path / "started").exists() and time.monotonic() < end:
@@ -431,8 +576,12 @@ def test_signal_relay_exit_code_is_mpiexecs(tmp_path):
     assert ignored & (1 << (signal.SIGUSR1 - 1)) and ignored & (1 << (signal.SIGUSR2 - 1))
     assert "SIGUSR1: asking every rank to finish its update, checkpoint and exit" in p.stderr.read()
     fake.write_text("#!/bin/bash\nkill -KILL $$\n")
-    assert subprocess.run([sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", str(fake), "x"],
-                          timeout=30).returncode == 128 + signal.SIGKILL
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "podracer_hpc.cluster.mpirun", "--mpiexec", str(fake), "x"], timeout=30
+        ).returncode
+        == 128 + signal.SIGKILL
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -468,8 +617,19 @@ S = launch.SlurmJobState
 
 def test_wait_follows_requeues_and_needs_a_complete_summary(tmp_path, monkeypatch, capsys):
     _summary(tmp_path, complete=False)  # what the first start wrote when it was stopped
-    _scripted(monkeypatch, [S("PENDING", "None"), S("RUNNING"), None, S("COMPLETING"), S("PENDING", "BeginTime", 1),
-                            S("RUNNING", "None", 1), S("RUNNING", "None", 2), S("COMPLETED", "None", 2)])
+    _scripted(
+        monkeypatch,
+        [
+            S("PENDING", "None"),
+            S("RUNNING"),
+            None,
+            S("COMPLETING"),
+            S("PENDING", "BeginTime", 1),
+            S("RUNNING", "None", 1),
+            S("RUNNING", "None", 2),
+            S("COMPLETED", "None", 2),
+        ],
+    )
     with pytest.raises(launch.JobError, match="ended COMPLETED without completing its training: its summary says"):
         launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
     err = capsys.readouterr().err
@@ -499,8 +659,10 @@ def test_wait_accepts_a_vanished_job_whose_fresh_summary_is_complete(tmp_path, m
     assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)[0]["env_steps"] == 4096
 
 
-@pytest.mark.parametrize("state,code", [("CANCELLED", "0:15"), ("FAILED", "75:0"), ("TIMEOUT", "0:0"),
-                                        ("NODE_FAIL", "0:0"), ("OUT_OF_MEMORY", "0:125")])
+@pytest.mark.parametrize(
+    "state,code",
+    [("CANCELLED", "0:15"), ("FAILED", "75:0"), ("TIMEOUT", "0:0"), ("NODE_FAIL", "0:0"), ("OUT_OF_MEMORY", "0:125")],
+)
 def test_wait_errors_on_a_job_that_ended_badly(tmp_path, monkeypatch, state, code):
     _summary(tmp_path, complete=False)
     _scripted(monkeypatch, [S("RUNNING"), S(state, "None", 0, code)])
@@ -511,8 +673,10 @@ def test_wait_errors_on_a_job_that_ended_badly(tmp_path, monkeypatch, state, cod
 def test_wait_does_not_take_a_requeue_for_an_end(tmp_path, monkeypatch):
     """A state that looks ended, then PENDING again (requeue), is not an end: it is confirmed only
     when Slurm still says so confirm_s later."""
-    _scripted(monkeypatch, [S("RUNNING"), S("FAILED"), S("PENDING", "BeginTime", 1), S("RUNNING", "None", 1),
-                            S("COMPLETED", "None", 1)])
+    _scripted(
+        monkeypatch,
+        [S("RUNNING"), S("FAILED"), S("PENDING", "BeginTime", 1), S("RUNNING", "None", 1), S("COMPLETED", "None", 1)],
+    )
     launched = _slurm_launched(tmp_path)
     _summary(tmp_path)
     assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)
@@ -535,9 +699,11 @@ def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
 # stands in for Slurm: the real-cluster tier (tests/slurm) takes minutes to queue 100 array
 # tasks, and what is checked here is how often and how Slurm is asked, and how its answer is read.
 # ------------------------------------------------------------------------------------------
-SCONTROL_ARRAY = """JobId=905 ArrayJobId=900 ArrayTaskId=5 JobName=big JobState=RUNNING Reason=None Restarts=1 ExitCode=0:0
+SCONTROL_ARRAY = """JobId=905 ArrayJobId=900 ArrayTaskId=5 JobName=big JobState=RUNNING Reason=None Restarts=1
+ExitCode=0:0
 JobId=901 ArrayJobId=900 ArrayTaskId=1 JobName=big JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0
-JobId=900 ArrayJobId=900 ArrayTaskId=6-99%4 JobName=big JobState=PENDING Reason=JobArrayTaskLimit Restarts=0 ExitCode=0:0
+JobId=900 ArrayJobId=900 ArrayTaskId=6-99%4 JobName=big JobState=PENDING Reason=JobArrayTaskLimit Restarts=0
+ExitCode=0:0
 """
 
 
@@ -571,8 +737,10 @@ def _fake_slurm(tmp_path, monkeypatch, scontrol_out: str, sacct_out: str = "") -
 
 def test_wait_asks_slurm_once_per_poll_for_a_hundred_array_tasks(tmp_path, monkeypatch):
     tasks = 100
-    text = "".join(f"JobId={1000 + t} ArrayJobId=900 ArrayTaskId={t} JobState=COMPLETED Reason=None Restarts=0 "
-                   f"ExitCode=0:0\n" for t in range(tasks - 2))  # two tasks purged from slurmctld: sacct has them
+    text = "".join(
+        f"JobId={1000 + t} ArrayJobId=900 ArrayTaskId={t} JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0\n"
+        for t in range(tasks - 2)
+    )  # two tasks purged from slurmctld: sacct has them
     calls = _fake_slurm(tmp_path, monkeypatch, text, "900_98|COMPLETED|0:0\n900_99|COMPLETED|0:0\n")
     dirs = []
     for t in range(tasks):
@@ -608,9 +776,26 @@ SITE = REPO / "tests" / "fixtures" / "site_dgx.sh"
 
 
 def _dry_run(*args: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
-                        "--run-dir", "/scratch/runs/qs", "--dry-run", *args], capture_output=True, text=True, cwd=REPO,
-                       timeout=120, env={**os.environ, "PATH": "/nonexistent"})  # no Slurm: the script only
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--run-dir",
+            "/scratch/runs/qs",
+            "--dry-run",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )  # no Slurm: the script only
     assert r.returncode == 0, r.stderr
     return r.stdout
 
@@ -618,8 +803,14 @@ def _dry_run(*args: str) -> str:
 def test_a_site_file_is_read_alike_by_submit_and_the_templates():
     """The same site file gives the same sbatch options through slurm_templates/submit.sh and
     podracer submit --site; podracer submit adds its srun extras and modules; the command line wins."""
-    t = subprocess.run(["bash", str(REPO / "slurm_templates" / "submit.sh"), "--print", "slurm_templates/tournament.sbatch"],
-                       capture_output=True, text=True, cwd=REPO, timeout=60, env={**os.environ, "PODRACER_SITE": str(SITE)})
+    t = subprocess.run(
+        ["bash", str(REPO / "slurm_templates" / "submit.sh"), "--print", "slurm_templates/tournament.sbatch"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, "PODRACER_SITE": str(SITE)},
+    )
     assert t.returncode == 0, t.stderr
     template = dict(re.findall(r"--([a-z-]+)=(\S+)", t.stdout))
     script = _dry_run("--site", str(SITE))
@@ -633,13 +824,33 @@ def test_a_site_file_is_read_alike_by_submit_and_the_templates():
     assert mine.index("--cpu-bind=cores") < mine.index("--cpu-bind=none")  # srun takes the last: the command line's
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--site", "/nonexistent/site.sh"), "no such file"),
-    (("--srun", "mpi=pmi2"), "use podracer submit --mpi instead"),
-    (("--srun", "bad key"), "long srun option name"),
-    (("--container-mounts", "/a:/a"), "without --container-image"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--site", "/nonexistent/site.sh"), "no such file"),
+        (("--srun", "mpi=pmi2"), "use podracer submit --mpi instead"),
+        (("--srun", "bad key"), "long srun option name"),
+        (("--container-mounts", "/a:/a"), "without --container-image"),
+    ],
+)
 def test_bad_site_container_and_srun_options_fail_before_anything_runs(args, message):
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm",
-                        "--mpi", "pmi2", "--dry-run", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--mpi",
+            "pmi2",
+            "--dry-run",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -17,16 +17,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from podracer_hpc.launch import LaunchError, Request, validate
-from podracer_hpc.launch import pooljobs
-from podracer_hpc.files.summary import assemble, describe_missing, read_records, write_record
-from podracer_hpc.files.rundir import PoolPart, RunDir
-
 from helpers import REPO, mpiexec_or_skip, run_cli, wait_for
 
-SMALL = ("total_env_steps=40960", "tournament.interval_env_steps=8192", "eval.interval_env_steps=8192",
-         "tournament.sync=async", "eval.final_episodes=20", "log.progress_interval_s=0")
+from podracer_hpc.files.rundir import PoolPart, RunDir
+from podracer_hpc.files.summary import assemble, describe_missing, read_records, write_record
+from podracer_hpc.launch import LaunchError, Request, pooljobs, validate
+
+SMALL = (
+    "total_env_steps=40960",
+    "tournament.interval_env_steps=8192",
+    "eval.interval_env_steps=8192",
+    "tournament.sync=async",
+    "eval.final_episodes=20",
+    "log.progress_interval_s=0",
+)
 
 
 # --- the pieces -------------------------------------------------------------------------------
@@ -42,8 +46,12 @@ def test_pool_part_refuses_what_is_not_a_part(text):
 
 
 def test_pool_part_auto_is_the_array_task():
-    env = {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
-           "SLURM_ARRAY_TASK_MAX": "3"}
+    env = {
+        "SLURM_ARRAY_TASK_ID": "2",
+        "SLURM_ARRAY_TASK_COUNT": "4",
+        "SLURM_ARRAY_TASK_MIN": "0",
+        "SLURM_ARRAY_TASK_MAX": "3",
+    }
     assert PoolPart.parse("auto", env) == PoolPart(2, 4)
     with pytest.raises(ValueError, match="not an array task"):
         PoolPart.parse("auto", {})
@@ -61,8 +69,19 @@ def test_pool_part_maps_ranks_to_pool_indices_and_names_the_pool_once(tmp_path):
 
 
 def _rec(state: str, best: float, **kw) -> dict:
-    return {"state": state, "algo": "ppo", "env_steps": 100, "best": best, "final": best, "wall_s": 2.0,
-            "run_steps": 100, "run_wall": 1.0, "rounds": 3, "job": kw.pop("job", "1"), **kw}
+    return {
+        "state": state,
+        "algo": "ppo",
+        "env_steps": 100,
+        "best": best,
+        "final": best,
+        "wall_s": 2.0,
+        "run_steps": 100,
+        "run_wall": 1.0,
+        "rounds": 3,
+        "job": kw.pop("job", "1"),
+        **kw,
+    }
 
 
 def test_summary_from_records_is_complete_only_when_every_pod_is_done(tmp_path):
@@ -83,7 +102,10 @@ def test_summary_from_records_is_complete_only_when_every_pod_is_done(tmp_path):
 
 
 def test_summary_verdict_is_the_best_pod_on_the_common_final_set(tmp_path):
-    recs = {0: _rec("done", -1.0, verdict=[-7.0, 0.5, [-8.0, -6.0]]), 1: _rec("done", -3.0, verdict=[-2.0, 0.4, [-2.8, -1.2]])}
+    recs = {
+        0: _rec("done", -1.0, verdict=[-7.0, 0.5, [-8.0, -6.0]]),
+        1: _rec("done", -3.0, verdict=[-2.0, 0.4, [-2.8, -1.2]]),
+    }
     s = assemble(recs, 2, task="t", revision="r", tournament=True, final_episodes=20, final_eval_seed=5)
     assert s["best_pod"] == 1 and s["best_return"] == -2.0 and s["peak_return"] == -1.0 and s["final_eval_seed"] == 5
     s = assemble({0: recs[0]}, 2, task="t", revision="r", tournament=True, final_episodes=20)
@@ -95,11 +117,14 @@ def test_a_record_must_say_how_the_pod_ended(tmp_path):
         write_record(RunDir(tmp_path), 0, _rec("running", 1.0))
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(tasks_per_node=4, pods_per_job=3), "do not split into jobs of 3"),
-    (dict(tasks_per_node=4, pods_per_job=2, array=[0, 1]), "use one or the other"),
-    (dict(executor="slurm", nodes=2, tasks_per_node=2, pods_per_job=1, mpi="pmi2"), "whole nodes"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(tasks_per_node=4, pods_per_job=3), "do not split into jobs of 3"),
+        (dict(tasks_per_node=4, pods_per_job=2, array=[0, 1]), "use one or the other"),
+        (dict(executor="slurm", nodes=2, tasks_per_node=2, pods_per_job=1, mpi="pmi2"), "whole nodes"),
+    ],
+)
 def test_submit_refuses_a_pool_that_does_not_split(kw, message):
     with pytest.raises(LaunchError, match=message):
         validate(Request(job_file=str(REPO / "jobs/quickstart.yaml"), **kw), dry_run=True)
@@ -112,14 +137,40 @@ def test_request_splits_the_pool_into_jobs_of_whole_nodes():
 
 
 def test_dry_run_shows_each_job_of_a_local_pool_and_a_slurm_pool_as_an_array(tmp_path):
-    r = run_cli("submit", "jobs/quickstart.yaml", "--executor", "local", "--tasks-per-node", "4", "--pods-per-job", "2",
-                "--run-dir", str(tmp_path / "p"), "--dry-run")
+    r = run_cli(
+        "submit",
+        "jobs/quickstart.yaml",
+        "--executor",
+        "local",
+        "--tasks-per-node",
+        "4",
+        "--pods-per-job",
+        "2",
+        "--run-dir",
+        str(tmp_path / "p"),
+        "--dry-run",
+    )
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("# podracer mpirun")]
     assert len(lines) == 2 and all("-n 2 " in ln for ln in lines)
     assert "--pool-part 0/2" in lines[0] and "--pool-part 1/2" in lines[1]
-    r = run_cli("submit", "jobs/quickstart.yaml", "--executor", "slurm", "--nodes", "4", "--tasks-per-node", "2",
-                "--pods-per-job", "4", "--mpi", "pmi2", "--run-dir", str(tmp_path / "q"), "--dry-run")
+    r = run_cli(
+        "submit",
+        "jobs/quickstart.yaml",
+        "--executor",
+        "slurm",
+        "--nodes",
+        "4",
+        "--tasks-per-node",
+        "2",
+        "--pods-per-job",
+        "4",
+        "--mpi",
+        "pmi2",
+        "--run-dir",
+        str(tmp_path / "q"),
+        "--dry-run",
+    )
     assert r.returncode == 0, r.stderr
     assert "#SBATCH --array=0-1" in r.stdout and "#SBATCH --nodes=2\n" in r.stdout  # 2 jobs of 2 nodes
     assert "2 jobs of 4" in r.stdout
@@ -137,8 +188,9 @@ def test_plan_starts_only_parts_neither_done_nor_running(tmp_path):
     try:
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        pooljobs.record(rd, 3, 2, {0: pooljobs.local_job(1), 1: pooljobs.local_job(sleeper.pid),
-                                   2: pooljobs.local_job(dead.pid)})
+        pooljobs.record(
+            rd, 3, 2, {0: pooljobs.local_job(1), 1: pooljobs.local_job(sleeper.pid), 2: pooljobs.local_job(dead.pid)}
+        )
         for i in (0, 1):
             write_record(rd, i, _rec("done", 0.0))
         p = pooljobs.plan(rd, 3, 2)
@@ -158,7 +210,6 @@ def _read_log(path: Path) -> dict:
     from podracer_hpc.files.h5log import read_log
 
     return read_log(path)
-
 
 
 def _part_pids(run_dir: Path, part: str) -> list[int]:
@@ -187,8 +238,19 @@ def test_a_pool_of_two_jobs_survives_one_killed_hard(tmp_path):
     mpiexec_or_skip()
     d = tmp_path / "pool"
     sets = sum((["--set", s] for s in SMALL), [])
-    cmd = ("submit", "jobs/quickstart.yaml", "--executor", "local", "--tasks-per-node", "4", "--pods-per-job", "2",
-           "--run-dir", str(d), *sets)
+    cmd = (
+        "submit",
+        "jobs/quickstart.yaml",
+        "--executor",
+        "local",
+        "--tasks-per-node",
+        "4",
+        "--pods-per-job",
+        "2",
+        "--run-dir",
+        str(d),
+        *sets,
+    )
     # part 1's pods (2, 3) take 6x as long per update (a sleep: the results are the same), so the kill lands mid-run
     slow = {**os.environ, "PODRACER_INJECT_SLOW": "2:6,3:6"}
     r = run_cli(*cmd, env=slow)

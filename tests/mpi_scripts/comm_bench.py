@@ -20,8 +20,8 @@ import statistics
 import sys
 import time
 
+from podracer_hpc.agents.settings import MUTABLE_HPARAMS
 from podracer_hpc.cluster.mpi import get_comm
-from podracer_hpc.config import MUTABLE_HPARAMS
 from podracer_hpc.pool.rules import PodReport
 
 

@@ -12,7 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from podracer_hpc.pool.rules import PodReport, TournamentConfig, decide
+from podracer_hpc.config import TournamentConfig
+from podracer_hpc.pool.rules import PodReport, decide
 
 ENTRIES = [("job0-0-0-aaaaaaaaaaaa", 1.25), ("job0-1-0-bbbbbbbbbbbb", 0.5)]
 

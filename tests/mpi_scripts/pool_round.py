@@ -9,20 +9,28 @@ import torch
 
 from podracer_hpc.cluster.mpi import get_comm
 from podracer_hpc.config import load_config
-from podracer_hpc.pool.fitness import Fitness, eval_seed
-from podracer_hpc.pod import Pod
-from podracer_hpc.pool.rounds import Pool
 from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.pod import Pod
+from podracer_hpc.pool.fitness import Fitness, eval_seed
+from podracer_hpc.pool.rounds import Pool
 
 out, mode = Path(sys.argv[1]), sys.argv[2]
 comm = get_comm("mpi")
 torch.set_num_threads(1)
-cfg = load_config(None, [
-    "env.num_envs=32", "agent.rollout_steps=8", "agent.num_minibatches=2", "agent.update_epochs=1",
-    f"tournament.mode={mode}", "tournament.top_k=3", "tournament.quantile=0.5",
-    "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true], ent_coef: [0.0, 0.01]}",
-    f"tournament.leaderboard_dir={out / 'board'}",
-])
+cfg = load_config(
+    None,
+    [
+        "env.num_envs=32",
+        "agent.rollout_steps=8",
+        "agent.num_minibatches=2",
+        "agent.update_epochs=1",
+        f"tournament.mode={mode}",
+        "tournament.top_k=3",
+        "tournament.quantile=0.5",
+        "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true], ent_coef: [0.0, 0.01]}",
+        f"tournament.leaderboard_dir={out / 'board'}",
+    ],
+)
 pod = Pod(cfg, rank=comm.rank)
 pod.train_iteration()
 
@@ -49,8 +57,20 @@ if res["action"] in ("load_entry", "copy_pod"):
     ref = Pod(cfg, rank=comm.rank)
     ref.load_agent(tensors, meta)
     loaded_sha = net_sha(ref)
-(out / f"rank{comm.rank}.json").write_text(json.dumps({
-    "rank": comm.rank, "size": comm.size, "decisions": decisions, "action": res["action"],
-    "source": res["source"].id, "before": before, "after": after, "loaded_sha": loaded_sha,
-    "all_before": comm.allgather(before), "hparams": pod.hparams(),
-}, default=str))
+(out / f"rank{comm.rank}.json").write_text(
+    json.dumps(
+        {
+            "rank": comm.rank,
+            "size": comm.size,
+            "decisions": decisions,
+            "action": res["action"],
+            "source": res["source"].id,
+            "before": before,
+            "after": after,
+            "loaded_sha": loaded_sha,
+            "all_before": comm.allgather(before),
+            "hparams": pod.hparams(),
+        },
+        default=str,
+    )
+)

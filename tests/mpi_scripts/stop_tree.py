@@ -52,16 +52,28 @@ def scenario(name: str) -> dict:
     # "waiting": ranks with children go straight to the meeting, and hear (and pass on) there
 
     def part() -> dict:
-        return {"rank": r, "announced": comm.announced, "sent": comm.notices_sent, "notified": list(comm.notified),
-                "received": comm.notices_received, "hops": comm.notice_hops,
-                "heard_s": None if heard_at is None else heard_at - t0}
+        return {
+            "rank": r,
+            "announced": comm.announced,
+            "sent": comm.notices_sent,
+            "notified": list(comm.notified),
+            "received": comm.notices_received,
+            "hops": comm.notice_hops,
+            "heard_s": None if heard_at is None else heard_at - t0,
+        }
 
     parts = comm.meet(part)
     comm.settle_notices([tuple(p["notified"]) for p in parts])
     received = comm.notices_received
     comm.barrier()  # every rank has settled: nothing more is on its way
-    after = comm.allgather({"received": received, "left": bool(comm._notices.iprobe()),
-                            "collectives": dict(comm.calls), "wall_s": time.time() - t0})
+    after = comm.allgather(
+        {
+            "received": received,
+            "left": bool(comm._notices.iprobe()),
+            "collectives": dict(comm.calls),
+            "wall_s": time.time() - t0,
+        }
+    )
     return {"parts": parts, "after": after}
 
 

@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
+from podracer_hpc.config import TournamentConfig
 from podracer_hpc.pool.fitness import EVAL_KINDS, Fitness, better, eval_seed, paired, t_interval, t_quantile
-from podracer_hpc.pool.rules import PodReport, TournamentConfig, decide, elegantrl_select
+from podracer_hpc.pool.rules import PodReport, decide, elegantrl_select
 
 
 def test_eval_seeds_come_from_the_run_not_the_rank_and_differ_by_purpose_and_index():
@@ -21,11 +22,14 @@ def test_eval_seeds_come_from_the_run_not_the_rank_and_differ_by_purpose_and_ind
         eval_seed(-1, "round", 0)
 
 
-@pytest.mark.parametrize("returns, mean, se", [
-    ((1.0,), 1.0, 0.0),
-    ((1.0, 3.0), 2.0, 1.0),
-    ((-200.0, -100.0, -150.0, -250.0), -175.0, math.sqrt(np.var([-200, -100, -150, -250], ddof=1) / 4)),
-])
+@pytest.mark.parametrize(
+    "returns, mean, se",
+    [
+        ((1.0,), 1.0, 0.0),
+        ((1.0, 3.0), 2.0, 1.0),
+        ((-200.0, -100.0, -150.0, -250.0), -175.0, math.sqrt(np.var([-200, -100, -150, -250], ddof=1) / 4)),
+    ],
+)
 def test_fitness_mean_and_standard_error(returns, mean, se):
     f = Fitness(returns, seed=3)
     assert (f.mean, f.episodes, f.key) == (pytest.approx(mean), len(returns), (3, len(returns)))
@@ -55,8 +59,9 @@ def test_the_margin_is_counted_in_standard_errors_of_the_paired_difference(margi
     assert (ok, m) == (taken, pytest.approx(1.0)) and se == pytest.approx(np.std(b, ddof=1) / 2)
 
 
-@pytest.mark.parametrize("df, q", [(1, 12.7062), (2, 4.3027), (10, 2.2281), (30, 2.0423), (31, 2.0395),
-                                   (60, 2.0003), (1000, 1.9623)])
+@pytest.mark.parametrize(
+    "df, q", [(1, 12.7062), (2, 4.3027), (10, 2.2281), (30, 2.0423), (31, 2.0395), (60, 2.0003), (1000, 1.9623)]
+)
 def test_t_quantiles_are_exact_for_any_degrees_of_freedom(df, q):
     assert t_quantile(df) == pytest.approx(q, abs=1e-3)
     x = np.arange(df + 1, dtype=float)
@@ -91,15 +96,26 @@ def test_elegantrl_takes_a_pod_better_on_common_states_by_the_margin_only():
     assert decide(_reports([base, base]), [], 0, 0, cfg)[0].action == "keep"
 
 
-@pytest.mark.parametrize("entry_returns, action, verify", [
-    (None, "load_entry", True),  # scored on other start states: the pod evaluates it first
-    ((-90.0, -90.0, -90.0), "load_entry", False),  # on this round's states and clearly better
-    ((-101.0, -99.0, -100.0), "keep", False),  # on this round's states, no better
-])
+@pytest.mark.parametrize(
+    "entry_returns, action, verify",
+    [
+        (None, "load_entry", True),  # scored on other start states: the pod evaluates it first
+        ((-90.0, -90.0, -90.0), "load_entry", False),  # on this round's states and clearly better
+        ((-101.0, -99.0, -100.0), "keep", False),  # on this round's states, no better
+    ],
+)
 def test_an_entry_from_other_start_states_is_verified_before_it_is_taken(entry_returns, action, verify):
     own = (-100.0, -100.0, -100.0)
-    out = elegantrl_select([-100.0], [("e1", -90.0, 1000, entry_returns)], 3, 0, env_steps=[1000],
-                           returns=[own], margin_se=1.0, include_pods=False)
+    out = elegantrl_select(
+        [-100.0],
+        [("e1", -90.0, 1000, entry_returns)],
+        3,
+        0,
+        env_steps=[1000],
+        returns=[own],
+        margin_se=1.0,
+        include_pods=False,
+    )
     assert (out[0].action, out[0].verify) == (action, verify)
 
 

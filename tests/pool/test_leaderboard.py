@@ -16,9 +16,18 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from podracer_hpc.pool import leaderboard as lb_mod
 from podracer_hpc.files import safeio
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, InvalidEntryId, Leaderboard, LeaderboardWarning, make_entry_id, validate_entry_id
+from podracer_hpc.pool import leaderboard as lb_mod
+from podracer_hpc.pool.entryfiles import LeaderboardWarning
+from podracer_hpc.pool.leaderboard import (
+    EntryCorrupt,
+    EntryGone,
+    EntryInfo,
+    InvalidEntryId,
+    Leaderboard,
+    make_entry_id,
+    validate_entry_id,
+)
 
 
 def state(x: float) -> dict[str, torch.Tensor]:
@@ -333,7 +342,7 @@ def test_concurrent_writers_pruners_and_readers(tmp_path: Path):
     published = [x for kind, r in results if kind == "writer" for x in r]
     assert len(published) == n_writers * per_writer
     assert len({eid for eid, _ in published}) == len(published)  # unique ids
-    (loaded, errors), = [r for kind, r in results if kind == "reader"]
+    ((loaded, errors),) = [r for kind, r in results if kind == "reader"]
     assert errors == [] and loaded > 0
 
     board = Leaderboard(root)
@@ -428,7 +437,7 @@ def test_content_ids_make_a_redone_publish_idempotent(lb: Leaderboard):
 def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard, monkeypatch: pytest.MonkeyPatch):
     """Tensors written, then a stall longer than the pruner's stale_after_s: the pruner removes
     them as an orphan before the sidecar lands. publish() must still return a whole entry."""
-    real = lb_mod._write_new
+    real = lb_mod.write_new
     calls = []
 
     def stalled(path, data, mode=lb_mod.FILE_MODE, sync_dir=True):
@@ -438,7 +447,7 @@ def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard,
             assert not path.with_suffix(".safetensors").exists()  # the orphan is gone
         real(path, data, mode, sync_dir)
 
-    monkeypatch.setattr(lb_mod, "_write_new", stalled)
+    monkeypatch.setattr(lb_mod, "write_new", stalled)
     eid = lb.publish(state(3.0), 3.0, meta())
     assert calls and lb.tensors_path(eid).exists()
     assert torch.equal(lb.load(eid)[0]["actor.weight"], state(3.0)["actor.weight"])
@@ -536,9 +545,15 @@ def test_every_pod_is_drawn_about_equally_often(tmp_path):
     assert counts[1:].min() > 0.5 * expected and counts[1:].max() < 1.6 * expected, counts
 
 
-@pytest.mark.parametrize("top_k, keep, expect", [
-    (2, set(), ["c", "d"]), (1, {"d"}, ["b", "c"]), (0, set(), ["a", "b", "c", "d"]), (9, set(), []),
-])
+@pytest.mark.parametrize(
+    "top_k, keep, expect",
+    [
+        (2, set(), ["c", "d"]),
+        (1, {"d"}, ["b", "c"]),
+        (0, set(), ["a", "b", "c", "d"]),
+        (9, set(), []),
+    ],
+)
 def test_plan_prune_keeps_the_top_k_and_the_kept(top_k, keep, expect):
     infos = [EntryInfo(i, s, None, None, None, None) for i, s in (("c", 1.0), ("a", 4.0), ("d", 0.5), ("b", 3.0))]
     assert sorted(plan_prune(infos, top_k, keep)) == expect

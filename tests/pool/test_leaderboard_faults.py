@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard, LeaderboardWarning
 from helpers import mpiexec_or_skip
+
+from podracer_hpc.pool.entryfiles import LeaderboardWarning
+from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,8 +122,13 @@ def pool_worker(root_a: str, root_b: str, sync: str, wid: int) -> None:
                         errors.append(f"EntryGone without any prune: {e}")
                 except Exception as e:  # noqa: BLE001
                     errors.append(f"load: {e!r}")
-        out[phase] = {"published": published, "loaded": loaded, "gone": gone, "errors": errors,
-                      "span": [t_first, time.time()]}
+        out[phase] = {
+            "published": published,
+            "loaded": loaded,
+            "gone": gone,
+            "errors": errors,
+            "span": [t_first, time.time()],
+        }
         barrier(f"done-{phase}")
     (sync_dir / f"result.{wid}.json").write_text(json.dumps(out))
 
@@ -252,8 +258,13 @@ def _writer_files(d: Path, wid: int) -> tuple[list[str], list[str]]:
     """(hidden temp files, orphan tensor files) of writer ``wid`` in ``d``."""
     names = {p.name for p in d.iterdir()}
     tmp = [n for n in names if n.startswith(f".kill-{wid}-") and n.endswith(".tmp")]
-    orphans = [n for n in names if n.startswith(f"kill-{wid}-") and n.endswith(".safetensors")
-               and n[: -len(".safetensors")] + ".json" not in names]
+    orphans = [
+        n
+        for n in names
+        if n.startswith(f"kill-{wid}-")
+        and n.endswith(".safetensors")
+        and n[: -len(".safetensors")] + ".json" not in names
+    ]
     return tmp, orphans
 
 
@@ -268,8 +279,10 @@ def test_sigkilled_writers_leave_no_visible_partial_entry(tmp_path):
     gos = [tmp_path / f"go{w}" for w in range(n_writers)]
     reports = [Report(tmp_path / f"report{w}.txt") for w in range(n_writers)]
     ctx = _ctx()
-    procs = [ctx.Process(target=kill_writer, args=(str(root), str(gos[w]), str(reports[w].path), w))
-             for w in range(n_writers)]
+    procs = [
+        ctx.Process(target=kill_writer, args=(str(root), str(gos[w]), str(reports[w].path), w))
+        for w in range(n_writers)
+    ]
     rng = random.Random()  # a different set of kill moments every run
     caught = []  # what each kill interrupted
     try:
@@ -394,8 +407,6 @@ def test_tampered_entries_with_forged_digests_are_rejected_and_skipped(tmp_path)
 # --------------------------------------------------------------------------- (c) ... under mpiexec
 
 
-
-
 SENTINEL = 4242.0  # every network weight of the corrupt entry: a pod that used it would show it
 
 
@@ -409,23 +420,41 @@ def corrupt_run(tmp_path_factory):
 
     base = tmp_path_factory.mktemp("corrupt_run")
     run_dir, lb_dir = base / "R", base / "B"
-    sets = ["total_env_steps=16384", "tournament.interval_env_steps=8192", "eval.interval_env_steps=8192",
-            f"tournament.leaderboard_dir={lb_dir}"]
+    sets = [
+        "total_env_steps=16384",
+        "tournament.interval_env_steps=8192",
+        "eval.interval_env_steps=8192",
+        f"tournament.leaderboard_dir={lb_dir}",
+    ]
     board = Leaderboard(lb_dir)
     torch.manual_seed(0)
     pod = Pod(load_config(REPO / "jobs" / "quickstart.yaml", sets), rank=0, device="cpu")
     pod.train_iteration()  # an agent with optimizer state: a loadable entry
     tensors, meta = pod.agent_tensors()
     good = board.publish(tensors, -300.0, {**meta, "job": "seed", "pod": 0, "round": 0})
-    bad_tensors = {k: torch.full_like(v, SENTINEL) if k.startswith("net.") and v.is_floating_point() else v
-                   for k, v in tensors.items()}
+    bad_tensors = {
+        k: torch.full_like(v, SENTINEL) if k.startswith("net.") and v.is_floating_point() else v
+        for k, v in tensors.items()
+    }
     bad = board.publish(bad_tensors, 1.0e6, {**meta, "job": "tamper", "pod": 0, "round": 0})
     tamper_payload(board, bad)  # (not loaded here: the first load would quarantine it)
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
-    cmd = [mpiexec, "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-           "--run-dir", str(run_dir), "--quiet", *sum((["--set", s] for s in sets), [])]
+    cmd = [
+        mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        *sum((["--set", s] for s in sets), []),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=REPO, env=env)
     return {"r": r, "run": run_dir, "board": board, "good": good, "bad": bad}
 

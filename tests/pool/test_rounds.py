@@ -8,27 +8,39 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import mpiexec_or_skip
 
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.pool.leaderboard import Leaderboard
-from helpers import mpiexec_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.mpi
 
 
-
-
 def run_mpi(n: int, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     e.pop("PODRACER_COMM", None)
-    return subprocess.run([mpiexec_or_skip(), "-n", str(n), sys.executable, *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=e)
+    return subprocess.run(
+        [mpiexec_or_skip(), "-n", str(n), sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=e,
+    )
 
 
 def train_args(run_dir: Path, *sets: str) -> list[str]:
-    return ["-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml", "--run-dir", str(run_dir), "--quiet",
-            *sum((["--set", s] for s in sets), [])]
+    return [
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        *sum((["--set", s] for s in sets), []),
+    ]
 
 
 @pytest.mark.parametrize("mode", ["elegantrl", "pbt"])
@@ -69,8 +81,12 @@ def test_pods_are_scored_on_common_start_states_and_copies_tie_exactly(tmp_path,
 
 def test_quickstart_tournament_under_mpiexec(tmp_path):
     run = tmp_path / "run"
-    r = run_mpi(4, *train_args(run, "total_env_steps=163840", "tournament.interval_env_steps=40960",
-                                "eval.interval_env_steps=40960"))
+    r = run_mpi(
+        4,
+        *train_args(
+            run, "total_env_steps=163840", "tournament.interval_env_steps=40960", "eval.interval_env_steps=40960"
+        ),
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["pods"] == 4 and summary["rounds"] == 4 and summary["best_pod"] in range(4)
@@ -94,8 +110,13 @@ def test_quickstart_tournament_under_mpiexec(tmp_path):
 
 def test_nan_pod_is_restored_from_the_leaderboard(tmp_path):
     run = tmp_path / "run"
-    r = run_mpi(2, *train_args(run, "total_env_steps=61440", "tournament.interval_env_steps=20480",
-                                "eval.interval_env_steps=20480"), env={"PODRACER_INJECT_NAN": "1:2"})
+    r = run_mpi(
+        2,
+        *train_args(
+            run, "total_env_steps=61440", "tournament.interval_env_steps=20480", "eval.interval_env_steps=20480"
+        ),
+        env={"PODRACER_INJECT_NAN": "1:2"},
+    )
     assert r.returncode == 0, r.stderr
     assert "frozen until round" in r.stderr and "restored from" in r.stderr
     log = read_log(run / "logs" / "quickstart_rank1.h5")
@@ -109,15 +130,23 @@ def test_nan_pod_is_restored_from_the_leaderboard(tmp_path):
 def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
     """Same pods, same budget, learning rate 1e-5: PBT explores its way out, independent pods cannot.
     (3 rounds: with seeds 0, 1, 2 the best PBT pod ended 470-886 above the best independent one.)"""
-    common = ["total_env_steps=122880", "agent.learning_rate=1e-5", "agent.anneal_lr=false",
-              "tournament.interval_env_steps=40960", "eval.interval_env_steps=40960", "tournament.quantile=0.5",
-              "tournament.resample_prob=0.5", "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true]}"]
+    common = [
+        "total_env_steps=122880",
+        "agent.learning_rate=1e-5",
+        "agent.anneal_lr=false",
+        "tournament.interval_env_steps=40960",
+        "eval.interval_env_steps=40960",
+        "tournament.quantile=0.5",
+        "tournament.resample_prob=0.5",
+        "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true]}",
+    ]
     res = {}
     for mode in ("pbt", "none"):
         r = run_mpi(4, *train_args(tmp_path / mode, *common, f"tournament.mode={mode}"))
         assert r.returncode == 0, r.stderr
-        finals = [read_log(tmp_path / mode / "logs" / f"quickstart_rank{k}.h5")["eval"]["return_mean"][-1]
-                  for k in range(4)]
+        finals = [
+            read_log(tmp_path / mode / "logs" / f"quickstart_rank{k}.h5")["eval"]["return_mean"][-1] for k in range(4)
+        ]
         res[mode] = max(finals)
     assert res["pbt"] > res["none"] + 100, res
 
@@ -154,9 +183,26 @@ def test_a_mixed_pool_of_ppo_and_sac_pods_under_mpiexec(tmp_path):
     from podracer_hpc.tools.status import render
 
     run = tmp_path / "run"
-    r = run_mpi(4, "-m", "podracer_hpc.cli", "train", "jobs/pendulum_mixed.yaml", "--run-dir", str(run), "--quiet",
-                "--set", "total_env_steps=32768", "--set", "tournament.interval_env_steps=8192",
-                "--set", "eval.interval_env_steps=8192", "--set", "eval.final_episodes=20", "--set", "threads=1")
+    r = run_mpi(
+        4,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/pendulum_mixed.yaml",
+        "--run-dir",
+        str(run),
+        "--quiet",
+        "--set",
+        "total_env_steps=32768",
+        "--set",
+        "tournament.interval_env_steps=8192",
+        "--set",
+        "eval.interval_env_steps=8192",
+        "--set",
+        "eval.final_episodes=20",
+        "--set",
+        "threads=1",
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["algos"] == ["ppo", "sac", "ppo", "sac"] and summary["rounds"] == 4
@@ -185,9 +231,18 @@ def test_pods_with_batches_of_their_own_meet_at_the_same_rounds(tmp_path):
     23,040: a round beyond the budget is held by nobody (it used to be held by the first pair
     only, and the run failed: 'ranks reached different points of the schedule')."""
     run = tmp_path / "run"
-    r = run_mpi(4, *train_args(run, "total_env_steps=23000", "tournament.interval_env_steps=8192",
-                                "eval.interval_env_steps=8192", "eval.final_episodes=4", "threads=1",
-                                "population=[{}, {env.num_envs: 96}]"))
+    r = run_mpi(
+        4,
+        *train_args(
+            run,
+            "total_env_steps=23000",
+            "tournament.interval_env_steps=8192",
+            "eval.interval_env_steps=8192",
+            "eval.final_episodes=4",
+            "threads=1",
+            "population=[{}, {env.num_envs: 96}]",
+        ),
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["rounds"] == 2 and summary["env_steps"] == 2 * 24576 + 2 * 23040

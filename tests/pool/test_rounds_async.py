@@ -10,16 +10,21 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import mpiexec_or_skip, rank_pids
 
 from podracer_hpc.files import safeio
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.files.records import read_records
-from helpers import mpiexec_or_skip, rank_pids
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.mpi
-BASE = ["agent.rollout_steps=16", "eval.episodes=4", "threads=1", "log.progress_interval_s=0",
-        "agent.hidden_sizes=[16, 16]"]
+BASE = [
+    "agent.rollout_steps=16",
+    "eval.episodes=4",
+    "threads=1",
+    "log.progress_interval_s=0",
+    "agent.hidden_sizes=[16, 16]",
+]
 
 
 def env(**extra: str) -> dict:
@@ -29,8 +34,20 @@ def env(**extra: str) -> dict:
 
 
 def cmd(n: int, run: Path, *sets: str) -> list[str]:
-    return [mpiexec_or_skip(), "-n", str(n), sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-            "--run-dir", str(run), "--quiet", *sum((["--set", s] for s in (*BASE, *sets)), [])]
+    return [
+        mpiexec_or_skip(),
+        "-n",
+        str(n),
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(run),
+        "--quiet",
+        *sum((["--set", s] for s in (*BASE, *sets)), []),
+    ]
 
 
 def ckpt_meta(run: Path, rank: int) -> dict:
@@ -43,9 +60,21 @@ def test_no_collective_on_the_per_update_path(tmp_path):
     counts = {}
     for num_envs in (64, 32):  # 1,024 or 512 env steps an update: 16 or 32 updates, the same 2 rounds
         run = tmp_path / f"e{num_envs}"
-        r = subprocess.run(cmd(2, run, f"env.num_envs={num_envs}", "total_env_steps=16384",
-                               "tournament.interval_env_steps=8192", "eval.interval_env_steps=8192"),
-                           cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            cmd(
+                2,
+                run,
+                f"env.num_envs={num_envs}",
+                "total_env_steps=16384",
+                "tournament.interval_env_steps=8192",
+                "eval.interval_env_steps=8192",
+            ),
+            cwd=REPO,
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stderr
         metas = [ckpt_meta(run, k) for k in range(2)]
         assert {m["updates"] for m in metas} == {16384 // (16 * num_envs)} and {m["round"] for m in metas} == {2}
@@ -59,17 +88,32 @@ def test_a_signal_to_one_rank_only_ends_the_job_cleanly(tmp_path, sync):
     """A user's kill -USR2 of ONE pid: that rank tells the others, every rank checkpoints, exit 75
     (bounded: no rank waits forever in a round); the same command then finishes the run."""
     run = tmp_path / "r"
-    sets = ("env.num_envs=64", "total_env_steps=40960", "tournament.interval_env_steps=4096",
-            "eval.interval_env_steps=4096", f"tournament.sync={sync}")
-    p = subprocess.Popen(cmd(3, run, *sets), cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+    sets = (
+        "env.num_envs=64",
+        "total_env_steps=40960",
+        "tournament.interval_env_steps=4096",
+        "eval.interval_env_steps=4096",
+        f"tournament.sync={sync}",
+    )
+    p = subprocess.Popen(
+        cmd(3, run, *sets),
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
+
         def started() -> bool:
             try:
-                return all(len(read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["update"]) >= 3
-                           for k in range(3))
+                return all(
+                    len(read_log(run / "logs" / f"quickstart_rank{k}.h5")["train"]["update"]) >= 3 for k in range(3)
+                )
             except Exception:  # noqa: BLE001  (not there yet, or a read racing a flush)
                 return p.poll() is not None
+
         deadline = time.monotonic() + 300
         while not started():
             assert time.monotonic() < deadline, "the ranks did not start"
@@ -103,9 +147,22 @@ def test_async_pods_never_wait_for_a_straggler(tmp_path):
     """Rank 2 runs 4x slower: the two fast pods hold every round without it and finish their
     training long before it; in collective mode they would wait at each round."""
     run = tmp_path / "r"
-    r = subprocess.run(cmd(3, run, "env.num_envs=64", "total_env_steps=24576", "tournament.interval_env_steps=4096",
-                           "eval.interval_env_steps=4096", "tournament.sync=async"),
-                       cwd=REPO, env=env(PODRACER_INJECT_SLOW="2:4"), capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        cmd(
+            3,
+            run,
+            "env.num_envs=64",
+            "total_env_steps=24576",
+            "tournament.interval_env_steps=4096",
+            "eval.interval_env_steps=4096",
+            "tournament.sync=async",
+        ),
+        cwd=REPO,
+        env=env(PODRACER_INJECT_SLOW="2:4"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
     logs = [read_log(run / "logs" / f"quickstart_rank{k}.h5") for k in range(3)]
     ends = [float(g["train"]["wall_s"][-1]) for g in logs]
@@ -119,12 +176,24 @@ def test_async_pods_never_wait_for_a_straggler(tmp_path):
 
 def test_an_async_pod_resumes_exactly(tmp_path):
     """One pod in async rounds: 2N updates == N, stop, N more (its own state is exact)."""
-    sets = ("env.num_envs=32", "total_env_steps=8192", "tournament.interval_env_steps=2048",
-            "eval.interval_env_steps=2048", "tournament.sync=async", "tournament.mode=pbt")
+    sets = (
+        "env.num_envs=32",
+        "total_env_steps=8192",
+        "tournament.interval_env_steps=2048",
+        "eval.interval_env_steps=2048",
+        "tournament.sync=async",
+        "tournament.mode=pbt",
+    )
     a, b = tmp_path / "a", tmp_path / "b"
     assert subprocess.run(cmd(1, a, *sets), cwd=REPO, env=env(), capture_output=True, timeout=600).returncode == 0
-    r = subprocess.run([*cmd(1, b, *sets), "--stop-after-updates", "7"], cwd=REPO, env=env(), capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [*cmd(1, b, *sets), "--stop-after-updates", "7"],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 75, r.stderr
     assert subprocess.run(cmd(1, b, *sets), cwd=REPO, env=env(), capture_output=True, timeout=600).returncode == 0
     ta, ma, _ = safeio.load(a / "checkpoints" / "rank0.safetensors", "pod-state")
@@ -133,17 +202,32 @@ def test_an_async_pod_resumes_exactly(tmp_path):
     assert all(bool((ta[k] == tb[k]).all()) for k in ta), [k for k in ta if not bool((ta[k] == tb[k]).all())]
 
 
-
 def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
     """Async PBT (issue 26): each pod's latest agent is in the population (its newest 2 kept), the
     leaderboard keeps only the top K, and a pod reads at most ``population_sample`` others' sidecars a
     round; copies come from population entries and are loaded whole."""
     run = tmp_path / "r"
-    r = subprocess.run(cmd(4, run, "env.num_envs=32", "total_env_steps=12288", "tournament.interval_env_steps=2048",
-                           "eval.interval_env_steps=2048", "tournament.sync=async", "tournament.mode=pbt",
-                           "tournament.top_k=2", "tournament.population_sample=2", "tournament.ready_rounds=0",
-                           "tournament.quantile=0.5"),
-                       cwd=REPO, env=env(), capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        cmd(
+            4,
+            run,
+            "env.num_envs=32",
+            "total_env_steps=12288",
+            "tournament.interval_env_steps=2048",
+            "eval.interval_env_steps=2048",
+            "tournament.sync=async",
+            "tournament.mode=pbt",
+            "tournament.top_k=2",
+            "tournament.population_sample=2",
+            "tournament.ready_rounds=0",
+            "tournament.quantile=0.5",
+        ),
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
     pop = run / "leaderboard" / "population"
     assert json.loads((pop / "layout.json").read_text())["buckets"] == 1
@@ -155,7 +239,9 @@ def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
     assert len(list((run / "leaderboard" / "entries").glob("*.json"))) <= 2
     copies = []
     for k in range(4):
-        recs = [x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0]
+        recs = [
+            x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0
+        ]
         assert [x.round for x in recs] == list(range(6))
         copies += [x for x in recs if x.action == "copy_pod"]
     assert copies, "no pod copied another in 24 rounds with half the sample below it"
@@ -168,12 +254,27 @@ def test_a_time_floor_spaces_collective_rounds_on_the_interval_grid(tmp_path):
     longer checkpoint each (auto: due) the run still ends complete."""
     run = tmp_path / "r"
     interval = 512  # 32 envs x 16 steps = 1 update
-    r = subprocess.run(cmd(2, run, "env.num_envs=32", "total_env_steps=24576", f"tournament.interval_env_steps={interval}",
-                           "eval.interval_env_steps=0", "tournament.min_interval_s=1.0"),
-                       cwd=REPO, env=env(PODRACER_INJECT_SLOW="0:3,1:3"), capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        cmd(
+            2,
+            run,
+            "env.num_envs=32",
+            "total_env_steps=24576",
+            f"tournament.interval_env_steps={interval}",
+            "eval.interval_env_steps=0",
+            "tournament.min_interval_s=1.0",
+        ),
+        cwd=REPO,
+        env=env(PODRACER_INJECT_SLOW="0:3,1:3"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
-    recs = [[x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0]
-            for k in range(2)]
+    recs = [
+        [x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0]
+        for k in range(2)
+    ]
     steps = [[x.env_steps for x in rr] for rr in recs]
     assert steps[0] == steps[1] and all(s % interval == 0 for s in steps[0]), steps
     assert 3 <= len(steps[0]) < 24576 // interval - 8, steps  # fewer rounds than intervals (how many: the speed)

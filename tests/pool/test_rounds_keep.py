@@ -16,9 +16,9 @@ import torch
 
 from podracer_hpc.cluster.mpi import Comm
 from podracer_hpc.config import Config, from_dict
+from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.pool.fitness import Fitness, eval_seed
 from podracer_hpc.pool.rounds import Pool
-from podracer_hpc.files.rundir import RunDir
 
 
 class StandInPod:
@@ -52,8 +52,11 @@ class StandInPod:
 
 def other_job_entry(pool: Pool, quality: float, rnd: int) -> str:
     """An entry another job published (better than everything so far, trained longer)."""
-    return pool.board.publish({"actor.w": torch.full((4,), quality)}, quality,
-                              {"kind": "ppo", "env_steps": 10**9, "job": "other", "pod": 0, "round": rnd})
+    return pool.board.publish(
+        {"actor.w": torch.full((4,), quality)},
+        quality,
+        {"kind": "ppo", "env_steps": 10**9, "job": "other", "pod": 0, "round": rnd},
+    )
 
 
 def hold_round(pool: Pool, pod: StandInPod, i: int) -> str:
@@ -64,7 +67,9 @@ def hold_round(pool: Pool, pod: StandInPod, i: int) -> str:
 
 
 def make_pool(tmp_path: Path) -> tuple[Pool, StandInPod]:
-    cfg = from_dict(Config, {"name": "keep", "tournament": {"mode": "elegantrl", "top_k": 1, "interval_env_steps": 1000}})
+    cfg = from_dict(
+        Config, {"name": "keep", "tournament": {"mode": "elegantrl", "top_k": 1, "interval_env_steps": 1000}}
+    )
     rundir = RunDir(tmp_path / "run", "keep")
     (rundir.root / "rounds").mkdir(parents=True)
     pod = StandInPod()

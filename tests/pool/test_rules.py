@@ -10,7 +10,19 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from podracer_hpc.pool.rules import ACTION_CODES, Decision, HParamRange, PodReport, TournamentConfig, decide, elegantrl_select, explore, make_rng, normalize_space, pbt_select, quantile_size, softmax_zscore
+from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
+from podracer_hpc.pool.hparams import explore
+from podracer_hpc.pool.rules import (
+    ACTION_CODES,
+    Decision,
+    PodReport,
+    decide,
+    elegantrl_select,
+    make_rng,
+    pbt_select,
+    quantile_size,
+    softmax_zscore,
+)
 
 NAN = float("nan")
 SPACE = {"lr": (1e-5, 1e-2, True), "ent_coef": (0.0, 0.1, False), "gamma": (0.9, 0.999, False)}
@@ -38,8 +50,22 @@ def cfg(mode, **kw):
 
 @pytest.mark.parametrize(
     "n, q, k",
-    [(0, 0.25, 0), (1, 0.25, 0), (2, 0.25, 1), (3, 0.25, 1), (4, 0.25, 1), (5, 0.25, 2), (8, 0.25, 2),
-     (9, 0.25, 3), (16, 0.25, 4), (64, 0.25, 16), (10, 0.1, 1), (3, 0.5, 1), (10, 0.5, 5), (7, 0.0, 0)],
+    [
+        (0, 0.25, 0),
+        (1, 0.25, 0),
+        (2, 0.25, 1),
+        (3, 0.25, 1),
+        (4, 0.25, 1),
+        (5, 0.25, 2),
+        (8, 0.25, 2),
+        (9, 0.25, 3),
+        (16, 0.25, 4),
+        (64, 0.25, 16),
+        (10, 0.1, 1),
+        (3, 0.5, 1),
+        (10, 0.5, 5),
+        (7, 0.0, 0),
+    ],
 )
 def test_quantile_size(n, q, k):
     assert quantile_size(n, q) == k
@@ -180,8 +206,9 @@ def test_elegantrl_ignores_nan_entries_and_duplicates():
 def test_elegantrl_freshness_a_pod_never_goes_back_in_time(entry_steps, tolerance, loadable):
     entry = ("e", 50.0) if entry_steps is None else ("e", 50.0, entry_steps)
     actions = {
-        elegantrl_select([1.0], [entry], round=rnd, seed=0, include_pods=False,
-                         env_steps=[150_000], steps_tolerance=tolerance)[0].action
+        elegantrl_select(
+            [1.0], [entry], round=rnd, seed=0, include_pods=False, env_steps=[150_000], steps_tolerance=tolerance
+        )[0].action
         for rnd in range(20)
     }
     assert actions == ({"load_entry"} if loadable else {"keep"})
@@ -189,8 +216,9 @@ def test_elegantrl_freshness_a_pod_never_goes_back_in_time(entry_steps, toleranc
 
 def test_elegantrl_stale_entries_leave_the_pool_before_the_top_k_cut():
     stale = [("s1", 90.0, 50_000), ("s2", 80.0, 50_000)]
-    ds = elegantrl_select([1.0, 2.0], stale, round=0, seed=0, top_k=2,
-                          env_steps=[100_000, 100_000], steps_tolerance=0.25)
+    ds = elegantrl_select(
+        [1.0, 2.0], stale, round=0, seed=0, top_k=2, env_steps=[100_000, 100_000], steps_tolerance=0.25
+    )
     assert [d.publish for d in ds] == [True, True]  # both pods hold the pool, not the stale entries
     assert all(d.source_entry is None for d in ds)
     # without the rule the stale entries take both slots and are drawn
@@ -202,8 +230,15 @@ def test_elegantrl_freshness_is_per_pod():
     # a late joiner (20k steps) may load a 60k entry that is stale for the 100k pod
     entries = [("mid", 9.0, 60_000)]
     for rnd in range(10):
-        ds = elegantrl_select([1.0, 1.0], entries, round=rnd, seed=3, include_pods=False,
-                              env_steps=[100_000, 20_000], steps_tolerance=0.25)
+        ds = elegantrl_select(
+            [1.0, 1.0],
+            entries,
+            round=rnd,
+            seed=3,
+            include_pods=False,
+            env_steps=[100_000, 20_000],
+            steps_tolerance=0.25,
+        )
         assert ds[0].action == "keep" and ds[1].action == "load_entry"
 
 
@@ -252,8 +287,13 @@ def test_pbt_copies_source_hparams_and_perturbs_within_bounds():
 def test_explore_respects_bounds(seed):
     rng = np.random.default_rng(seed)
     space = normalize_space({**SPACE, "wide": (-5.0, 5.0, False), "tiny": (1e-8, 1e-6, True)})
-    hp = {"lr": 10 ** rng.uniform(-6, -1), "ent_coef": rng.uniform(-1, 1), "gamma": rng.uniform(0.5, 1.5),
-          "wide": rng.uniform(-50, 50), "tiny": NAN}
+    hp = {
+        "lr": 10 ** rng.uniform(-6, -1),
+        "ent_coef": rng.uniform(-1, 1),
+        "gamma": rng.uniform(0.5, 1.5),
+        "wide": rng.uniform(-50, 50),
+        "tiny": NAN,
+    }
     for _ in range(25):
         hp = explore(hp, space, make_rng(seed, _, 0, 2), resample_prob=0.3)
         for name, r in space.items():
@@ -388,15 +428,26 @@ def test_decision_record():
 
 
 def test_config_normalizes_yaml_space_and_validates():
-    c = TournamentConfig(mode="pbt", perturb_factors=[0.8, 1.2],
-                         hparam_space={"lr": [1e-5, 1e-2, True], "clip": {"low": 0.1, "high": 0.3}, "g": [0.9, 0.99]})
+    c = TournamentConfig(
+        mode="pbt",
+        perturb_factors=[0.8, 1.2],
+        hparam_space={"lr": [1e-5, 1e-2, True], "clip": {"low": 0.1, "high": 0.3}, "g": [0.9, 0.99]},
+    )
     assert c.hparam_space["lr"] == HParamRange(1e-5, 1e-2, True)
     assert c.hparam_space["clip"] == HParamRange(0.1, 0.3, False)
     assert c.hparam_space["g"].log_scale is False and c.perturb_factors == (0.8, 1.2)
-    bad = [dict(mode="tournament"), dict(top_k=0), dict(temperature=0.0), dict(quantile=0.7),
-           dict(resample_prob=1.5), dict(perturb_factors=()), dict(steps_tolerance=-0.1),
-           dict(hparam_space={"lr": (1e-2, 1e-5, True)}), dict(hparam_space={"lr": (0.0, 1.0, True)}),
-           dict(interval_env_steps=0)]
+    bad = [
+        dict(mode="tournament"),
+        dict(top_k=0),
+        dict(temperature=0.0),
+        dict(quantile=0.7),
+        dict(resample_prob=1.5),
+        dict(perturb_factors=()),
+        dict(steps_tolerance=-0.1),
+        dict(hparam_space={"lr": (1e-2, 1e-5, True)}),
+        dict(hparam_space={"lr": (0.0, 1.0, True)}),
+        dict(interval_env_steps=0),
+    ]
     for kw in bad:
         with pytest.raises(ValueError):
             TournamentConfig(**kw)
@@ -427,7 +478,7 @@ def test_negative_warmup_is_refused():
 
 
 def test_pbt_with_an_empty_space_explores_the_default_ppo_space():
-    from podracer_hpc.pool.rules import DEFAULT_PBT_SPACE, describe_space, effective_space
+    from podracer_hpc.pool.hparams import DEFAULT_PBT_SPACE, describe_space, effective_space
 
     cfg = TournamentConfig(mode="pbt", quantile=0.5, resample_prob=1.0)
     assert effective_space(cfg) == DEFAULT_PBT_SPACE
@@ -445,17 +496,26 @@ def test_pbt_with_an_empty_space_explores_the_default_ppo_space():
     assert list(effective_space(declared)) == ["learning_rate"]
 
 
-@pytest.mark.parametrize("last_copy,round,ready,replaced", [
-    (-1, 5, 2, True),   # never copied: ready
-    (4, 5, 2, False),   # copied at the last round: protected
-    (3, 5, 2, True),    # two rounds ago: ready again
-    (4, 5, 0, True),    # ready_rounds 0: the old behaviour
-])
+@pytest.mark.parametrize(
+    "last_copy,round,ready,replaced",
+    [
+        (-1, 5, 2, True),  # never copied: ready
+        (4, 5, 2, False),  # copied at the last round: protected
+        (3, 5, 2, True),  # two rounds ago: ready again
+        (4, 5, 0, True),  # ready_rounds 0: the old behaviour
+    ],
+)
 def test_pbt_ready_criterion_protects_a_freshly_explored_pod(last_copy, round, ready, replaced):
-    cfg = TournamentConfig(mode="pbt", quantile=0.25, ready_rounds=ready, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
+    cfg = TournamentConfig(
+        mode="pbt", quantile=0.25, ready_rounds=ready, hparam_space={"learning_rate": [1e-5, 1e-2, True]}
+    )
     hp = {"learning_rate": 1e-3}
-    pods = [PodReport(0, -900.0, 1000, hp, last_copy), PodReport(1, -100.0, 1000, hp),
-            PodReport(2, -200.0, 1000, hp), PodReport(3, -300.0, 1000, hp)]
+    pods = [
+        PodReport(0, -900.0, 1000, hp, last_copy),
+        PodReport(1, -100.0, 1000, hp),
+        PodReport(2, -200.0, 1000, hp),
+        PodReport(3, -300.0, 1000, hp),
+    ]
     ds = decide(pods, [], round, 0, cfg)
     assert (ds[0].action == "copy_pod") == replaced, ds[0]
     if not replaced:  # the next worst ready pod outside the top quantile is replaced in its place
@@ -466,31 +526,42 @@ def test_pbt_ready_criterion_protects_a_freshly_explored_pod(last_copy, round, r
 
 def test_a_nan_pod_is_replaced_even_when_not_ready():
     cfg = TournamentConfig(mode="pbt", ready_rounds=5, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
-    pods = [PodReport(0, float("nan"), 1000, {"learning_rate": 1e-3}, 9), PodReport(1, -1.0, 1000, {"learning_rate": 1e-3})]
+    pods = [
+        PodReport(0, float("nan"), 1000, {"learning_rate": 1e-3}, 9),
+        PodReport(1, -1.0, 1000, {"learning_rate": 1e-3}),
+    ]
     assert decide(pods, [], 10, 0, cfg)[0].action == "copy_pod"
 
 
 def test_explore_resamples_a_value_outside_its_range_instead_of_pinning_it_to_the_bound():
-    from podracer_hpc.pool.rules import explore, make_rng
+    from podracer_hpc.pool.hparams import explore
+    from podracer_hpc.pool.rules import make_rng
 
     space = {"learning_rate": (1e-5, 1e-2, True)}
-    lrs = [explore({"learning_rate": 3e-6}, space, make_rng(0, r, 0, 2), resample_prob=0.0)["learning_rate"]
-           for r in range(50)]
+    lrs = [
+        explore({"learning_rate": 3e-6}, space, make_rng(0, r, 0, 2), resample_prob=0.0)["learning_rate"]
+        for r in range(50)
+    ]
     assert all(1e-5 <= x <= 1e-2 for x in lrs)
     assert len(set(lrs)) == 50 and max(lrs) > 1e-3  # drawn from the prior, not 3e-6 x 1.2 clipped to 1e-5
     inside = explore({"learning_rate": 1e-3}, space, make_rng(0, 0, 0, 2), resample_prob=0.0)["learning_rate"]
     assert inside in (pytest.approx(8e-4), pytest.approx(1.2e-3))  # inside the range: perturbed as before
 
 
-@pytest.mark.parametrize("rate, floor, expect", [
-    (5e5, 60.0, 300),    # an H200 pod at 500k env steps/s, 100k interval: a round every 60 s, not every 0.2 s
-    (2e4, 60.0, 12),     # a CPU pod at 20k/s
-    (1e3, 60.0, 1),      # slower than one interval a minute: every interval
-    (5e5, 0.0, 1),       # no floor: every interval (the CPU default)
-    (float("nan"), 60.0, 1), (0.0, 60.0, 1),
-])
+@pytest.mark.parametrize(
+    "rate, floor, expect",
+    [
+        (5e5, 60.0, 300),  # an H200 pod at 500k env steps/s, 100k interval: a round every 60 s, not every 0.2 s
+        (2e4, 60.0, 12),  # a CPU pod at 20k/s
+        (1e3, 60.0, 1),  # slower than one interval a minute: every interval
+        (5e5, 0.0, 1),  # no floor: every interval (the CPU default)
+        (float("nan"), 60.0, 1),
+        (0.0, 60.0, 1),
+    ],
+)
 def test_intervals_to_next_round_keep_a_time_floor_on_the_interval_grid(rate, floor, expect):
     from podracer_hpc.pool.rules import intervals_to_next_round
+
     cfg = TournamentConfig(mode="elegantrl", interval_env_steps=100_000)
     assert intervals_to_next_round(cfg, rate, floor) == expect
 

@@ -83,27 +83,60 @@ def test_independent_pods_resume_each_from_its_own_latest_and_a_new_one_starts_f
     assert c.use == ("prev", "ckpt")
 
 
-@pytest.mark.parametrize("ckpt,prev,new,independent,rotate", [
-    (None, None, 0, False, False),  # nothing to keep
-    (0, None, 0, False, True),      # first epoch: rolling
-    (0, 0, 0, False, True),
-    (0, 0, 1, False, True),         # the post-round checkpoint: prev = the last state of round 0
-    (1, 0, 1, False, False),        # later in epoch 1: keep round 0's last state
-    (1, 0, 1, True, True),          # independent pods: always rolling
-    (1, 1, 1, False, True),
-])
+@pytest.mark.parametrize(
+    "ckpt,prev,new,independent,rotate",
+    [
+        (None, None, 0, False, False),  # nothing to keep
+        (0, None, 0, False, True),  # first epoch: rolling
+        (0, 0, 0, False, True),
+        (0, 0, 1, False, True),  # the post-round checkpoint: prev = the last state of round 0
+        (1, 0, 1, False, False),  # later in epoch 1: keep round 0's last state
+        (1, 0, 1, True, True),  # independent pods: always rolling
+        (1, 1, 1, False, True),
+    ],
+)
 def test_prev_keeps_the_last_state_of_the_previous_round(ckpt, prev, new, independent, rotate):
     assert rotate_prev(ckpt, prev, new, independent) == rotate
 
 
-@pytest.mark.parametrize("meta, check", [
-    ({}, lambda s: s.round == 0 and s.best_return == -math.inf and math.isnan(s.last_eval_return) and s.log_rows is None),
-    ({"round": 3, "best_return": -1.5, "next_round": 8192, "log_rows": {"train": 4}, "pending_round": [3, {"m": 1}]},
-     lambda s: s.round == 3 and s.best_return == -1.5 and s.next_round == 8192 and s.log_rows == {"train": 4}
-     and s.pending_for(3) == {"m": 1} and s.pending_for(2) is None),
-    ({"round": "x", "log_rows": [1], "pending_round": [1], "world_size": None, "next_eval": None},
-     lambda s: s.round == 0 and s.log_rows is None and s.pending_round is None and s.world_size is None and s.next_eval == 0),
-])
+@pytest.mark.parametrize(
+    "meta, check",
+    [
+        (
+            {},
+            lambda s: (
+                s.round == 0 and s.best_return == -math.inf and math.isnan(s.last_eval_return) and s.log_rows is None
+            ),
+        ),
+        (
+            {
+                "round": 3,
+                "best_return": -1.5,
+                "next_round": 8192,
+                "log_rows": {"train": 4},
+                "pending_round": [3, {"m": 1}],
+            },
+            lambda s: (
+                s.round == 3
+                and s.best_return == -1.5
+                and s.next_round == 8192
+                and s.log_rows == {"train": 4}
+                and s.pending_for(3) == {"m": 1}
+                and s.pending_for(2) is None
+            ),
+        ),
+        (
+            {"round": "x", "log_rows": [1], "pending_round": [1], "world_size": None, "next_eval": None},
+            lambda s: (
+                s.round == 0
+                and s.log_rows is None
+                and s.pending_round is None
+                and s.world_size is None
+                and s.next_eval == 0
+            ),
+        ),
+    ],
+)
 def test_rank_state_reads_any_checkpoint_meta_back_with_defaults(meta, check):
     """The run loop's record in a checkpoint: what an older or damaged meta lacks takes the default
     that older code used, and what it writes reads back the same."""

@@ -18,19 +18,27 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # `analysis` is a top-level folder of the repository, not an installed package
     sys.path.insert(0, str(REPO))
 
+from helpers import mpiexec_or_skip  # noqa: E402
+
 from analysis import aggregate, plots  # noqa: E402
 from analysis.aggregate import Table, first_crossing, mean_curve, read_csv, time_to_target  # noqa: E402
 from analysis.make_figures import main as make_figures_main  # noqa: E402
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from helpers import mpiexec_or_skip
+from podracer_hpc.report import lineage as lineage_module  # noqa: E402
 
 # Small on purpose (2 CPU cores): 20 updates of 1024 env steps per pod, a round every 5 updates.
-PBT_SETS = ["env.num_envs=64", "total_env_steps=20480", "tournament.mode=pbt", "tournament.interval_env_steps=5120",
-            "eval.interval_env_steps=5120", "eval.episodes=5", "tournament.quantile=0.5",
-            "tournament.resample_prob=0.5", "tournament.hparam_space={learning_rate: [1.0e-4, 1.0e-2, true]}",
-            "log.progress_interval_s=0"]
-
-
+PBT_SETS = [
+    "env.num_envs=64",
+    "total_env_steps=20480",
+    "tournament.mode=pbt",
+    "tournament.interval_env_steps=5120",
+    "eval.interval_env_steps=5120",
+    "eval.episodes=5",
+    "tournament.quantile=0.5",
+    "tournament.resample_prob=0.5",
+    "tournament.hparam_space={learning_rate: [1.0e-4, 1.0e-2, true]}",
+    "log.progress_interval_s=0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -42,14 +50,35 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
-    args = [mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-            "--run-dir", str(root / "pbt"), "--quiet", *sum((["--set", s] for s in PBT_SETS), [])]
+    args = [
+        mpiexec_or_skip(),
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(root / "pbt"),
+        "--quiet",
+        *sum((["--set", s] for s in PBT_SETS), []),
+    ]
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for seed in (0, 1):  # meanwhile, here
-            cfg = load_config(REPO / "jobs" / "pendulum.yaml",
-                              ["env.num_envs=128", "total_env_steps=12288", "eval.interval_env_steps=4096",
-                               "eval.episodes=5", f"seed={seed}", "log.progress_interval_s=0", "threads=1"])
+            cfg = load_config(
+                REPO / "jobs" / "pendulum.yaml",
+                [
+                    "env.num_envs=128",
+                    "total_env_steps=12288",
+                    "eval.interval_env_steps=4096",
+                    "eval.episodes=5",
+                    f"seed={seed}",
+                    "log.progress_interval_s=0",
+                    "threads=1",
+                ],
+            )
             assert train(cfg, root / f"solo{seed}", quiet=True).complete
         out, err = proc.communicate(timeout=240)
     finally:
@@ -73,8 +102,23 @@ def test_eval_table_has_one_row_per_run_pod_evaluation_with_the_logged_values(ru
     rs, evals, _ = loaded
     assert [r.system for r in rs] == ["pendulum", "pendulum", "PBT x2"]  # config name, else the label
     assert [r.run for r in rs] == ["solo0", "solo1", "pbt"]
-    for col in ("system", "task", "run", "pod", "seed", "env_steps", "wall_s", "return_mean", "return_std",
-                "return_min", "return_max", "episodes", "update", "pods", "mode"):
+    for col in (
+        "system",
+        "task",
+        "run",
+        "pod",
+        "seed",
+        "env_steps",
+        "wall_s",
+        "return_mean",
+        "return_std",
+        "return_min",
+        "return_max",
+        "episodes",
+        "update",
+        "pods",
+        "mode",
+    ):
         assert col in evals, col
     expected_rows = 0
     for name in ("solo0", "solo1", "pbt"):
@@ -83,8 +127,16 @@ def test_eval_table_has_one_row_per_run_pod_evaluation_with_the_logged_values(ru
             expected_rows += len(ev["env_steps"])
             t = evals.where(run=name, pod=rank)
             assert len(t) == len(ev["env_steps"]) > 0
-            for col in ("update", "env_steps", "wall_s", "return_mean", "return_std", "return_min", "return_max",
-                        "episodes"):
+            for col in (
+                "update",
+                "env_steps",
+                "wall_s",
+                "return_mean",
+                "return_std",
+                "return_min",
+                "return_max",
+                "episodes",
+            ):
                 np.testing.assert_array_equal(t[col], ev[col], err_msg=col)
             assert set(t["seed"].tolist()) == {log["attrs"]["seed"]}
             assert set(t["task"].tolist()) == {"pendulum"}
@@ -151,11 +203,11 @@ def test_parse_entry_ids_and_lineage_parents():
     for s in ("", "pod3", "rejected:pod1", "local-2-3-0123456789ab", "rejected:j-0-1-0123456789ab"):
         assert Source.from_legacy(s).legacy() == s
     base = {"source_internal": True, "source_pod": 1, "source_round": 3, "round": 3, "pod": 0}
-    assert plots._lineage_parent({**base, "action": "copy_pod"}) == (2, 1)  # pod 1's entry of round 3
-    assert plots._lineage_parent({**base, "action": "load_entry", "source_round": 1}) == (0, 1)
-    assert plots._lineage_parent({**base, "action": "keep"}) == (2, 0)
-    assert plots._lineage_parent({**base, "action": "load_entry", "source_internal": False}) is None
-    assert plots._lineage_parent({**base, "action": "reset"}) is None
+    assert lineage_module.lineage_parent({**base, "action": "copy_pod"}) == (2, 1)  # pod 1's entry of round 3
+    assert lineage_module.lineage_parent({**base, "action": "load_entry", "source_round": 1}) == (0, 1)
+    assert lineage_module.lineage_parent({**base, "action": "keep"}) == (2, 0)
+    assert lineage_module.lineage_parent({**base, "action": "load_entry", "source_internal": False}) is None
+    assert lineage_module.lineage_parent({**base, "action": "reset"}) is None
 
 
 def test_first_crossing_and_time_to_target():
@@ -164,13 +216,18 @@ def test_first_crossing_and_time_to_target():
     assert first_crossing([1, 2, 3], [np.nan, -300, -200], -250) == 3  # NaN never crosses
     assert math.isnan(first_crossing([1, 2], [-500, -300], -250))
     assert math.isnan(first_crossing([], [], 0))
-    evals = Table({
-        "system": ["a"] * 6 + ["b"] * 3, "task": ["pendulum"] * 6 + ["cartpole"] * 3,
-        "run": ["r1"] * 6 + ["r2"] * 3, "pods": [2] * 6 + [1] * 3, "pod": [0, 0, 0, 1, 1, 1, 0, 0, 0],
-        "wall_s": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5, 1.0, 2.0, 3.0],
-        "env_steps": [10, 20, 30, 10, 20, 30, 10, 20, 30],
-        "return_mean": [-900, -300, -200, -800, -240, -100, 100, 480, 500.0],
-    })
+    evals = Table(
+        {
+            "system": ["a"] * 6 + ["b"] * 3,
+            "task": ["pendulum"] * 6 + ["cartpole"] * 3,
+            "run": ["r1"] * 6 + ["r2"] * 3,
+            "pods": [2] * 6 + [1] * 3,
+            "pod": [0, 0, 0, 1, 1, 1, 0, 0, 0],
+            "wall_s": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5, 1.0, 2.0, 3.0],
+            "env_steps": [10, 20, 30, 10, 20, 30, 10, 20, 30],
+            "return_mean": [-900, -300, -200, -800, -240, -100, 100, 480, 500.0],
+        }
+    )
     t = time_to_target(evals, -250, "wall_s")
     row = next(t.where(run="r1").rows())
     assert row["wall_s_to_target"] == 2.5 and row["pod"] == 1  # pod 1 reaches -250 first (2.5 s < 3.0 s)
@@ -184,8 +241,14 @@ def test_first_crossing_and_time_to_target():
 
 
 def test_mean_curve_reduces_a_runs_pods_first():
-    evals = Table({"run": ["a"] * 6, "pod": [0, 0, 0, 1, 1, 1], "env_steps": [10, 20, 30, 10, 20, 40],
-                   "return_mean": [0.0, 2.0, 4.0, 2.0, 4.0, 8.0]})
+    evals = Table(
+        {
+            "run": ["a"] * 6,
+            "pod": [0, 0, 0, 1, 1, 1],
+            "env_steps": [10, 20, 30, 10, 20, 40],
+            "return_mean": [0.0, 2.0, 4.0, 2.0, 4.0, 8.0],
+        }
+    )
     c = mean_curve(evals, "env_steps", min_share=1.0)  # only where every pod (and run) has data
     assert c["x"].tolist() == [10, 20, 30] and c["runs"] == ["a"] and c["n"].tolist() == [1, 1, 1]
     np.testing.assert_allclose(c["mean"], [1.0, 3.0, 5.0])  # pod 1 at 30 interpolates to 6
@@ -199,8 +262,10 @@ def test_mean_curve_reduces_a_runs_pods_first():
 
 
 # Two-sided 95% t quantiles from a printed table (3 decimals): the old lookup gave 1.96 from df 31.
-@pytest.mark.parametrize("df, table", [(1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (31, 2.040),
-                                       (45, 2.014), (60, 2.000), (1000, 1.962)])
+@pytest.mark.parametrize(
+    "df, table",
+    [(1, 12.706), (2, 4.303), (10, 2.228), (30, 2.042), (31, 2.040), (45, 2.014), (60, 2.000), (1000, 1.962)],
+)
 def test_t95_is_the_exact_student_t_quantile(df, table):
     from scipy import stats
 
@@ -219,9 +284,18 @@ def _copied_pods(levels: list[float], pods: int = 4, system: str = "sys", pod_co
     for k, level in enumerate(levels):
         for p in range(pods):
             for steps in (0, 100, 200):
-                rows.append({"system": system, "task": "pendulum", "run": f"{system}-{pod_count}-r{k}", "pod": p,
-                             "pods": pod_count or pods, "env_steps": steps, "wall_s": steps / 10 + k,
-                             "return_mean": level + steps / 100})
+                rows.append(
+                    {
+                        "system": system,
+                        "task": "pendulum",
+                        "run": f"{system}-{pod_count}-r{k}",
+                        "pod": p,
+                        "pods": pod_count or pods,
+                        "env_steps": steps,
+                        "wall_s": steps / 10 + k,
+                        "return_mean": level + steps / 100,
+                    }
+                )
     return Table.from_rows(rows)
 
 
@@ -298,8 +372,11 @@ def test_learning_curve_figure_has_no_overlapping_text(loaded, tmp_path):
 def test_other_figures_have_no_overlapping_text(loaded):
     rs, evals, tour = loaded
     table = aggregate.run_table(rs, target=-1200)
-    figs = [plots.scaling(table, evals, target=-1200), plots.lineage(tour, "pbt", evals),
-            plots.hparam_trajectories(tour, "pbt", rs[2].config["tournament"]["hparam_space"])]
+    figs = [
+        plots.scaling(table, evals, target=-1200),
+        plots.lineage(tour, "pbt", evals),
+        plots.hparam_trajectories(tour, "pbt", rs[2].config["tournament"]["hparam_space"]),
+    ]
     for fig in figs:
         assert fig is not None and plots.text_overlaps(fig) == []
     legend = _legend(figs[0])  # each system at one point: no range band, no ideal line drawn, none claimed
@@ -309,12 +386,35 @@ def test_other_figures_have_no_overlapping_text(loaded):
 
 def test_make_figures_command_writes_tables_and_figures(runs, tmp_path, capsys):
     out = tmp_path / "figs"
-    rc = make_figures_main([str(runs["solo0"]), str(runs["solo1"]), "--label", f"pbt2={runs['pbt']}",
-                            "--out", str(out), "--target", "pendulum=-1000", "--dpi", "60"])
+    rc = make_figures_main(
+        [
+            str(runs["solo0"]),
+            str(runs["solo1"]),
+            "--label",
+            f"pbt2={runs['pbt']}",
+            "--out",
+            str(out),
+            "--target",
+            "pendulum=-1000",
+            "--dpi",
+            "60",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out.split()
-    names = {"evals.csv", "runs.csv", "tournament.csv", "learning_curves.png", "learning_curves.pdf", "scaling.png",
-             "scaling.pdf", "lineage_pbt.png", "lineage_pbt.pdf", "hparams_pbt.png", "hparams_pbt.pdf"}
+    names = {
+        "evals.csv",
+        "runs.csv",
+        "tournament.csv",
+        "learning_curves.png",
+        "learning_curves.pdf",
+        "scaling.png",
+        "scaling.pdf",
+        "lineage_pbt.png",
+        "lineage_pbt.pdf",
+        "hparams_pbt.png",
+        "hparams_pbt.pdf",
+    }
     assert names <= {Path(p).name for p in printed}
     for n in names:
         data = (out / n).read_bytes()
@@ -351,8 +451,9 @@ def test_notebook_runs_top_to_bottom_on_the_test_runs(runs, monkeypatch):
     monkeypatch.setenv("PODRACER_LABELS", f"PBT={runs['pbt']}")
     monkeypatch.setenv("PODRACER_TARGET", "-1000")
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()  # raises on a cell error
+    nbclient.NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()  # raises on a cell error
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 4  # learning curves, scaling, lineage, hyperparameters
@@ -374,14 +475,31 @@ def _synthetic_tournament(pods: int, rounds: int, seed: int = 0):
             q = int(rng.choice(best)) if copy else p
             if copy:
                 new[p] = skill[q] + 0.01
-            rows.append({"run": "big", "system": "pendulum", "mode": "elegantrl", "pods": pods, "round": r, "pod": p,
-                         "action": "copy_pod" if copy else "keep", "source_internal": copy,
-                         "source_pod": q if copy else -1, "source_round": r if copy else -1,
-                         "fitness": float(fit[p]), "algo": "ppo"})
+            rows.append(
+                {
+                    "run": "big",
+                    "system": "pendulum",
+                    "mode": "elegantrl",
+                    "pods": pods,
+                    "round": r,
+                    "pod": p,
+                    "action": "copy_pod" if copy else "keep",
+                    "source_internal": copy,
+                    "source_pod": q if copy else -1,
+                    "source_round": r if copy else -1,
+                    "fitness": float(fit[p]),
+                    "algo": "ppo",
+                }
+            )
         skill = new
     tour = Table.from_rows(rows)
-    evals = Table({"run": ["big"] * pods, "pod": list(range(pods)),
-                   "return_mean": (skill + rng.normal(scale=0.01, size=pods)).tolist()})
+    evals = Table(
+        {
+            "run": ["big"] * pods,
+            "pod": list(range(pods)),
+            "return_mean": (skill + rng.normal(scale=0.01, size=pods)).tolist(),
+        }
+    )
     return tour, evals, rows
 
 
@@ -395,13 +513,13 @@ def test_lineage_at_512_pods_draws_the_top_pods_ancestry_only():
     ax = fig.axes[0]
     title = ax.get_title()
     k = int(re.search(r"ancestry of the top (\d+) final pods?", title)[1])
-    assert 1 <= k <= plots.LINEAGE_TOP and "512 pods" in title
+    assert 1 <= k <= lineage_module.LINEAGE_TOP and "512 pods" in title
     drawn = [int(t.get_text()) for t in ax.get_yticklabels()]
-    assert 0 < len(drawn) <= plots.LINEAGE_ROWS
+    assert 0 < len(drawn) <= lineage_module.LINEAGE_ROWS
     # what it claims: the rows are exactly the pods the top k final pods' agents passed through
     last = dict(zip(evals["pod"].tolist(), evals["return_mean"].tolist()))
     top = sorted(last, key=lambda p: -last[p])[:k]
-    parent = {(int(r["round"]), int(r["pod"])): plots._lineage_parent(r) for r in rows}
+    parent = {(int(r["round"]), int(r["pod"])): lineage_module.lineage_parent(r) for r in rows}
     expect = {q for p in top for (_, q) in plots.ancestry(parent, (rounds - 1, p))}
     assert sorted(expect) == drawn
     legend = [t.get_text() for t in fig.legends[0].get_texts()]

@@ -24,8 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "local_slurm.sh"
 BINARIES = ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sbatch", "sacct")
 # Terminal states as sacct prints them ("CANCELLED by 0" starts with CANCELLED).
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+TERMINAL = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+)
 START_TIMEOUT_S = 180
 # Launcher variables inherited from an outer job would confuse srun/sbatch and MPI.
 _DROP_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "PMI_", "PMIX_", "OMPI_", "MPI_")
@@ -60,13 +69,14 @@ class SlurmCluster:
     started_here: bool
     log: list[str] = field(default_factory=list)
 
-    def run(self, *cmd: str, timeout: float = 30, check: bool = True, cwd: Path | None = None
-            ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                              env=self.env, cwd=cwd)
+    def run(
+        self, *cmd: str, timeout: float = 30, check: bool = True, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, env=self.env, cwd=cwd)
         if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}\n"
-                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+            raise AssertionError(
+                f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+            )
         return proc
 
     def sbatch(self, *args: str, cwd: Path) -> str:
@@ -93,18 +103,27 @@ class SlurmCluster:
                 return last
             time.sleep(0.3)
         squeue = self.run("squeue", "-j", job_id, check=False)
-        raise AssertionError(f"job {job_id} not finished after {timeout}s; sacct says {last}; "
-                             f"squeue:\n{squeue.stdout}{squeue.stderr}\nlogs: {self.dir / 'log'}")
+        raise AssertionError(
+            f"job {job_id} not finished after {timeout}s; sacct says {last}; "
+            f"squeue:\n{squeue.stdout}{squeue.stderr}\nlogs: {self.dir / 'log'}"
+        )
 
     def job_report(self, job_id: str) -> str:
         """Everything Slurm says about a job (sacct's steps, scontrol, slurmctld's lines): for messages."""
-        sacct = self.run("sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,Reason,NodeList",
-                         check=False).stdout
+        sacct = self.run(
+            "sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,Reason,NodeList", check=False
+        ).stdout
         scontrol = self.run("scontrol", "show", "job", job_id, check=False).stdout
         ctld = self.dir / "log" / "slurmctld.log"
-        lines = [ln for ln in ctld.read_text(errors="replace").splitlines()
-                 if f"JobId={job_id} " in ln or f"job_id={job_id} " in ln or f"StepId={job_id}." in ln] \
-            if ctld.exists() else []
+        lines = (
+            [
+                ln
+                for ln in ctld.read_text(errors="replace").splitlines()
+                if f"JobId={job_id} " in ln or f"job_id={job_id} " in ln or f"StepId={job_id}." in ln
+            ]
+            if ctld.exists()
+            else []
+        )
         return f"sacct:\n{sacct}scontrol:\n{scontrol}slurmctld.log:\n" + "\n".join(lines[-20:])
 
     def squeue_state(self, job_id: str) -> str:
@@ -124,8 +143,7 @@ class SlurmCluster:
 
 def _client_env(conf: Path, cluster_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(_DROP_PREFIXES)}
-    env.update(SLURM_CONF=str(conf), PODRACER_SLURM_DIR=str(cluster_dir),
-               PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env.update(SLURM_CONF=str(conf), PODRACER_SLURM_DIR=str(cluster_dir), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     return env
 
 
@@ -143,8 +161,7 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, given_var: str, *mode: st
             return
 
     if os.geteuid() != 0:
-        pytest.skip(f"no running cluster in ${given_var}, and starting one needs root "
-                    "(scripts/local_slurm.sh start)")
+        pytest.skip(f"no running cluster in ${given_var}, and starting one needs root (scripts/local_slurm.sh start)")
     binaries = BINARIES if not mode else tuple(b for b in BINARIES if b not in ("slurmdbd", "mariadbd", "sacct"))
     if not all(shutil.which(b) or Path("/usr/sbin", b).exists() for b in binaries):
         if os.environ.get("PODRACER_SLURM_INSTALL") == "1" and shutil.which("apt-get"):
@@ -152,17 +169,22 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, given_var: str, *mode: st
             if inst.returncode != 0:
                 pytest.fail(f"local_slurm.sh install failed:\n{inst.stdout}\n{inst.stderr}")
         else:
-            pytest.skip("Slurm is not installed: run `scripts/local_slurm.sh install` as root, "
-                        "or set PODRACER_SLURM_INSTALL=1 to let the tests install it with apt")
+            pytest.skip(
+                "Slurm is not installed: run `scripts/local_slurm.sh install` as root, "
+                "or set PODRACER_SLURM_INSTALL=1 to let the tests install it with apt"
+            )
 
     d = tmp_path_factory.mktemp("slurm-noacct" if mode else "slurm")
     started = _script("start", *mode, str(d), timeout=START_TIMEOUT_S)
     if started.returncode != 0:
         stop = _script("stop", str(d), timeout=120)
-        pytest.fail(f"local_slurm.sh start {' '.join(mode)} {d} failed (exit {started.returncode}):\n"
-                    f"{started.stdout}\n{started.stderr}\nstop: {stop.stdout}{stop.stderr}")
-    cluster = SlurmCluster(d, d / "slurm.conf", _client_env(d / "slurm.conf", d), started_here=True,
-                           log=[started.stdout])
+        pytest.fail(
+            f"local_slurm.sh start {' '.join(mode)} {d} failed (exit {started.returncode}):\n"
+            f"{started.stdout}\n{started.stderr}\nstop: {stop.stdout}{stop.stderr}"
+        )
+    cluster = SlurmCluster(
+        d, d / "slurm.conf", _client_env(d / "slurm.conf", d), started_here=True, log=[started.stdout]
+    )
     try:
         yield cluster
     finally:

@@ -12,27 +12,59 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import wait_for
+
 from podracer_hpc.files.h5log import read_log
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 UPDATE = 128 * 16  # env steps per update: num_envs x quickstart's rollout_steps
-ARGS = ["jobs/quickstart.yaml", "--executor", "slurm", "--mpi", "pmi2", "--tasks-per-node", "2", "--time", "5",
-        "--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
-        "--set", "threads=1", "--set", "eval.episodes=4", "--set", "eval.final_episodes=4"]
+ARGS = [
+    "jobs/quickstart.yaml",
+    "--executor",
+    "slurm",
+    "--mpi",
+    "pmi2",
+    "--tasks-per-node",
+    "2",
+    "--time",
+    "5",
+    "--set",
+    "env.num_envs=128",
+    "--set",
+    "agent.num_minibatches=2",
+    "--set",
+    "log.progress_interval_s=0",
+    "--set",
+    "threads=1",
+    "--set",
+    "eval.episodes=4",
+    "--set",
+    "eval.final_episodes=4",
+]
 
 
 def cli(cluster, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=cluster.env)
+    return subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=cluster.env,
+    )
 
 
 def start(cluster, run: Path, out: Path, *sets: str) -> tuple[subprocess.Popen, str]:
     f = open(out, "w")
-    p = subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", *ARGS, "--wait", "--run-dir", str(run),
-                          *sets], stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=cluster.env, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "podracer_hpc.cli", "submit", *ARGS, "--wait", "--run-dir", str(run), *sets],
+        stdout=f,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=cluster.env,
+        text=True,
+    )
     end = time.monotonic() + 60
     while time.monotonic() < end and p.poll() is None:
         m = re.search(r"submitted Slurm job (\d+)", out.read_text())
@@ -50,12 +82,18 @@ def trained_rows(run: Path) -> int:
         return 0
 
 
-
 def test_cancel_requeue_checkpoints_requeues_and_resumes_with_nothing_lost(slurm_cluster_noacct, tmp_path):
     cluster, run = slurm_cluster_noacct, tmp_path / "run"
     total = 60 * UPDATE
-    proc, job = start(cluster, run, tmp_path / "submit.out", "--set", f"total_env_steps={total}",
-                      "--set", f"tournament.interval_env_steps={15 * UPDATE}")
+    proc, job = start(
+        cluster,
+        run,
+        tmp_path / "submit.out",
+        "--set",
+        f"total_env_steps={total}",
+        "--set",
+        f"tournament.interval_env_steps={15 * UPDATE}",
+    )
     try:
         wait_for(lambda: trained_rows(run) >= 4, 120, "both ranks training")
         r = cli(cluster, "cancel", str(run), "--requeue")

@@ -71,8 +71,9 @@ def test_sacct_reports_completed(two_node_job) -> None:
 
 
 def test_failing_job_is_failed(slurm_cluster, tmp_path) -> None:
-    job_id = slurm_cluster.sbatch("--job-name=smokefail", "--time=2", "--output=out-%j.txt",
-                                  "--wrap", "echo about to fail; exit 3", cwd=tmp_path)
+    job_id = slurm_cluster.sbatch(
+        "--job-name=smokefail", "--time=2", "--output=out-%j.txt", "--wrap", "echo about to fail; exit 3", cwd=tmp_path
+    )
     state = slurm_cluster.wait_terminal(job_id, timeout=60)
     # CI once read ("FAILED", "0:0") here: give slurmdbd a few seconds to settle the record, and
     # if it stays wrong say everything Slurm knows about the job
@@ -81,8 +82,9 @@ def test_failing_job_is_failed(slurm_cluster, tmp_path) -> None:
         time.sleep(0.5)
         state = slurm_cluster.sacct_state(job_id)
     out = tmp_path / f"out-{job_id}.txt"
-    detail = f"job {job_id}: {state}\n{slurm_cluster.job_report(job_id)}\noutput: " + \
-        (out.read_text() if out.exists() else "<none>")
+    detail = f"job {job_id}: {state}\n{slurm_cluster.job_report(job_id)}\noutput: " + (
+        out.read_text() if out.exists() else "<none>"
+    )
     assert state == ("FAILED", "3:0"), detail
     assert "about to fail" in out.read_text(), detail
 
@@ -139,8 +141,20 @@ def test_slurm_pmi2_server_drops_pmi1_lines_over_1024_bytes(slurm_cluster, tmp_p
     """
     lines, stderr = {}, ""
     for n in (1024, 1025):
-        proc = slurm_cluster.run("srun", "--mpi=pmi2", "-n1", "--time=2", "--job-name=pmi1probe",
-                                 sys.executable, "-c", PMI1_PROBE, str(n), timeout=60, check=False, cwd=tmp_path)
+        proc = slurm_cluster.run(
+            "srun",
+            "--mpi=pmi2",
+            "-n1",
+            "--time=2",
+            "--job-name=pmi1probe",
+            sys.executable,
+            "-c",
+            PMI1_PROBE,
+            str(n),
+            timeout=60,
+            check=False,
+            cwd=tmp_path,
+        )
         lines.update(line.split(" ", 2)[1:] for line in proc.stdout.splitlines() if line.startswith("LINE "))
         stderr += proc.stderr
     assert lines.get("1024", "").startswith("cmd=get_result rc=0"), f"{lines}\n{stderr}"
@@ -154,13 +168,27 @@ def test_srun_pmi2_mpi_world_across_two_nodes(slurm_cluster, tmp_path) -> None:
     # python is a symlink, and following it would lose the venv's site-packages
     python = sys.executable or str(REPO / ".venv" / "bin" / "python")
     try:
-        proc = slurm_cluster.run("srun", "--mpi=pmi2", "-N2", "-n4", "--time=3", "--job-name=smokempi",
-                                 python, "-c", MPI_PROBE, timeout=120, check=False, cwd=tmp_path)
+        proc = slurm_cluster.run(
+            "srun",
+            "--mpi=pmi2",
+            "-N2",
+            "-n4",
+            "--time=3",
+            "--job-name=smokempi",
+            python,
+            "-c",
+            MPI_PROBE,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+        )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"srun --mpi=pmi2 hung past 120 s: {e}")
     assert proc.returncode == 0, f"srun exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    rows = sorted((json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines()
-                   if line.startswith("RESULT ")), key=lambda r: r["rank"])
+    rows = sorted(
+        (json.loads(line[len("RESULT ") :]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")),
+        key=lambda r: r["rank"],
+    )
     assert [r["rank"] for r in rows] == [0, 1, 2, 3], proc.stdout + proc.stderr
     assert all(r["size"] == 4 and r["sum"] == 6 for r in rows), rows
     nodes = {r["node"] for r in rows}
@@ -171,8 +199,9 @@ def test_srun_pmi2_mpi_world_across_two_nodes(slurm_cluster, tmp_path) -> None:
 
 
 def test_scancel_gives_cancelled(slurm_cluster, tmp_path) -> None:
-    job_id = slurm_cluster.sbatch("--job-name=smokecancel", "--time=3", "--output=out-%j.txt",
-                                  "--wrap", "echo started; sleep 300", cwd=tmp_path)
+    job_id = slurm_cluster.sbatch(
+        "--job-name=smokecancel", "--time=3", "--output=out-%j.txt", "--wrap", "echo started; sleep 300", cwd=tmp_path
+    )
     slurm_cluster.wait_squeue_state(job_id, "RUNNING", timeout=60)
     slurm_cluster.run("scancel", job_id)
     state = slurm_cluster.wait_terminal(job_id, timeout=60)

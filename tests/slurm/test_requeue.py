@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import slurm_rank_pids
-from podracer_hpc.cluster.mpi import mpich_world_id
+
+from podracer_hpc.cluster.mpich import mpich_world_id
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.pool.leaderboard import Leaderboard
 
@@ -37,11 +37,34 @@ STEPS_PER_UPDATE = 256 * 16  # num_envs x quickstart's rollout_steps
 UPDATES = 48  # enough that the third event still finds work left on a fast host (about 10 updates/s a pod)
 ROUND_UPDATES = 8
 TOTAL = UPDATES * STEPS_PER_UPDATE  # per pod
-ARGS = ["--nodes", "2", "--tasks-per-node", "2", "--time", "5", "--mpi", "pmi2",
-        "--set", f"total_env_steps={TOTAL}", "--set", f"tournament.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}",
-        "--set", f"eval.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}", "--set", "eval.episodes=4",
-        "--set", "env.num_envs=256", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
-        "--set", "log.checkpoint_interval_s=1000", "--set", "threads=1"]
+ARGS = [
+    "--nodes",
+    "2",
+    "--tasks-per-node",
+    "2",
+    "--time",
+    "5",
+    "--mpi",
+    "pmi2",
+    "--set",
+    f"total_env_steps={TOTAL}",
+    "--set",
+    f"tournament.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}",
+    "--set",
+    f"eval.interval_env_steps={ROUND_UPDATES * STEPS_PER_UPDATE}",
+    "--set",
+    "eval.episodes=4",
+    "--set",
+    "env.num_envs=256",
+    "--set",
+    "agent.num_minibatches=2",
+    "--set",
+    "log.progress_interval_s=0",
+    "--set",
+    "log.checkpoint_interval_s=1000",
+    "--set",
+    "threads=1",
+]
 
 
 def last_steps(run: Path, start: int | None = None) -> int:
@@ -62,9 +85,27 @@ def test_tournament_requeued_three_times_completes_with_everything_logged_once(s
     seed = int(os.environ.get("PODRACER_CHAOS_SEED", time.time_ns() % 100_000))
     rng = random.Random(seed)
     run, out = tmp_path / "run", tmp_path / "submit.out"
-    proc = subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor",
-                             "slurm", "--wait", "--timeout", "900", "--run-dir", str(run), *ARGS],
-                            stdout=open(out, "w"), stderr=subprocess.STDOUT, cwd=REPO, env=cluster.env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--wait",
+            "--timeout",
+            "900",
+            "--run-dir",
+            str(run),
+            *ARGS,
+        ],
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=cluster.env,
+    )
     events: list[str] = []
 
     def why() -> str:
@@ -126,7 +167,9 @@ def test_tournament_requeued_three_times_completes_with_everything_logged_once(s
     for k in range(RANKS):
         log = read_log(run / "logs" / f"quickstart_rank{k}.h5")
         steps = [int(x) for x in log["train"]["env_steps"]]
-        assert steps == list(range(STEPS_PER_UPDATE, TOTAL + 1, STEPS_PER_UPDATE)), f"rank {k}: each update once; {why()}"
+        assert steps == list(range(STEPS_PER_UPDATE, TOTAL + 1, STEPS_PER_UPDATE)), (
+            f"rank {k}: each update once; {why()}"
+        )
         rounds = [int(r) for r in log["tournament"]["round"] if r >= 0]
         assert rounds == list(range(UPDATES // ROUND_UPDATES)), f"rank {k}: each round once; {why()}"
         assert int(log["attrs"]["slurm"].get("SLURM_RESTART_COUNT", "0")) >= 3, f"rank {k}: {why()}"

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import slurm_rank_pids, wait_for
+
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.launch.watch import still_active
 from podracer_hpc.pool.leaderboard import Leaderboard
@@ -25,17 +25,54 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS_PER_UPDATE = 128 * 16  # num_envs x quickstart's rollout_steps
 TOTAL = 40 * STEPS_PER_UPDATE
 ROUND = 8 * STEPS_PER_UPDATE
-ARGS = ["jobs/quickstart.yaml", "--executor", "slurm", "--mpi", "pmi2", "--nodes", "2", "--tasks-per-node", "1",
-        "--pods-per-job", "1", "--time", "5", "--set", f"total_env_steps={TOTAL}",
-        "--set", f"tournament.interval_env_steps={ROUND}", "--set", f"eval.interval_env_steps={ROUND}",
-        "--set", "tournament.sync=async", "--set", "eval.episodes=4", "--set", "eval.final_episodes=8",
-        "--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
-        "--set", "threads=1"]
+ARGS = [
+    "jobs/quickstart.yaml",
+    "--executor",
+    "slurm",
+    "--mpi",
+    "pmi2",
+    "--nodes",
+    "2",
+    "--tasks-per-node",
+    "1",
+    "--pods-per-job",
+    "1",
+    "--time",
+    "5",
+    "--set",
+    f"total_env_steps={TOTAL}",
+    "--set",
+    f"tournament.interval_env_steps={ROUND}",
+    "--set",
+    f"eval.interval_env_steps={ROUND}",
+    "--set",
+    "tournament.sync=async",
+    "--set",
+    "eval.episodes=4",
+    "--set",
+    "eval.final_episodes=8",
+    "--set",
+    "env.num_envs=128",
+    "--set",
+    "agent.num_minibatches=2",
+    "--set",
+    "log.progress_interval_s=0",
+    "--set",
+    "threads=1",
+]
 
 
-def submit(cluster, run: Path, *extra: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", *ARGS, "--run-dir", str(run), *extra],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**cluster.env, **(env or {})})
+def submit(
+    cluster, run: Path, *extra: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "submit", *ARGS, "--run-dir", str(run), *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**cluster.env, **(env or {})},
+    )
 
 
 def rounds(log: Path) -> int:
@@ -45,8 +82,9 @@ def rounds(log: Path) -> int:
         return 0
 
 
-
-def test_pool_of_two_jobs_one_killed_hard_the_other_untouched_and_the_same_command_rejoins(slurm_cluster_noacct, tmp_path):
+def test_pool_of_two_jobs_one_killed_hard_the_other_untouched_and_the_same_command_rejoins(
+    slurm_cluster_noacct, tmp_path
+):
     cluster, run = slurm_cluster_noacct, tmp_path / "pool"
     # pod 1 (part 1) takes 6x as long per update (a sleep: the same results), so the kill lands mid-run
     r = submit(cluster, run, env={"PODRACER_INJECT_SLOW": "1:6"})
@@ -81,7 +119,11 @@ def test_pool_of_two_jobs_one_killed_hard_the_other_untouched_and_the_same_comma
         assert u == list(range(1, len(u) + 1)) and len(u) == TOTAL // STEPS_PER_UPDATE, (pod, u)
         assert [x for x in log["tournament"]["round"] if x >= 0] == list(range(TOTAL // ROUND)), pod
         ids = log["attrs"]["slurm"]
-        job = f"{ids['SLURM_ARRAY_JOB_ID']}_{ids['SLURM_ARRAY_TASK_ID']}" if "SLURM_ARRAY_JOB_ID" in ids else ids["SLURM_JOB_ID"]
+        job = (
+            f"{ids['SLURM_ARRAY_JOB_ID']}_{ids['SLURM_ARRAY_TASK_ID']}"
+            if "SLURM_ARRAY_JOB_ID" in ids
+            else ids["SLURM_JOB_ID"]
+        )
         assert job in jobs, (pod, ids)  # pod 0's log was opened once, by its first job; pod 1's last by the new one
         assert int(log["attrs"]["pool_size"]) == 2
     assert Leaderboard(run / "leaderboard").list()  # one leaderboard for both jobs

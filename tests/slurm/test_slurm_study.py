@@ -19,13 +19,26 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-TINY = ["env.num_envs=64", "total_env_steps=4096", "eval.interval_env_steps=2048", "eval.episodes=4",
-        "log.progress_interval_s=0", "threads=1", "agent.update_epochs=2"]
+TINY = [
+    "env.num_envs=64",
+    "total_env_steps=4096",
+    "eval.interval_env_steps=2048",
+    "eval.episodes=4",
+    "log.progress_interval_s=0",
+    "threads=1",
+    "agent.update_epochs=2",
+]
 
 
 def study(cluster, path: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "study", str(path), "--executor", "slurm", *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=REPO, env=cluster.env)
+    return subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "study", str(path), "--executor", "slurm", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=cluster.env,
+    )
 
 
 def test_tiny_study_through_slurm(slurm_cluster, tmp_path):
@@ -33,16 +46,28 @@ def test_tiny_study_through_slurm(slurm_cluster, tmp_path):
 
     out = tmp_path / "study"
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "tiny", "task": "pendulum", "target": -5000, "points": [1, 2], "seeds": [0], "out": str(out),
-        "resources": {"pods_per_node": 1},  # 2 pods = 2 nodes x 1 pod: one MPI world over two logical nodes
-        "slurm": {"time_min": 5, "serial": True},  # one job at a time on the one-host cluster
-        "systems": {
-            "podracer": {"job": "jobs/pendulum_fast.yaml",
-                         "set": TINY + ["tournament.mode=elegantrl", "tournament.interval_env_steps=2048"]},
-            "independent": {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", "set": TINY},
-        },
-    }, sort_keys=False))  # the systems' order is the study's: podracer is the reference
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "tiny",
+                "task": "pendulum",
+                "target": -5000,
+                "points": [1, 2],
+                "seeds": [0],
+                "out": str(out),
+                "resources": {"pods_per_node": 1},  # 2 pods = 2 nodes x 1 pod: one MPI world over two logical nodes
+                "slurm": {"time_min": 5, "serial": True},  # one job at a time on the one-host cluster
+                "systems": {
+                    "podracer": {
+                        "job": "jobs/pendulum_fast.yaml",
+                        "set": TINY + ["tournament.mode=elegantrl", "tournament.interval_env_steps=2048"],
+                    },
+                    "independent": {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", "set": TINY},
+                },
+            },
+            sort_keys=False,
+        )
+    )  # the systems' order is the study's: podracer is the reference
     r = study(slurm_cluster, path, "--wait")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     jobs = re.findall(r"submitted Slurm job (\d+) \((\d) nodes? x 1 pod", r.stderr)
@@ -54,7 +79,11 @@ def test_tiny_study_through_slurm(slurm_cluster, tmp_path):
 
     sc = aggregate.read_csv(out / "results" / "scaling.csv")
     assert [(x["system"], x["pods"], x["nodes"]) for x in sc.rows()] == [
-        ("podracer", 1, 1), ("podracer", 2, 2), ("independent", 1, 1), ("independent", 2, 2)]
+        ("podracer", 1, 1),
+        ("podracer", 2, 2),
+        ("independent", 1, 1),
+        ("independent", 2, 2),
+    ]
     assert sc["reached"].tolist() == [1, 1, 1, 1]
     rt = aggregate.read_csv(out / "results" / "runs.csv")
     fig = plots.scaling(rt)
@@ -78,22 +107,46 @@ def test_tiny_study_through_slurm(slurm_cluster, tmp_path):
 RLLIB_PY = REPO / ".venv-rllib" / "bin" / "python"
 
 
-@pytest.mark.skipif(not RLLIB_PY.exists(), reason=".venv-rllib is missing (baselines/rllib/README.md says how to "
-                                                   "create it); the RLlib point through Slurm needs ray[rllib]")
+@pytest.mark.skipif(
+    not RLLIB_PY.exists(),
+    reason=".venv-rllib is missing (baselines/rllib/README.md says how to "
+    "create it); the RLlib point through Slurm needs ray[rllib]",
+)
 def test_an_rllib_point_runs_as_a_ray_cluster_over_its_nodes(slurm_cluster, tmp_path):
     """An RLlib point of 2 pods-equivalent on 2 nodes: rllib.sbatch starts Ray on both, 2 learners."""
     from analysis import aggregate
 
     out = tmp_path / "study"
     path = tmp_path / "rl.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "rl", "task": "pendulum", "target": -5000, "points": [2], "seeds": [0], "out": str(out),
-        "resources": {"pods_per_node": 1}, "slurm": {"time_min": 10, "serial": True},
-        "systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "max_wall_s": 120, "set": [
-            "total_env_steps=2048", "eval.interval_env_steps=1024", "eval.episodes=4",
-            "resources.env_runners_per_pod=1", "resources.envs_per_pod=4",
-            "rllib.training.train_batch_size_per_learner=512"]}},
-    }, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "rl",
+                "task": "pendulum",
+                "target": -5000,
+                "points": [2],
+                "seeds": [0],
+                "out": str(out),
+                "resources": {"pods_per_node": 1},
+                "slurm": {"time_min": 10, "serial": True},
+                "systems": {
+                    "rllib": {
+                        "job": "jobs/rllib/pendulum.yaml",
+                        "max_wall_s": 120,
+                        "set": [
+                            "total_env_steps=2048",
+                            "eval.interval_env_steps=1024",
+                            "eval.episodes=4",
+                            "resources.env_runners_per_pod=1",
+                            "resources.envs_per_pod=4",
+                            "rllib.training.train_batch_size_per_learner=512",
+                        ],
+                    }
+                },
+            },
+            sort_keys=False,
+        )
+    )
     r = study(slurm_cluster, path, "--wait", timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     assert re.search(r"rllib pods=2 seed=0: submitted Slurm job \d+ \(2 nodes x 1 pod", r.stderr), r.stderr

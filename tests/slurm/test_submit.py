@@ -17,24 +17,63 @@ from podracer_hpc.pool.leaderboard import Leaderboard
 
 pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
-SHORT = ["--set", "env.num_envs=128", "--set", "agent.num_minibatches=2", "--set", "log.progress_interval_s=0",
-         "--set", "threads=1"]
+SHORT = [
+    "--set",
+    "env.num_envs=128",
+    "--set",
+    "agent.num_minibatches=2",
+    "--set",
+    "log.progress_interval_s=0",
+    "--set",
+    "threads=1",
+]
 # the mpich wheel of .venv speaks PMI-2 (submit's default, pmix, is the site MPI's and refused with the wheel)
 MPI = ["--mpi", "pmi2"]
 
 
 def submit(cluster, *args: str, timeout: float = 240, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
-                           "--executor", "slurm", *MPI, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=cluster.env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            *MPI,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=cluster.env,
+    )
 
 
 def start(cluster, *args: str, out: Path, cwd: Path = REPO) -> tuple[subprocess.Popen, str]:
     """Submit with --wait in the background; returns the process and the job id."""
     f = open(out, "w")
-    p = subprocess.Popen([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
-                          "--executor", "slurm", "--wait", *MPI, *args], stdout=f, stderr=subprocess.STDOUT,
-                         cwd=cwd, env=cluster.env, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--wait",
+            *MPI,
+            *args,
+        ],
+        stdout=f,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=cluster.env,
+        text=True,
+    )
     end = time.monotonic() + 60
     while time.monotonic() < end:
         m = re.search(r"submitted Slurm job (\d+)", out.read_text())
@@ -64,9 +103,23 @@ def test_refused_before_queueing(slurm_cluster, tmp_path):
 
 def test_two_node_tournament(slurm_cluster, tmp_path):
     run = tmp_path / "run"
-    r = submit(slurm_cluster, "--nodes", "2", "--tasks-per-node", "2", "--time", "5", "--wait",
-               "--run-dir", str(run), "--set", "total_env_steps=65536", "--set", "tournament.interval_env_steps=16384",
-               *SHORT)
+    r = submit(
+        slurm_cluster,
+        "--nodes",
+        "2",
+        "--tasks-per-node",
+        "2",
+        "--time",
+        "5",
+        "--wait",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=65536",
+        "--set",
+        "tournament.interval_env_steps=16384",
+        *SHORT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["pods"] == 4 and summary["rounds"] == 4
@@ -79,9 +132,24 @@ def test_array_tasks_join_the_shared_leaderboard(slurm_cluster, tmp_path):
     run = tmp_path / "sweep"
     # One pod per task: two MPI jobs starting at once on the logical nodes of ONE host can mix up
     # MPICH's shared-memory set-up (docs/local-slurm.md); on a real cluster they are separate hosts.
-    r = submit(slurm_cluster, "--tasks-per-node", "1", "--array", "3%2", "--time", "5", "--wait",
-               "--run-dir", str(run), "--set", "total_env_steps=32768", "--set", "tournament.interval_env_steps=16384",
-               *SHORT, timeout=300)
+    r = submit(
+        slurm_cluster,
+        "--tasks-per-node",
+        "1",
+        "--array",
+        "3%2",
+        "--time",
+        "5",
+        "--wait",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=32768",
+        "--set",
+        "tournament.interval_env_steps=16384",
+        *SHORT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert len([line for line in r.stdout.splitlines() if line.startswith("{")]) == 3
     joins = {}
@@ -102,8 +170,19 @@ def test_cancelled_job_ends_wait_with_a_clear_error(which, request, tmp_path):
     accounting and without it (there sacct knows nothing: scontrol still has the record)."""
     cluster = request.getfixturevalue(which)
     run = tmp_path / "run"
-    proc, job = start(cluster, "--tasks-per-node", "2", "--time", "5", "--run-dir", str(run),
-                      "--set", "total_env_steps=10000000", *SHORT, out=tmp_path / "submit.out")
+    proc, job = start(
+        cluster,
+        "--tasks-per-node",
+        "2",
+        "--time",
+        "5",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=10000000",
+        *SHORT,
+        out=tmp_path / "submit.out",
+    )
     try:
         cluster.wait_squeue_state(job, "RUNNING", timeout=60)
         end = time.monotonic() + 90
@@ -150,8 +229,9 @@ def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, t
             "except launch.JobError as e:\n"
             "    print(f'TOOK {time.monotonic() - t0:.1f}'); print(e); sys.exit(e.exit_code)\n"
         )
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
-                           env=cluster.env)
+        p = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, env=cluster.env
+        )
         m = re.search(r"JOB (\d+)", p.stdout)
         job = m.group(1) if m else None
         assert p.returncode == 1, p.stdout + p.stderr
@@ -176,16 +256,52 @@ def test_dry_run_shows_the_script_without_slurm(tmp_path):
     (bin_dir / "git").symlink_to(shutil.which("git"))  # the revision of the snapshot it names
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_"))}
     env["PATH"] = str(bin_dir)
-    r = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml",
-                        "--executor", "slurm", "--dry-run", "--nodes", "4", "--tasks-per-node", "8", "--gpus-per-node",
-                        "8", "--cpus-per-task", "16", "--exclusive", "--mem", "0", "--partition", "batch",
-                        "--sbatch", "reservation=dgx", "--run-dir", str(tmp_path / "run")],
-                       capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "submit",
+            "jobs/quickstart.yaml",
+            "--executor",
+            "slurm",
+            "--dry-run",
+            "--nodes",
+            "4",
+            "--tasks-per-node",
+            "8",
+            "--gpus-per-node",
+            "8",
+            "--cpus-per-task",
+            "16",
+            "--exclusive",
+            "--mem",
+            "0",
+            "--partition",
+            "batch",
+            "--sbatch",
+            "reservation=dgx",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
     assert shutil.which("sbatch", path=env["PATH"]) is None
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no Slurm here" in r.stderr
-    for line in ("#SBATCH --cpus-per-task=16", "#SBATCH --exclusive", "#SBATCH --mem=0", "#SBATCH --reservation=dgx",
-                 "#SBATCH --gpus-per-node=8", "#SBATCH --nodes=4", "export SRUN_CPUS_PER_TASK=16"):
+    for line in (
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --exclusive",
+        "#SBATCH --mem=0",
+        "#SBATCH --reservation=dgx",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --nodes=4",
+        "export SRUN_CPUS_PER_TASK=16",
+    ):
         assert line in r.stdout, line
     srun = next(ln for ln in r.stdout.splitlines() if ln.startswith("srun "))
     assert "--mpi=pmix --cpus-per-task=16 --gpus-per-task=1" in srun and "wckey" not in r.stdout
@@ -204,14 +320,41 @@ def test_cpus_per_task_gpus_and_sbatch_options_reach_the_running_job(slurm_clust
     CUDA_VISIBLE_DEVICES. device=cpu: the pods use no GPU (this torch has none)."""
     cluster = slurm_cluster_noacct
     run = tmp_path / "run"
-    r = submit(cluster, "--tasks-per-node", "1", "--cpus-per-task", "2", "--gpus-per-node", "1", "--time", "5",
-               "--job-name", "pr-resources", "--sbatch", "comment=podracer-issue-14", "--wait", "--run-dir", str(run),
-               "--set", "total_env_steps=4096", "--set", "tournament.mode=none", "--set", "device=cpu", *SHORT)
+    r = submit(
+        cluster,
+        "--tasks-per-node",
+        "1",
+        "--cpus-per-task",
+        "2",
+        "--gpus-per-node",
+        "1",
+        "--time",
+        "5",
+        "--job-name",
+        "pr-resources",
+        "--sbatch",
+        "comment=podracer-issue-14",
+        "--wait",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=4096",
+        "--set",
+        "tournament.mode=none",
+        "--set",
+        "device=cpu",
+        *SHORT,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     job = re.search(r"submitted Slurm job (\d+)", r.stderr).group(1)
     show = cluster.run("scontrol", "show", "job", job).stdout
-    for field in ("JobName=pr-resources", "NumCPUs=2", "CPUs/Task=2", "Comment=podracer-issue-14",
-                  "TresPerNode=gres:gpu:1"):
+    for field in (
+        "JobName=pr-resources",
+        "NumCPUs=2",
+        "CPUs/Task=2",
+        "Comment=podracer-issue-14",
+        "TresPerNode=gres:gpu:1",
+    ):
         assert field in show, (field, show)
     assert "WCKey" not in show or "WCKey=submitit" not in show
     (line,) = _launch_lines(run)
@@ -228,16 +371,32 @@ def test_gpus_asked_on_a_cpu_only_torch_fail_before_training(slurm_cluster_noacc
     if torch.version.cuda is not None:
         pytest.skip("this torch has CUDA: the stand-in GPUs would be tried for real")
     run = tmp_path / "run"
-    r = submit(slurm_cluster_noacct, "--tasks-per-node", "1", "--gpus-per-node", "1", "--time", "5", "--wait",
-               "--run-dir", str(run), "--set", "total_env_steps=4096", "--set", "tournament.mode=none", *SHORT)
+    r = submit(
+        slurm_cluster_noacct,
+        "--tasks-per-node",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--time",
+        "5",
+        "--wait",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=4096",
+        "--set",
+        "tournament.mode=none",
+        *SHORT,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert "CPU-only build" in r.stderr and "download.pytorch.org/whl/cu" in r.stderr, r.stderr
     assert not (run / "logs").exists() or not list((run / "logs").glob("*.h5"))  # no training started
 
 
 def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, tmp_path):
@@ -252,13 +411,31 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
     _git(clone, "commit", "-q", "-m", "the code as submitted")
     old_rev = _git(clone, "rev-parse", "--short", "HEAD")
     run, out = tmp_path / "run", tmp_path / "submit.out"
-    proc, job = start(cluster, "--tasks-per-node", "1", "--time", "5", "--run-dir", str(run), "--timeout", "240",
-                      "--set", "total_env_steps=12288", "--set", "tournament.mode=none", *SHORT, out=out, cwd=clone)
+    proc, job = start(
+        cluster,
+        "--tasks-per-node",
+        "1",
+        "--time",
+        "5",
+        "--run-dir",
+        str(run),
+        "--timeout",
+        "240",
+        "--set",
+        "total_env_steps=12288",
+        "--set",
+        "tournament.mode=none",
+        *SHORT,
+        out=out,
+        cwd=clone,
+    )
     try:
         end = time.monotonic() + 120
         # the fresh start's checkpoint is written: the requeued start resumes from it (waiting for the
         # log alone raced it under load: the log opens just before the first checkpoint)
-        while not (run / "checkpoints" / "rank0.safetensors").exists() and time.monotonic() < end and proc.poll() is None:
+        while (
+            not (run / "checkpoints" / "rank0.safetensors").exists() and time.monotonic() < end and proc.poll() is None
+        ):
             time.sleep(0.3)
         assert _launch_lines(run), out.read_text()
         # the checkout moves on while the job runs
@@ -295,9 +472,23 @@ def test_a_warning_signal_to_the_whole_job_checkpoints_and_requeues(slurm_cluste
     the job resumes and completes with every update logged once."""
     cluster, run, out = slurm_cluster_noacct, tmp_path / "run", tmp_path / "submit.out"
     total, per_update = 40 * 2048, 128 * 16
-    proc, job = start(cluster, "--tasks-per-node", "2", "--time", "5", "--timeout", "600", "--run-dir", str(run),
-                      "--set", f"total_env_steps={total}", "--set", "tournament.interval_env_steps=16384", *SHORT,
-                      out=out)
+    proc, job = start(
+        cluster,
+        "--tasks-per-node",
+        "2",
+        "--time",
+        "5",
+        "--timeout",
+        "600",
+        "--run-dir",
+        str(run),
+        "--set",
+        f"total_env_steps={total}",
+        "--set",
+        "tournament.interval_env_steps=16384",
+        *SHORT,
+        out=out,
+    )
     try:
         end = time.monotonic() + 180
         while time.monotonic() < end and proc.poll() is None:

@@ -42,8 +42,19 @@ TEMPLATES = ("tournament.sbatch", "sweep.sbatch", "container.sbatch")
 LOCAL = ["--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0"]
 # a short quickstart: 48 updates of 2048 env steps per pod, a round every 8 updates (6 rounds)
 STEPS, INTERVAL, BATCH = 98304, 16384, 16 * 128
-FAST = ["--set", f"total_env_steps={STEPS}", "--set", f"tournament.interval_env_steps={INTERVAL}",
-        "--set", "env.num_envs=128", "--set", "eval.episodes=8", "--set", "threads=1", "--quiet"]
+FAST = [
+    "--set",
+    f"total_env_steps={STEPS}",
+    "--set",
+    f"tournament.interval_env_steps={INTERVAL}",
+    "--set",
+    "env.num_envs=128",
+    "--set",
+    "eval.episodes=8",
+    "--set",
+    "threads=1",
+    "--quiet",
+]
 ROUNDS = STEPS // INTERVAL
 
 
@@ -53,42 +64,73 @@ CASES: dict[str, tuple[str, list[str], list[str]]] = {
     # name: (template, NAME=VALUE given to render.sh, template args)
     "tournament_dgx": ("tournament.sbatch", [], []),
     "tournament_dgx_4nodes_args": (
-        "tournament.sbatch", ["SLURM_JOB_NUM_NODES=4"],
-        ["jobs/quickstart.yaml", "--set", "total_env_steps=50000000", "--set", "agent.hidden_sizes=[256, 256]"]),
+        "tournament.sbatch",
+        ["SLURM_JOB_NUM_NODES=4"],
+        ["jobs/quickstart.yaml", "--set", "total_env_steps=50000000", "--set", "agent.hidden_sizes=[256, 256]"],
+    ),
     "tournament_local": (
         "tournament.sbatch",
         ["PODRACER_MPI=pmi2", "SLURM_NTASKS_PER_NODE=2", "SLURM_CPUS_PER_TASK=1", "SLURM_GPUS_PER_NODE=0"],
-        ["jobs/quickstart.yaml", "--set", "total_env_steps=204800", "--quiet"]),
+        ["jobs/quickstart.yaml", "--set", "total_env_steps=204800", "--quiet"],
+    ),
     "tournament_conda_resume": (
         "tournament.sbatch",
-        ["PODRACER_CONDA_ENV=podracer-hpc", "PODRACER_MODULES=cuda/12.6 openmpi/4.1.7",
-         "PODRACER_RUN_DIR=/lustre/runs/quickstart-777", "SLURM_RESTART_COUNT=3",
-         "NCCL_IB_HCA=mlx5_0,mlx5_1", "UCX_TLS=rc,sm,self"],
-        ["jobs/pendulum.yaml"]),
-    "sweep_pods_task0": (
-        "sweep.sbatch", [], ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"]),
+        [
+            "PODRACER_CONDA_ENV=podracer-hpc",
+            "PODRACER_MODULES=cuda/12.6 openmpi/4.1.7",
+            "PODRACER_RUN_DIR=/lustre/runs/quickstart-777",
+            "SLURM_RESTART_COUNT=3",
+            "NCCL_IB_HCA=mlx5_0,mlx5_1",
+            "UCX_TLS=rc,sm,self",
+        ],
+        ["jobs/pendulum.yaml"],
+    ),
+    "sweep_pods_task0": ("sweep.sbatch", [], ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"]),
     "sweep_pods_task2_shared": (
-        "sweep.sbatch", ["SLURM_ARRAY_TASK_ID=2", "PODRACER_LEADERBOARD=shared"],
-        ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt", "--quiet"]),
+        "sweep.sbatch",
+        ["SLURM_ARRAY_TASK_ID=2", "PODRACER_LEADERBOARD=shared"],
+        ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt", "--quiet"],
+    ),
     "sweep_pods_task3_2nodes_path": (
         "sweep.sbatch",
-        ["SLURM_ARRAY_TASK_ID=3", "SLURM_JOB_NUM_NODES=2", "SLURM_NTASKS_PER_NODE=4",
-         "PODRACER_LEADERBOARD=/lustre/leaderboards/pendulum"],
-        ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"]),
+        [
+            "SLURM_ARRAY_TASK_ID=3",
+            "SLURM_JOB_NUM_NODES=2",
+            "SLURM_NTASKS_PER_NODE=4",
+            "PODRACER_LEADERBOARD=/lustre/leaderboards/pendulum",
+        ],
+        ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"],
+    ),
     "tournament_dgx_unbound_gpus": (
-        "tournament.sbatch", ["PODRACER_GPU_BIND=none", "HDF5_USE_FILE_LOCKING=FALSE",
-                              "PODRACER_CACHE_DIR=/raid/podracer-cache", "PODRACER_SNAPSHOT=0"], []),
+        "tournament.sbatch",
+        [
+            "PODRACER_GPU_BIND=none",
+            "HDF5_USE_FILE_LOCKING=FALSE",
+            "PODRACER_CACHE_DIR=/raid/podracer-cache",
+            "PODRACER_SNAPSHOT=0",
+        ],
+        [],
+    ),
     "container_dgx": (
         "container.sbatch",
-        ["PODRACER_IMAGE=/lustre/images/podracer.sqsh", "PODRACER_RUNS=/lustre/scratch/podracer/runs",
-         "PODRACER_CONTAINER_MOUNTS=/lustre/data:/data:ro"],
-        ["jobs/quickstart.yaml"]),
+        [
+            "PODRACER_IMAGE=/lustre/images/podracer.sqsh",
+            "PODRACER_RUNS=/lustre/scratch/podracer/runs",
+            "PODRACER_CONTAINER_MOUNTS=/lustre/data:/data:ro",
+        ],
+        ["jobs/quickstart.yaml"],
+    ),
 }
 
 
 def render(template: str, given: list[str], args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(RENDER), str(TPL / template), *given, "--", *args],
-                          capture_output=True, text=True, timeout=30, cwd=REPO)
+    return subprocess.run(
+        ["bash", str(RENDER), str(TPL / template), *given, "--", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
 
 
 def normalize(text: str) -> str:
@@ -110,7 +152,8 @@ def test_render_matches_golden(case: str) -> None:
     assert path.exists(), f"no golden file {path}: run with UPDATE_GOLDEN=1 to write it"
     assert text == path.read_text(), (
         f"{template} renders differently from {path.relative_to(REPO)}; if the change is meant, "
-        f"rerun with UPDATE_GOLDEN=1 and review the diff.\n--- rendered:\n{text}")
+        f"rerun with UPDATE_GOLDEN=1 and review the diff.\n--- rendered:\n{text}"
+    )
 
 
 def test_no_stray_golden_files() -> None:
@@ -124,18 +167,28 @@ def test_golden_header_is_the_templates_header() -> None:
         text = render(t, ["PODRACER_IMAGE=x"], ["jobs/quickstart.yaml", "slurm_templates/sweeps/pods.txt"]).stdout
         assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] == lines, t
         header = "\n".join(lines)
-        for opt in ("--ntasks-per-node=8", "--gpus-per-node=8", "--signal=B:USR1@120", "--requeue",
-                    "--open-mode=append"):
+        for opt in (
+            "--ntasks-per-node=8",
+            "--gpus-per-node=8",
+            "--signal=B:USR1@120",
+            "--requeue",
+            "--open-mode=append",
+        ):
             assert opt in header, (t, opt)
-        assert "container" not in header, "pyxis options must stay off #SBATCH lines (sbatch rejects them without pyxis)"
+        assert "container" not in header, (
+            "pyxis options must stay off #SBATCH lines (sbatch rejects them without pyxis)"
+        )
 
 
-@pytest.mark.parametrize("given,args,message", [
-    ([], ["no/such.yaml"], "job file no/such.yaml not found"),
-    (["PODRACER_MPI=openmpi"], [], "PODRACER_MPI=openmpi"),
-    (["SLURM_GPUS_PER_NODE=4"], [], "8 pods per node but 4 GPUs per node: two pods would share a GPU"),
-    (["PODRACER_GPU_BIND=closest"], [], "PODRACER_GPU_BIND=closest"),
-])
+@pytest.mark.parametrize(
+    "given,args,message",
+    [
+        ([], ["no/such.yaml"], "job file no/such.yaml not found"),
+        (["PODRACER_MPI=openmpi"], [], "PODRACER_MPI=openmpi"),
+        (["SLURM_GPUS_PER_NODE=4"], [], "8 pods per node but 4 GPUs per node: two pods would share a GPU"),
+        (["PODRACER_GPU_BIND=closest"], [], "PODRACER_GPU_BIND=closest"),
+    ],
+)
 def test_render_rejects_bad_input_with_exit_2(given, args, message) -> None:
     proc = render("tournament.sbatch", given, args)
     assert proc.returncode == 2 and message in proc.stdout, proc.stdout + proc.stderr
@@ -165,16 +218,28 @@ def test_templates_parse_as_bash() -> None:
 
 
 def test_submit_adds_site_partition_account_qos() -> None:
-    env = {"PATH": os.environ["PATH"], "PODRACER_PARTITION": "batch", "PODRACER_ACCOUNT": "rl",
-           "PODRACER_QOS": "long"}
-    proc = subprocess.run(["bash", str(TPL / "submit.sh"), "--print", "-N", "4", "slurm_templates/tournament.sbatch"],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=30)
+    env = {"PATH": os.environ["PATH"], "PODRACER_PARTITION": "batch", "PODRACER_ACCOUNT": "rl", "PODRACER_QOS": "long"}
+    proc = subprocess.run(
+        ["bash", str(TPL / "submit.sh"), "--print", "-N", "4", "slurm_templates/tournament.sbatch"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == (f"PODRACER_ROOT={REPO} sbatch --partition=batch --account=rl --qos=long "
-                                   "-N 4 slurm_templates/tournament.sbatch")
+    assert proc.stdout.strip() == (
+        f"PODRACER_ROOT={REPO} sbatch --partition=batch --account=rl --qos=long -N 4 slurm_templates/tournament.sbatch"
+    )
     # not a pod template (no podracer_launch): no job file or GPU check, the options as given
-    proc = subprocess.run(["bash", str(TPL / "submit.sh"), "--print", "slurm_templates/rllib.sbatch"],
-                          capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, cwd=REPO, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(TPL / "submit.sh"), "--print", "slurm_templates/rllib.sbatch"],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+        cwd=REPO,
+        timeout=30,
+    )
     assert proc.stdout.strip() == f"PODRACER_ROOT={REPO} sbatch slurm_templates/rllib.sbatch", proc.stdout + proc.stderr
 
 
@@ -188,27 +253,47 @@ def fake_sbatch(tmp_path):
     (bin_dir / "sbatch").chmod(0o755)
 
     def submit(*args: str, **extra: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "PODRACER_RUNS": str(tmp_path / "runs"),
-               "PODRACER_VENV": "", "PODRACER_SNAPSHOT": "0", **extra}
-        proc = subprocess.run(["bash", str(TPL / "submit.sh"), *args], capture_output=True, text=True, env=env,
-                              cwd=REPO, timeout=120)
+        env = {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "HOME": str(tmp_path),
+            "PODRACER_RUNS": str(tmp_path / "runs"),
+            "PODRACER_VENV": "",
+            "PODRACER_SNAPSHOT": "0",
+            **extra,
+        }
+        proc = subprocess.run(
+            ["bash", str(TPL / "submit.sh"), *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+        )
         return proc, log.read_text().splitlines() if log.exists() else []
 
     return submit
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--ntasks-per-node=16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
-    (["-N", "1", "-n", "16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
-    (["--gres=gpu:h100:8", "--ntasks-per-node", "16", "slurm_templates/container.sbatch"],
-     "16 tasks per node but 8 GPUs per node"),
-    (["--array=0-3", "--gpus-per-node=4", "slurm_templates/sweep.sbatch", "jobs/quickstart.yaml",
-      "slurm_templates/sweeps/pods.txt"], "8 tasks per node but 4 GPUs per node"),
-    (["slurm_templates/tournament.sbatch", "jobs/quickstrat.yaml"], "job file jobs/quickstrat.yaml not found"),
-    (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml"], "sweep.sbatch needs a sweep file"),
-    (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml", "nosuch.txt"], "sweep file nosuch.txt not found"),
-    (["slurm_templates/tournamnet.sbatch"], "template slurm_templates/tournamnet.sbatch not found"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--ntasks-per-node=16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
+        (["-N", "1", "-n", "16", "slurm_templates/tournament.sbatch"], "16 tasks per node but 8 GPUs per node"),
+        (
+            ["--gres=gpu:h100:8", "--ntasks-per-node", "16", "slurm_templates/container.sbatch"],
+            "16 tasks per node but 8 GPUs per node",
+        ),
+        (
+            [
+                "--array=0-3",
+                "--gpus-per-node=4",
+                "slurm_templates/sweep.sbatch",
+                "jobs/quickstart.yaml",
+                "slurm_templates/sweeps/pods.txt",
+            ],
+            "8 tasks per node but 4 GPUs per node",
+        ),
+        (["slurm_templates/tournament.sbatch", "jobs/quickstrat.yaml"], "job file jobs/quickstrat.yaml not found"),
+        (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml"], "sweep.sbatch needs a sweep file"),
+        (["slurm_templates/sweep.sbatch", "jobs/quickstart.yaml", "nosuch.txt"], "sweep file nosuch.txt not found"),
+        (["slurm_templates/tournamnet.sbatch"], "template slurm_templates/tournamnet.sbatch not found"),
+    ],
+)
 def test_submit_refuses_before_sbatch(fake_sbatch, args, message) -> None:
     """What would fail with exit 2 only at the job's start, after its wait in the queue, never reaches sbatch."""
     for mode in ([], ["--print"]):
@@ -229,7 +314,9 @@ def test_submit_refuses_a_job_file_podracer_config_rejects(fake_sbatch, tmp_path
     # a Python without the package's dependencies (a login node's): only "looks like YAML", and it says so
     venv = tmp_path / "bare-venv"
     (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n")
+    (venv / "bin" / "python").write_text(
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+    )
     (venv / "bin" / "python").chmod(0o755)
     (tmp_path / "tabs.yaml").write_text("env:\n\tname: pendulum\n")
     proc, calls = fake_sbatch("slurm_templates/tournament.sbatch", str(tmp_path / "tabs.yaml"), PODRACER_VENV=str(venv))
@@ -241,9 +328,17 @@ def test_submit_refuses_a_job_file_podracer_config_rejects(fake_sbatch, tmp_path
 
 def test_submit_passes_what_fits(fake_sbatch) -> None:
     """1 GPU per task, CPU pods (no GPUs asked: the local cluster) and a good job file reach sbatch unchanged."""
-    cases = [["--ntasks-per-node=4", "--gpus-per-node=4", "slurm_templates/tournament.sbatch", "jobs/quickstart.yaml",
-              "--set", "total_env_steps=1000"],
-             ["--ntasks-per-node=2", "--gpus-per-node=0", "slurm_templates/tournament.sbatch"]]
+    cases = [
+        [
+            "--ntasks-per-node=4",
+            "--gpus-per-node=4",
+            "slurm_templates/tournament.sbatch",
+            "jobs/quickstart.yaml",
+            "--set",
+            "total_env_steps=1000",
+        ],
+        ["--ntasks-per-node=2", "--gpus-per-node=0", "slurm_templates/tournament.sbatch"],
+    ]
     for args in cases:
         proc, calls = fake_sbatch(*args)
         assert proc.returncode == 0 and "Submitted batch job 7" in proc.stdout, proc.stderr
@@ -276,18 +371,38 @@ FAKE_SCONTROL = '#!/bin/bash\necho "scontrol $*" >>"$FAKE_LOG"\nexit "${FAKE_SCO
 def fake_slurm(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("scancel", FAKE_SCONTROL),
-                       ("podracer", "#!/bin/sh\nexit 0\n")):
+    for name, text in (
+        ("srun", FAKE_SRUN),
+        ("scontrol", FAKE_SCONTROL),
+        ("scancel", FAKE_SCONTROL),
+        ("podracer", "#!/bin/sh\nexit 0\n"),
+    ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     log = tmp_path / "fake.log"
 
     def start(mode: str, **extra: str) -> tuple[subprocess.Popen, Path]:
-        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "PODRACER_ROOT": str(REPO),
-               "PODRACER_VENV": "", "PODRACER_RUNS": str(tmp_path / "runs"), "SLURM_JOB_ID": "42",
-               "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "2", "FAKE_LOG": str(log), "FAKE_MODE": mode, **extra}
-        proc = subprocess.Popen(["bash", str(TPL / "tournament.sbatch"), "jobs/quickstart.yaml"], env=env,
-                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "HOME": str(tmp_path),
+            "PODRACER_ROOT": str(REPO),
+            "PODRACER_VENV": "",
+            "PODRACER_RUNS": str(tmp_path / "runs"),
+            "SLURM_JOB_ID": "42",
+            "SLURM_NTASKS": "4",
+            "SLURM_JOB_NUM_NODES": "2",
+            "FAKE_LOG": str(log),
+            "FAKE_MODE": mode,
+            **extra,
+        }
+        proc = subprocess.Popen(
+            ["bash", str(TPL / "tournament.sbatch"), "jobs/quickstart.yaml"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         proc.run_log = tmp_path / "runs" / "quickstart-42" / "slurm-42.out"  # type: ignore[attr-defined]
         return proc, log
 
@@ -360,6 +475,7 @@ def test_ranks_killed_by_the_signal_still_requeue(fake_slurm) -> None:
 
 # ------------------------------------------------------------------------------ real cluster
 
+
 def _python_env() -> dict[str, str]:
     """The interpreter running the tests provides `podracer` to the jobs (its venv, or its bin on PATH)."""
     prefix = Path(sys.prefix)
@@ -377,8 +493,9 @@ def cluster(slurm_cluster, tmp_path_factory):
     """The cluster with this file's variables in the client environment (sbatch exports it to the
     jobs) and a work directory (job outputs, PODRACER_RUNS); cancels whatever it submitted."""
     work = tmp_path_factory.mktemp("templates")
-    c = dataclasses.replace(slurm_cluster, env={**slurm_cluster.env, **_python_env(),
-                                                "PODRACER_RUNS": str(work / "runs")})
+    c = dataclasses.replace(
+        slurm_cluster, env={**slurm_cluster.env, **_python_env(), "PODRACER_RUNS": str(work / "runs")}
+    )
     c.work, c.submitted = work, []
     try:
         yield c
@@ -414,9 +531,19 @@ def jobs(cluster) -> dict[str, str]:
     out = {
         "baseline": _tournament(cluster),
         "preempt": _tournament(cluster),
-        "array": _sbatch(cluster, "--array=0-2%2", *LOCAL, "--time=5", str(TPL / "sweep.sbatch"),
-                         "jobs/quickstart.yaml", str(sweep), *FAST, "--set", f"total_env_steps={SWEEP_STEPS}",
-                         PODRACER_LEADERBOARD="shared"),
+        "array": _sbatch(
+            cluster,
+            "--array=0-2%2",
+            *LOCAL,
+            "--time=5",
+            str(TPL / "sweep.sbatch"),
+            "jobs/quickstart.yaml",
+            str(sweep),
+            *FAST,
+            "--set",
+            f"total_env_steps={SWEEP_STEPS}",
+            PODRACER_LEADERBOARD="shared",
+        ),
     }
     job = out["preempt"]
     try:
@@ -465,20 +592,31 @@ def _summary(text: str) -> dict:
 def test_sbatch_test_only_accepts_every_template(cluster, tmp_path) -> None:
     for t in TEMPLATES:
         extra = ["--array=0-2%2"] if t == "sweep.sbatch" else []
-        proc = cluster.run("sbatch", "--test-only", *LOCAL, *extra, str(TPL / t), "jobs/quickstart.yaml",
-                           "slurm_templates/sweeps/pods.txt", cwd=tmp_path, check=False)
+        proc = cluster.run(
+            "sbatch",
+            "--test-only",
+            *LOCAL,
+            *extra,
+            str(TPL / t),
+            "jobs/quickstart.yaml",
+            "slurm_templates/sweeps/pods.txt",
+            cwd=tmp_path,
+            check=False,
+        )
         assert proc.returncode == 0 and "to start at" in proc.stderr, f"{t}: {proc.stdout}{proc.stderr}"
         # the DGX defaults ask for 8 GPUs and 16 CPUs per task, beyond these nodes (2 CPUs, 2
         # stand-in GPUs): the request is real
         bare = cluster.run("sbatch", "--test-only", str(TPL / t), cwd=tmp_path, check=False)
         assert bare.returncode != 0 and "node configuration is not available" in bare.stderr, f"{t}: {bare.stderr}"
     # submit.sh: the site's partition reaches sbatch
-    proc = cluster.run("bash", str(TPL / "submit.sh"), "--test-only", *LOCAL, str(TPL / "tournament.sbatch"),
-                       cwd=tmp_path, check=False)
+    proc = cluster.run(
+        "bash", str(TPL / "submit.sh"), "--test-only", *LOCAL, str(TPL / "tournament.sbatch"), cwd=tmp_path, check=False
+    )
     assert proc.returncode == 0 and "in partition debug" in proc.stderr, proc.stderr
     other = dataclasses.replace(cluster, env={**cluster.env, "PODRACER_PARTITION": "nosuchpartition"})
-    proc = other.run("bash", str(TPL / "submit.sh"), "--test-only", *LOCAL, str(TPL / "tournament.sbatch"),
-                     cwd=tmp_path, check=False)
+    proc = other.run(
+        "bash", str(TPL / "submit.sh"), "--test-only", *LOCAL, str(TPL / "tournament.sbatch"), cwd=tmp_path, check=False
+    )
     assert proc.returncode != 0 and "partition" in proc.stderr.lower(), proc.stderr
 
 
@@ -566,17 +704,21 @@ def test_array_throttled_later_task_joins_shared_leaderboard(cluster, jobs) -> N
     end = time.monotonic() + 300
     rows: dict[str, list[str]] = {}
     while time.monotonic() < end:
-        out = cluster.run("sacct", "-n", "-P", "-X", "-j", array, "-o", "JobID,State,ExitCode,Start,End",
-                          check=False).stdout
+        out = cluster.run(
+            "sacct", "-n", "-P", "-X", "-j", array, "-o", "JobID,State,ExitCode,Start,End", check=False
+        ).stdout
         rows = {r.split("|")[0]: r.split("|")[1:] for r in out.split()}
-        if len(rows) == 3 and all(v[0].startswith(("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")) for v in rows.values()):
+        if len(rows) == 3 and all(
+            v[0].startswith(("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")) for v in rows.values()
+        ):
             break
         time.sleep(0.5)
     outs = {t: (cluster.work / f"podracer-sweep-{array}_{t}.out") for t in range(3)}
     text = {t: p.read_text() if p.exists() else "(no output)" for t, p in outs.items()}
     for t in range(3):  # the rest of each task's output is in its run directory
-        text[t] += "".join(f.read_text() for f in (cluster.work / "runs" / f"quickstart-{array}" / f"task{t}").glob(
-            "slurm-*.out"))
+        text[t] += "".join(
+            f.read_text() for f in (cluster.work / "runs" / f"quickstart-{array}" / f"task{t}").glob("slurm-*.out")
+        )
     assert sorted(rows) == [f"{array}_{t}" for t in range(3)], (rows, text)
     assert all(v[:2] == ["COMPLETED", "0:0"] for v in rows.values()), (rows, text)
     # %2: the third task started only after one of the first two had ended
@@ -599,8 +741,17 @@ def test_a_warning_signal_to_the_whole_job_requeues_and_resumes(cluster) -> None
     """Issue 23: `scancel --signal=USR2 --full`: the batch shell (trapped), srun and every rank get
     the signal at once; the ranks checkpoint, the job requeues itself and completes, each update once."""
     total = 12 * INTERVAL
-    job = _sbatch(cluster, "-N1", *LOCAL, "--time=5", str(TPL / "tournament.sbatch"), "jobs/quickstart.yaml",
-                  *FAST, "--set", f"total_env_steps={total}")
+    job = _sbatch(
+        cluster,
+        "-N1",
+        *LOCAL,
+        "--time=5",
+        str(TPL / "tournament.sbatch"),
+        "jobs/quickstart.yaml",
+        *FAST,
+        "--set",
+        f"total_env_steps={total}",
+    )
     run_dir = cluster.work / "runs" / f"quickstart-{job}"
     _wait_rounds(run_dir / "logs" / "quickstart_rank0.h5", 1, job, cluster)
     cluster.run("scancel", "--signal=USR2", "--full", job)

@@ -8,14 +8,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from podracer_hpc.files import safeio
 from podracer_hpc.agents.ppo import PPOAgent
-from podracer_hpc.config import MUTABLE_HPARAMS, load_config
+from podracer_hpc.agents.settings import MUTABLE_HPARAMS
+from podracer_hpc.config import load_config
+from podracer_hpc.files import safeio
 from podracer_hpc.pod import Pod
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
-SMALL = ["env.num_envs=8", "agent.rollout_steps=8", "agent.num_minibatches=2", "agent.update_epochs=1",
-         "agent.hidden_sizes=[8, 8]", "eval.episodes=2", "total_env_steps=640"]
+SMALL = [
+    "env.num_envs=8",
+    "agent.rollout_steps=8",
+    "agent.num_minibatches=2",
+    "agent.update_epochs=1",
+    "agent.hidden_sizes=[8, 8]",
+    "eval.episodes=2",
+    "total_env_steps=640",
+]
 
 
 def pod(*sets: str, rank: int = 0) -> Pod:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import h5py
 import pytest
+from helpers import mpiexec_or_skip, rank_pids, tree_distances, wait_for
 
 from podracer_hpc.files import safeio
 from podracer_hpc.files.h5log import read_log
-from helpers import mpiexec_or_skip, rank_pids, tree_distances, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 # 64 envs x 16 steps = 1,024 env steps an update
@@ -123,15 +123,23 @@ def kill_a_rank_after_rounds(d: Path, extra: tuple[str, ...], rounds: int, timeo
     so that the kill lands mid-run on a fast machine too (with torch 2.4 the whole run took less
     time than the polling)."""
     slow = {**env(), "PODRACER_INJECT_SLOW": "0:5,1:5"}
-    p = subprocess.Popen(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2), cwd=REPO, env=slow,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    p = subprocess.Popen(
+        train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2),
+        cwd=REPO,
+        env=slow,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
+
         def reached() -> bool:
             try:  # (a read can race the writer's flush: try again)
                 t = read_log(d / "logs" / "quickstart_rank1.h5")["tournament"]
             except Exception:  # noqa: BLE001
                 return p.poll() is not None
             return len(t.get("round", [])) >= rounds or p.poll() is not None
+
         wait_for(reached, timeout, f"{rounds} rounds")
         assert p.poll() is None, "the run ended before it could be killed"
         os.kill(rank_pids(d)[-1], signal.SIGKILL)
@@ -148,15 +156,20 @@ def resume_and_compare(tmp_path: Path, d: Path, extra: tuple[str, ...]) -> None:
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
         assert_once(read_log(d / "logs" / f"quickstart_rank{rank}.h5"), ranks_rounds=8)
-        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors",
-                          d / "checkpoints" / f"rank{rank}.safetensors")
+        assert_same_state(
+            tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors", d / "checkpoints" / f"rank{rank}.safetensors"
+        )
 
 
 def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
     """A rank killed mid-run (its partner dies with the job): the same command resumes, every
     update and round is logged once per rank, and both pods end bit-equal to an uninterrupted run."""
-    extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
-             "log.checkpoint_interval_s=0.5")
+    extra = (
+        "total_env_steps=32768",
+        "tournament.interval_env_steps=4096",
+        "eval.interval_env_steps=4096",
+        "log.checkpoint_interval_s=0.5",
+    )
     ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
     assert ref.returncode == 0, ref.stderr
     kill_a_rank_after_rounds(tmp_path / "killed", extra, 2, 150)
@@ -169,8 +182,14 @@ def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path):
     the listings it kept: each update and round is logged once, and both pods end bit-equal to an
     uninterrupted run. (That an entry a round loaded survives later prunes until the pool
     checkpoints is tests/pool/test_rounds_keep.py's: these runs never needed it.)"""
-    extra = ("total_env_steps=32768", "tournament.interval_env_steps=4096", "eval.interval_env_steps=4096",
-             "log.checkpoint_interval_s=0", "log.round_checkpoints=due", "tournament.top_k=1")
+    extra = (
+        "total_env_steps=32768",
+        "tournament.interval_env_steps=4096",
+        "eval.interval_env_steps=4096",
+        "log.checkpoint_interval_s=0",
+        "log.round_checkpoints=due",
+        "tournament.top_k=1",
+    )
     ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
     assert ref.returncode == 0, ref.stderr
     d = tmp_path / "killed"
@@ -225,9 +244,17 @@ def test_a_torn_first_checkpoint_starts_over_and_a_wrong_rank_count_is_refused(t
 
 def test_a_nan_pod_with_no_finite_source_is_reset_not_crashed(tmp_path):
     """--set agent.learning_rate=1e6 with one pod: 'fresh agent: holds no optim. tensors' (rc 2) before."""
-    r = run(train_cmd(tmp_path / "r", "total_env_steps=8192", "agent.learning_rate=1e6", "agent.anneal_lr=false",
-                      "tournament.mode=elegantrl", "tournament.interval_env_steps=2048",
-                      job="jobs/quickstart.yaml"))
+    r = run(
+        train_cmd(
+            tmp_path / "r",
+            "total_env_steps=8192",
+            "agent.learning_rate=1e6",
+            "agent.anneal_lr=false",
+            "tournament.mode=elegantrl",
+            "tournament.interval_env_steps=2048",
+            job="jobs/quickstart.yaml",
+        )
+    )
     assert r.returncode == 0, r.stderr
     assert "re-initializing the agent" in r.stderr and "Traceback" not in r.stderr
     t = read_log(tmp_path / "r" / "logs" / "quickstart_rank0.h5")["tournament"]
@@ -243,8 +270,14 @@ def test_signals_from_start_to_exit_end_with_75_or_0(tmp_path):
     """USR2 a moment after the start (imports still running) stops after the first update with a
     checkpoint; the same command then finishes, and warnings after the summary change nothing."""
     d = tmp_path / "r"
-    p = subprocess.Popen(train_cmd(d, "total_env_steps=8192"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        train_cmd(d, "total_env_steps=8192"),
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # As soon as the process catches USR2 (the console script's first act; torch is not loaded yet):
     # nothing can catch a signal before the interpreter runs its first line.
     wait_for(lambda: catches(p.pid, signal.SIGUSR2) or p.poll() is not None, 60, "the USR2 handler")
@@ -252,8 +285,14 @@ def test_signals_from_start_to_exit_end_with_75_or_0(tmp_path):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 75, err
     assert "stopped by signal SIGUSR2" in err and (d / "checkpoints" / "rank0.safetensors").exists()
-    p = subprocess.Popen(train_cmd(d, "total_env_steps=8192"), cwd=REPO, env=env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        train_cmd(d, "total_env_steps=8192"),
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = p.stdout.readline()  # the summary: the work is saved; now every warning is too late
     assert line.startswith("{"), p.stderr.read()
     sent = 0
@@ -273,8 +312,15 @@ def test_signals_from_start_to_exit_end_with_75_or_0(tmp_path):
 def test_warning_signals_during_mpi_shutdown_leave_a_finished_run_finished(tmp_path):
     """After the summary line, USR2/TERM to the ranks while MPI finalizes: exit 0, not 'BAD TERMINATION'."""
     d = tmp_path / "r"
-    p = subprocess.Popen(train_cmd(d, "total_env_steps=8192", job="jobs/quickstart.yaml", ranks=2), cwd=REPO,
-                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(
+        train_cmd(d, "total_env_steps=8192", job="jobs/quickstart.yaml", ranks=2),
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         line = p.stdout.readline()
         assert line.startswith("{"), p.stderr.read()
@@ -308,7 +354,10 @@ def assert_same_log(a: Path, b: Path) -> None:
             x, y = list(la[group].get(c, [])), list(lb[group].get(c, []))
             assert len(x) == len(y), f"{a.name} /{group}/{c}: {len(x)} rows, the uninterrupted run has {len(y)}"
             bad = [i for i, (u, v) in enumerate(zip(x, y)) if not (u == v or (u != u and v != v))]  # NaN == NaN
-            assert not bad, f"{a.name} /{group}/{c} differs from the uninterrupted run from row {bad[0]}: {x[bad[0]]!r} vs {y[bad[0]]!r}"
+            assert not bad, (
+                f"{a.name} /{group}/{c} differs from the uninterrupted run from row {bad[0]}: {x[bad[0]]!r} vs "
+                f"{y[bad[0]]!r}"
+            )
 
 
 @pytest.mark.mpi
@@ -318,8 +367,12 @@ def test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly(tmp_path):
     *at* the round, rank 1 one update before it). Resumed, rank 0 must hold that round before it
     trains again: it used to train one more update first and diverge from the uninterrupted run."""
     # rounds every 2 updates (1,024 env steps an update), 16 updates
-    extra = ("total_env_steps=16384", "tournament.interval_env_steps=2048", "eval.interval_env_steps=2048",
-             "log.checkpoint_interval_s=0")
+    extra = (
+        "total_env_steps=16384",
+        "tournament.interval_env_steps=2048",
+        "eval.interval_env_steps=2048",
+        "log.checkpoint_interval_s=0",
+    )
     cmd = train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2)
     ref = run(cmd)
     assert ref.returncode == 0, ref.stderr
@@ -341,17 +394,31 @@ def test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly(tmp_path):
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
         assert_once(read_log(d / "logs" / f"quickstart_rank{rank}.h5"), ranks_rounds=8)
-        assert_same_log(d / "logs" / f"quickstart_rank{rank}.h5", tmp_path / "ref" / "logs" / f"quickstart_rank{rank}.h5")
-        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors",
-                          d / "checkpoints" / f"rank{rank}.safetensors")
+        assert_same_log(
+            d / "logs" / f"quickstart_rank{rank}.h5", tmp_path / "ref" / "logs" / f"quickstart_rank{rank}.h5"
+        )
+        assert_same_state(
+            tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors", d / "checkpoints" / f"rank{rank}.safetensors"
+        )
 
 
 BIG = os.environ.get("PODRACER_TEST_64_RANKS") == "1"
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("n", [8, pytest.param(64, marks=pytest.mark.skipif(
-    not BIG, reason="64 torch ranks need ~19 GB and ~10 min on 2 cores: run by hand with PODRACER_TEST_64_RANKS=1"))])
+@pytest.mark.parametrize(
+    "n",
+    [
+        8,
+        pytest.param(
+            64,
+            marks=pytest.mark.skipif(
+                not BIG,
+                reason="64 torch ranks need ~19 GB and ~10 min on 2 cores: run by hand with PODRACER_TEST_64_RANKS=1",
+            ),
+        ),
+    ],
+)
 def test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly(tmp_path, n):
     """Issue 26: the last rank of n gets a warning signal (a real SIGUSR2) after update 3. Its notice
     floods the ranks' tree (at 8, fan-out 3: 7 - 2 - 0 - {1, 3}, 1 - {4, 5, 6}), passed on in the
@@ -366,19 +433,31 @@ def test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly(tmp_pa
         assert stop_tree_neighbours(7, n) == [2] and stop_tree_neighbours(1, n) == [0, 4, 5, 6]  # the premise
         assert hops == {0: 2, 1: 3, 2: 1, 3: 3, 4: 4, 5: 4, 6: 4}
     limit = 240 if n <= 8 else 1800
-    extra = ("total_env_steps=16384", "tournament.interval_env_steps=8192", "eval.interval_env_steps=8192",
-             "log.checkpoint_interval_s=0", "agent.hidden_sizes=[16, 16]")  # 16 updates, rounds at 8 and 16
+    extra = (
+        "total_env_steps=16384",
+        "tournament.interval_env_steps=8192",
+        "eval.interval_env_steps=8192",
+        "log.checkpoint_interval_s=0",
+        "agent.hidden_sizes=[16, 16]",
+    )  # 16 updates, rounds at 8 and 16
     ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=n), timeout=limit)
     assert ref.returncode == 0, ref.stderr
     d = tmp_path / "stopped"
     cmd = train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=n)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=REPO,
-                       env={**env(), "PODRACER_INJECT_SIGNAL": f"{n - 1}:3"})
+    r = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=limit,
+        cwd=REPO,
+        env={**env(), "PODRACER_INJECT_SIGNAL": f"{n - 1}:3"},
+    )
     assert r.returncode == 75, r.stderr
     said = dict(re.findall(r"\[quickstart r(\d+)\] stopped by (.*?) at \S+ env steps", r.stderr))
-    assert said == {str(n - 1): "signal SIGUSR2",
-                    **{str(k): f"another rank's stop (its notice came over {h} hop{'s' * (h > 1)})"
-                       for k, h in hops.items()}}, r.stderr
+    assert said == {
+        str(n - 1): "signal SIGUSR2",
+        **{str(k): f"another rank's stop (its notice came over {h} hop{'s' * (h > 1)})" for k, h in hops.items()},
+    }, r.stderr
     metas = [tensors_of(d / "checkpoints" / f"rank{k}.safetensors")[1] for k in range(n)]
     # each at its own update (the ranks train at their own pace), none trained on to the end
     assert metas[n - 1]["updates"] == 3 and all(m["updates"] < 16 for m in metas), [m["updates"] for m in metas]
@@ -387,11 +466,13 @@ def test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly(tmp_pa
     for k in range(n):
         assert_once(read_log(d / "logs" / f"quickstart_rank{k}.h5"), ranks_rounds=2)
         assert_same_log(d / "logs" / f"quickstart_rank{k}.h5", tmp_path / "ref" / "logs" / f"quickstart_rank{k}.h5")
-        assert_same_state(tmp_path / "ref" / "checkpoints" / f"rank{k}.safetensors",
-                          d / "checkpoints" / f"rank{k}.safetensors")
+        assert_same_state(
+            tmp_path / "ref" / "checkpoints" / f"rank{k}.safetensors", d / "checkpoints" / f"rank{k}.safetensors"
+        )
 
 
-# --------------------------------------------------------------------------- bad input: exit 2, a message, nothing damaged
+# --------------------------------------------------------------------------- bad input: exit 2, a message, nothing
+# damaged
 
 
 def assert_bad_input(r: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -411,7 +492,9 @@ def test_a_binary_job_file(tmp_path, cli):
 def stopped_run(tmp_path, cli):
     """A run directory stopped after one update: rank0.safetensors (update 1) and .prev (update 0)."""
     d = tmp_path / "r"
-    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(d), "--stop-after-updates", "1", *sets("total_env_steps=4096"))
+    r = cli(
+        "train", "jobs/pendulum.yaml", "--run-dir", str(d), "--stop-after-updates", "1", *sets("total_env_steps=4096")
+    )
     assert r.returncode == 75, r.stderr
     return d
 
@@ -465,13 +548,25 @@ def test_a_run_dir_under_a_file(tmp_path, cli):
 
 
 def test_an_evaluation_longer_than_any_task_is_refused(cli):
-    assert_bad_input(cli("train", "jobs/pendulum.yaml", "--set", "env.max_episode_steps=1e12"),
-                     "env.max_episode_steps: must be in [0, 10,000,000]")
+    assert_bad_input(
+        cli("train", "jobs/pendulum.yaml", "--set", "env.max_episode_steps=1e12"),
+        "env.max_episode_steps: must be in [0, 10,000,000]",
+    )
 
 
 def test_a_pod_that_cannot_fit_in_memory_is_refused_before_allocating(cli):
-    r = cli("train", "jobs/pendulum.yaml", "--set", "env.num_envs=16777216", "--set", "agent.rollout_steps=64",
-            "--set", "agent.num_minibatches=64", "--run-dir", "/nonexistent/never/created")
+    r = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--set",
+        "env.num_envs=16777216",
+        "--set",
+        "agent.rollout_steps=64",
+        "--set",
+        "agent.num_minibatches=64",
+        "--run-dir",
+        "/nonexistent/never/created",
+    )
     assert_bad_input(r, "GiB free", "Lower env.num_envs")
     assert not Path("/nonexistent").exists()
 
@@ -500,8 +595,15 @@ def test_a_read_only_run_dir(tmpfs, cli):
 
 def test_a_full_disk_stops_with_the_last_checkpoint_intact(tmpfs, tmp_path, cli):
     mnt = tmpfs("size=64k")
-    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(mnt / "r"), *sets("total_env_steps=4096"),
-            "--set", "agent.hidden_sizes=[256, 256]")
+    r = cli(
+        "train",
+        "jobs/pendulum.yaml",
+        "--run-dir",
+        str(mnt / "r"),
+        *sets("total_env_steps=4096"),
+        "--set",
+        "agent.hidden_sizes=[256, 256]",
+    )
     assert_bad_input(r, "filesystem is full", "run the same command again")
     assert not [p for p in (mnt / "r").rglob("*.tmp")], "a half-written temporary file was left behind"
 
@@ -509,8 +611,13 @@ def test_a_full_disk_stops_with_the_last_checkpoint_intact(tmpfs, tmp_path, cli)
 def test_a_full_leaderboard_filesystem_skips_publishing_and_trains_on(tmpfs, tmp_path, cli):
     """ENOSPC in leaderboard publish was a raw traceback: now the round goes on without that entry."""
     mnt = tmpfs("size=4k")
-    r = cli("train", "jobs/quickstart.yaml", "--run-dir", str(tmp_path / "r"), *sets(
-        "total_env_steps=6144", "tournament.interval_env_steps=2048", f"tournament.leaderboard_dir={mnt / 'lb'}"))
+    r = cli(
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(tmp_path / "r"),
+        *sets("total_env_steps=6144", "tournament.interval_env_steps=2048", f"tournament.leaderboard_dir={mnt / 'lb'}"),
+    )
     assert r.returncode == 0, r.stderr
     assert "could not publish to the leaderboard" in r.stderr and "No space left" in r.stderr
     assert [x for x in read_log(tmp_path / "r" / "logs" / "quickstart_rank0.h5")["tournament"]["round"]] == [0, 1, 2]

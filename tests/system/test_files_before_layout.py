@@ -12,16 +12,26 @@ import shutil
 from pathlib import Path
 
 import torch
-
 from helpers import REPO, run_cli
+
 from podracer_hpc.files import safeio
 from podracer_hpc.files.rundir import EXIT_REQUEUE
 from podracer_hpc.pool.leaderboard import Leaderboard
 
 FIXTURE = REPO / "tests" / "fixtures" / "run-before-layout"
 ENTRY = "local-0-0-bdd555964d5f"
-SETTINGS = ["--set", "total_env_steps=16384", "--set", "env.num_envs=64", "--set", "eval.interval_env_steps=4096",
-            "--set", "tournament.interval_env_steps=4096", "--set", "eval.episodes=2"]
+SETTINGS = [
+    "--set",
+    "total_env_steps=16384",
+    "--set",
+    "env.num_envs=64",
+    "--set",
+    "eval.interval_env_steps=4096",
+    "--set",
+    "tournament.interval_env_steps=4096",
+    "--set",
+    "eval.episodes=2",
+]
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:
@@ -36,8 +46,9 @@ def test_a_checkpoint_from_before_the_move_resumes_as_an_unbroken_run(tmp_path):
     assert r.returncode == EXIT_REQUEUE and "resuming from" in r.stderr, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["env_steps"] == 8 * 64 * 16
     fresh = tmp_path / "fresh"
-    r = run_cli("train", "jobs/quickstart.yaml", "--run-dir", str(fresh), *SETTINGS, "--stop-after-updates", "8",
-                "--quiet")
+    r = run_cli(
+        "train", "jobs/quickstart.yaml", "--run-dir", str(fresh), *SETTINGS, "--stop-after-updates", "8", "--quiet"
+    )
     assert r.returncode == EXIT_REQUEUE, r.stderr
     a, b = _weights(old), _weights(fresh)
     assert a.keys() == b.keys()

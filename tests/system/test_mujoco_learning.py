@@ -18,9 +18,16 @@ from podracer_hpc.rank.program import train  # noqa: E402
 
 STEPS = 61440  # env steps of each check
 FAST = [
-    "threads=1", "env.mujoco.num_threads=1", "tournament.mode=none", "env.num_envs=32", "agent.rollout_steps=64",
-    "agent.num_minibatches=8", "agent.update_epochs=5", "agent.learning_rate=0.001",
-    "eval.interval_env_steps=1000000", "log.progress_interval_s=0",
+    "threads=1",
+    "env.mujoco.num_threads=1",
+    "tournament.mode=none",
+    "env.num_envs=32",
+    "agent.rollout_steps=64",
+    "agent.num_minibatches=8",
+    "agent.update_epochs=5",
+    "agent.learning_rate=0.001",
+    "eval.interval_env_steps=1000000",
+    "log.progress_interval_s=0",
 ]
 
 # task: (job, extra settings, threshold); measured 2026-11-29/30 (untrained: seeds 0, 1 after one update)

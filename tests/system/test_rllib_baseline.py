@@ -78,8 +78,11 @@ def test_a_resource_point_sets_learners_env_runners_and_the_learning_rate():
     assert "num_cpus_per_env_runner" not in roomy["env_runners"]  # enough cores: RLlib's default of 1 each
     plain = load_config(job)  # no point: the job as written (one local learner)
     assert plain["rllib"]["learners"] == {} and plain["rllib"]["env_runners"]["num_env_runners"] == 2
-    for bad in (["resources.pods=0"], ["resources.pods=2", "resources.envs_per_pod=5"],
-                ["resources.pods=2", "resources.lr_scaling=cubic"]):
+    for bad in (
+        ["resources.pods=0"],
+        ["resources.pods=2", "resources.envs_per_pod=5"],
+        ["resources.pods=2", "resources.lr_scaling=cubic"],
+    ):
         with pytest.raises(ConfigError):
             load_config(job, bad)
 
@@ -89,10 +92,31 @@ def test_a_resource_point_sets_learners_env_runners_and_the_learning_rate():
 @pytest.mark.parametrize("job,task", [("jobs/rllib/pendulum.yaml", "pendulum")])
 def test_tiny_run_writes_schema(tmp_path, job, task):
     run_dir = tmp_path / "rllib"
-    cmd = [PY, "-m", "baselines.rllib.train", job, "--run-dir", str(run_dir), "--quiet",
-           "--set", "total_env_steps=2000", "--set", "eval.interval_env_steps=1000", "--set", "eval.episodes=4",
-           "--set", "resources.pods=2", "--set", "resources.env_runners_per_pod=1", "--set", "resources.envs_per_pod=4",
-           "--set", "resources.cpus=2", "--set", "rllib.training.train_batch_size_per_learner=512"]
+    cmd = [
+        PY,
+        "-m",
+        "baselines.rllib.train",
+        job,
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "total_env_steps=2000",
+        "--set",
+        "eval.interval_env_steps=1000",
+        "--set",
+        "eval.episodes=4",
+        "--set",
+        "resources.pods=2",
+        "--set",
+        "resources.env_runners_per_pod=1",
+        "--set",
+        "resources.envs_per_pod=4",
+        "--set",
+        "resources.cpus=2",
+        "--set",
+        "rllib.training.train_batch_size_per_learner=512",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -104,8 +128,16 @@ def test_tiny_run_writes_schema(tmp_path, job, task):
     assert a["schema_version"] == SCHEMA_VERSION and a["system"] == "rllib"
     assert a["config"]["env"]["name"] == task and a["config"]["total_env_steps"] == 2000
     assert a["rank"] == 0 and a["world_size"] == 2 and a["pods"] == 2 and a["versions"]["ray"]
-    assert a["resources"] == {**a["resources"], "pods": 2, "gpus": 0.0, "cpus": 2, "nodes": 1, "num_learners": 2,
-                              "num_env_runners": 2, "envs_per_step": 8}
+    assert a["resources"] == {
+        **a["resources"],
+        "pods": 2,
+        "gpus": 0.0,
+        "cpus": 2,
+        "nodes": 1,
+        "num_learners": 2,
+        "num_env_runners": 2,
+        "envs_per_step": 8,
+    }
     assert set(log["train"]) == set(TRAIN_COLUMNS) and set(log["eval"]) == set(EVAL_COLUMNS)
     tr, ev = log["train"], log["eval"]
     assert len(tr["env_steps"]) >= 2 and np.all(np.diff(tr["env_steps"]) > 0)
@@ -174,12 +206,33 @@ def test_rllib_trading_run_writes_the_schema_and_its_policy_backtests(tmp_path):
     """RLlib on podracer's trading env: the same HDF5 schema, and the exported policy goes through
     `podracer backtest` (the same code as a pod's checkpoint)."""
     run_dir = tmp_path / "rllib"
-    cmd = [PY, "-m", "baselines.rllib.train", "jobs/rllib/trading_edge.yaml", "--run-dir", str(run_dir), "--quiet",
-           "--set", "trading={synthetic_stocks: 3, synthetic_days: 400, actions: weights}",
-           "--set", "max_episode_steps=50", "--set", "total_env_steps=1024", "--set", "eval.episodes=2",
-           "--set", "eval.interval_env_steps=512", "--set", "rllib.env_runners.num_env_runners=1",
-           "--set", "rllib.env_runners.num_envs_per_env_runner=2",
-           "--set", "rllib.training.train_batch_size_per_learner=512", "--set", "rllib.training.minibatch_size=256"]
+    cmd = [
+        PY,
+        "-m",
+        "baselines.rllib.train",
+        "jobs/rllib/trading_edge.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--quiet",
+        "--set",
+        "trading={synthetic_stocks: 3, synthetic_days: 400, actions: weights}",
+        "--set",
+        "max_episode_steps=50",
+        "--set",
+        "total_env_steps=1024",
+        "--set",
+        "eval.episodes=2",
+        "--set",
+        "eval.interval_env_steps=512",
+        "--set",
+        "rllib.env_runners.num_env_runners=1",
+        "--set",
+        "rllib.env_runners.num_envs_per_env_runner=2",
+        "--set",
+        "rllib.training.train_batch_size_per_learner=512",
+        "--set",
+        "rllib.training.minibatch_size=256",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
@@ -190,8 +243,13 @@ def test_rllib_trading_run_writes_the_schema_and_its_policy_backtests(tmp_path):
     assert np.all(np.isfinite(log["eval"]["return_mean"]))
 
     policy = run_dir / "checkpoints" / "policy.pt"
-    bt = subprocess.run([sys.executable, "-m", "podracer_hpc.cli", "backtest", str(policy), "--start", "2010-06-01",
-                         "--plot", ""], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    bt = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "backtest", str(policy), "--start", "2010-06-01", "--plot", ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bt.returncode == 0, bt.stderr[-3000:]
     res = json.loads(bt.stdout.strip().splitlines()[-1])
     assert res["agent"]["cumulative_return"] is not None and res["bars"] > 100

@@ -7,11 +7,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers import REPO
 
 from podracer_hpc.config import load_config
 from podracer_hpc.pod import Pod
-
-from helpers import REPO
 
 SMALL = ["env.num_envs=16", "eval.episodes=2", "log.progress_interval_s=0", "threads=1"]
 PPO = ["agent.rollout_steps=8", "agent.num_minibatches=2", "agent.update_epochs=1"]
@@ -53,8 +52,13 @@ def test_the_first_update_imports_nothing_heavy(tmp_path):
     """torch._dynamo (the first torch optimizer's import, 1-3 s) is in before the clock starts,
     and the updates and evaluations in the clock import no torch/scipy module."""
     sets = SMALL + PPO + ["total_env_steps=384", "eval.interval_env_steps=128"]
-    r = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "run"), *sets], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path / "run"), *sets],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["after_start"] == {"dynamo_before_clock": True, "optimizer": True}

@@ -17,20 +17,32 @@ REPO = Path(__file__).resolve().parents[2]
 
 def imported(*args: str) -> set[str]:
     """The top-level packages a fresh `podracer ARGS` process imported (its -X importtime lines)."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "podracer_hpc.cli", *args], capture_output=True,
-                       text=True, cwd=REPO, timeout=180, env={**os.environ, "PATH": "/nonexistent"})  # no Slurm
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "podracer_hpc.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )  # no Slurm
     assert r.returncode == 0, r.stderr[-2000:]
-    return {line.rsplit("|", 1)[1].strip().split(".")[0] for line in r.stderr.splitlines()
-            if line.startswith("import time:") and "|" in line}
+    return {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
 
 
-@pytest.mark.parametrize("args", [
-    ("config",),
-    ("config", "jobs/halfcheetah.yaml"),
-    ("config", "jobs/trading_quickstart.yaml"),
-    ("submit", "jobs/quickstart.yaml", "--executor", "local", "--tasks-per-node", "4", "--dry-run"),
-    ("submit", "jobs/halfcheetah.yaml", "--executor", "slurm", "--mpi", "pmi2", "--dry-run"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("config",),
+        ("config", "jobs/halfcheetah.yaml"),
+        ("config", "jobs/trading_quickstart.yaml"),
+        ("submit", "jobs/quickstart.yaml", "--executor", "local", "--tasks-per-node", "4", "--dry-run"),
+        ("submit", "jobs/halfcheetah.yaml", "--executor", "slurm", "--mpi", "pmi2", "--dry-run"),
+    ],
+)
 def test_config_and_dry_run_import_no_torch(args):
     mods = imported(*args)
     assert "podracer_hpc" in mods  # the check itself works

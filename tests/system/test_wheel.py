@@ -41,15 +41,36 @@ def venv(tmp_path_factory):
     # build/lib could put modules it no longer has into the wheel
     src = work / "src"
     shutil.copytree(REPO, src, ignore=SKIP)
-    r = sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
-           str(src), cwd=work)
+    r = sh(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(work / "dist"),
+        str(src),
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     (wheel,) = (work / "dist").glob("podracer_hpc-*.whl")
     r = sh(sys.executable, "-m", "venv", str(work / "venv"), cwd=work)
     assert r.returncode == 0, r.stderr
     py = work / "venv" / "bin" / "python"
-    r = sh(str(py), "-m", "pip", "install", "-q", "--no-deps", str(wheel), f"mpich=={version('mpich')}",
-           f"mpi4py=={version('mpi4py')}", cwd=work)
+    r = sh(
+        str(py),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        str(wheel),
+        f"mpich=={version('mpich')}",
+        f"mpi4py=={version('mpi4py')}",
+        cwd=work,
+    )
     assert r.returncode == 0, r.stderr
     sp = Path(sh(str(py), "-c", "import site; print(site.getsitepackages()[0])", cwd=work).stdout.strip())
     (sp / "podracer-test-deps.pth").write_text(site.getsitepackages()[0] + "\n")  # torch & co. from here, after
@@ -59,8 +80,12 @@ def venv(tmp_path_factory):
 def test_the_wheel_ships_the_jobs_templates_and_baseline_but_no_top_level_analysis(venv):
     _, wheel = venv
     names = zipfile.ZipFile(wheel).namelist()
-    for f in ("podracer_hpc/_shipped/jobs/quickstart.yaml", "podracer_hpc/_shipped/slurm_templates/submit.sh",
-              "podracer_hpc/_shipped/baselines/rllib/train.py", "podracer_hpc/report/aggregate.py"):
+    for f in (
+        "podracer_hpc/_shipped/jobs/quickstart.yaml",
+        "podracer_hpc/_shipped/slurm_templates/submit.sh",
+        "podracer_hpc/_shipped/baselines/rllib/train.py",
+        "podracer_hpc/report/aggregate.py",
+    ):
         assert f in names, f
     assert not [n for n in names if n.startswith("analysis/")]
 
@@ -68,20 +93,51 @@ def test_the_wheel_ships_the_jobs_templates_and_baseline_but_no_top_level_analys
 def test_an_installed_wheel_runs_config_submit_and_study(venv, tmp_path):
     work, _ = venv
     bin_ = work / "venv" / "bin"
-    r = sh(str(bin_ / "python"), "-c", "import podracer_hpc, importlib.util as u; print(podracer_hpc.__file__); "
-           "print(u.find_spec('analysis'))", cwd=tmp_path)
-    assert r.stdout.split() == [str(next((work / "venv" / "lib").glob("python3*/site-packages"))
-                                    / "podracer_hpc" / "__init__.py"), "None"], r.stdout + r.stderr
+    r = sh(
+        str(bin_ / "python"),
+        "-c",
+        "import podracer_hpc, importlib.util as u; print(podracer_hpc.__file__); print(u.find_spec('analysis'))",
+        cwd=tmp_path,
+    )
+    assert r.stdout.split() == [
+        str(next((work / "venv" / "lib").glob("python3*/site-packages")) / "podracer_hpc" / "__init__.py"),
+        "None",
+    ], r.stdout + r.stderr
     r = sh(str(bin_ / "podracer"), "config", cwd=tmp_path)
     assert r.returncode == 0 and "tournament.margin_se" in r.stdout, r.stderr
-    r = sh(str(bin_ / "podracer"), "submit", "jobs/quickstart.yaml", "--executor", "local", "--tasks-per-node", "2",
-           "--wait", "--timeout", "240", "--set", "total_env_steps=8192", "--set", "env.num_envs=64",
-           "--set", "eval.final_episodes=4", "--set", "threads=1", cwd=tmp_path)
+    r = sh(
+        str(bin_ / "podracer"),
+        "submit",
+        "jobs/quickstart.yaml",
+        "--executor",
+        "local",
+        "--tasks-per-node",
+        "2",
+        "--wait",
+        "--timeout",
+        "240",
+        "--set",
+        "total_env_steps=8192",
+        "--set",
+        "env.num_envs=64",
+        "--set",
+        "eval.final_episodes=4",
+        "--set",
+        "threads=1",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["pods"] == 2 and summary["env_steps"] == 2 * 8192 and (tmp_path / "runs" / "quickstart").is_dir()
-    r = sh(str(bin_ / "podracer"), "study", "jobs/studies/pendulum_scaling.yaml", "--executor", "local", "--dry-run",
-           cwd=tmp_path)
+    r = sh(
+        str(bin_ / "podracer"),
+        "study",
+        "jobs/studies/pendulum_scaling.yaml",
+        "--executor",
+        "local",
+        "--dry-run",
+        cwd=tmp_path,
+    )
     # the study's RLlib system needs .venv-rllib, which only a checkout's set-up makes: the documented refusal
     assert r.returncode == 2 and ".venv-rllib" in r.stderr and "systems.rllib.python" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from podracer_hpc.trading import from_arrays, synthetic_market
 from podracer_hpc.tools.backtest import backtest, infer_periods_per_year, main, metrics, min_variance_weights
-
+from podracer_hpc.trading import from_arrays, synthetic_market
 
 # torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -41,7 +40,7 @@ def test_metrics_by_hand():
 def test_periods_per_year():
     daily = np.arange(np.datetime64("2020-01-01"), np.datetime64("2020-02-01")).astype("datetime64[s]")
     assert infer_periods_per_year(daily) == 252
-    minutes = (np.datetime64("2020-01-02T14:30") + np.arange(390 * 3) % 390 + np.repeat([0, 1440, 2880], 390))
+    minutes = np.datetime64("2020-01-02T14:30") + np.arange(390 * 3) % 390 + np.repeat([0, 1440, 2880], 390)
     assert infer_periods_per_year(minutes.astype("datetime64[s]")) == 252 * 390
 
 
@@ -76,8 +75,18 @@ def test_backtest_by_hand(tmp_path):
             a[:, 0] = 1.0
         return a
 
-    r = backtest(policy, md, None, None, initial_cash=1000.0, cost=0.01, max_shares=10, warmup_bars=0,
-                 turbulence_window=3, plot=tmp_path / "bt.png")
+    r = backtest(
+        policy,
+        md,
+        None,
+        None,
+        initial_cash=1000.0,
+        cost=0.01,
+        max_shares=10,
+        warmup_bars=0,
+        turbulence_window=3,
+        plot=tmp_path / "bt.png",
+    )
     assert (r["start"], r["end"], r["bars"]) == ("2021-03-01", "2021-03-05", 4)
     cash = 1000 - 10 * 10 * 1.01
     want = [1000.0] + [cash + 10 * p for p in (11.0, 12.0, 12.0, 13.0)]
@@ -90,8 +99,9 @@ def test_backtest_by_hand(tmp_path):
     assert r["min_variance"]["cumulative_return"] is not None
     assert (tmp_path / "bt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a held-out window
-    r2 = backtest(lambda o: torch.zeros(o.shape[0], 2), md, "2021-03-03", "2021-03-04", initial_cash=1000.0,
-                  warmup_bars=0)
+    r2 = backtest(
+        lambda o: torch.zeros(o.shape[0], 2), md, "2021-03-03", "2021-03-04", initial_cash=1000.0, warmup_bars=0
+    )
     assert (r2["start"], r2["end"], r2["bars"]) == ("2021-03-03", "2021-03-04", 1)
     assert r2["agent"]["cumulative_return"] == 0.0
 
@@ -100,8 +110,18 @@ def test_main_with_a_checkpoint(tmp_path, capsys):
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=4", "agent.hidden_sizes=[8]", "eval.episodes=1",
-                             "env.max_episode_steps=4", "agent.rollout_steps=2", "agent.num_minibatches=1"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=4",
+            "agent.hidden_sizes=[8]",
+            "eval.episodes=1",
+            "env.max_episode_steps=4",
+            "agent.rollout_steps=2",
+            "agent.num_minibatches=1",
+        ],
+    )
     pod = Pod(cfg)
     ck = tmp_path / "rank0.safetensors"
     pod.save(ck)
@@ -111,8 +131,14 @@ def test_main_with_a_checkpoint(tmp_path, capsys):
     assert code == 0, out
     summary = json.loads(out[-1])
     for k in ("agent", "equal_weight", "min_variance"):
-        assert set(summary[k]) == {"cumulative_return", "annual_return", "annual_volatility", "sharpe_ratio",
-                                   "max_drawdown", "calmar_ratio"}
+        assert set(summary[k]) == {
+            "cumulative_return",
+            "annual_return",
+            "annual_volatility",
+            "sharpe_ratio",
+            "max_drawdown",
+            "calmar_ratio",
+        }
     assert summary["start"] == "2015-06-01" and summary["end"] == "2015-08-31" and summary["plot"] == str(png)
     assert png.is_file() and "series" not in summary
     # the same policy through the Python API gives the same numbers
@@ -135,7 +161,9 @@ def test_main_refuses_other_tasks_and_bad_data(tmp_path, capsys):
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    pod = Pod(load_config(None, ["env.num_envs=2", "eval.episodes=1", "agent.rollout_steps=2", "agent.num_minibatches=1"]))
+    pod = Pod(
+        load_config(None, ["env.num_envs=2", "eval.episodes=1", "agent.rollout_steps=2", "agent.num_minibatches=1"])
+    )
     ck = tmp_path / "pendulum.safetensors"
     pod.save(ck)
     assert main([str(ck), "--plot", ""]) == 2
@@ -154,8 +182,18 @@ def test_a_policy_read_for_acting_builds_no_optimizer(tmp_path):
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=4", "agent.hidden_sizes=[8]", "eval.episodes=1",
-                             "env.max_episode_steps=8", "agent.rollout_steps=4", "agent.num_minibatches=1"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=4",
+            "agent.hidden_sizes=[8]",
+            "eval.episodes=1",
+            "env.max_episode_steps=8",
+            "agent.rollout_steps=4",
+            "agent.num_minibatches=1",
+        ],
+    )
     pod = Pod(cfg)
     pod.train_iteration()  # the checkpoint holds optimizer moments too
     ck = tmp_path / "rank0.safetensors"
@@ -163,10 +201,12 @@ def test_a_policy_read_for_acting_builds_no_optimizer(tmp_path):
     obs = torch.randn(5, pod.env.obs_dim, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         want = pod.agent.act_deterministic(pod.agent.normalize_obs(obs, update=False)).clamp(-1, 1)
-    code = (f"import sys, json, torch; from podracer_hpc.tools.backtest import load_policy; "
-            f"p, _ = load_policy({str(ck)!r}); obs = torch.randn(5, {pod.env.obs_dim}, "
-            f"generator=torch.Generator().manual_seed(0)); "
-            f"print(json.dumps([p(obs).tolist(), 'torch._dynamo' in sys.modules]))")
+    code = (
+        f"import sys, json, torch; from podracer_hpc.tools.backtest import load_policy; "
+        f"p, _ = load_policy({str(ck)!r}); obs = torch.randn(5, {pod.env.obs_dim}, "
+        f"generator=torch.Generator().manual_seed(0)); "
+        f"print(json.dumps([p(obs).tolist(), 'torch._dynamo' in sys.modules]))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     acts, dynamo = json.loads(r.stdout.strip().splitlines()[-1])
@@ -179,7 +219,7 @@ def last_return_rule(S):
     prev = []
 
     def policy(obs):
-        lc = obs[:, 1 + S:1 + 2 * S].double()
+        lc = obs[:, 1 + S : 1 + 2 * S].double()
         r = lc - prev[-1] if prev else torch.zeros_like(lc)
         prev.append(lc)
         return torch.sign(r)

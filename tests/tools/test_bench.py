@@ -37,20 +37,35 @@ def test_paired_rates_alternate_and_measure_each_side():
     assert switches >= 3  # alternating blocks, not one long run each
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--threads", "0"], "--threads must be >= 1"),
-    (["--num-envs", "64", "0"], "--num-envs must be >= 1"),
-    (["--task", "doom"], "unknown task 'doom'; known tasks:"),
-    (["--seconds", "0"], "--seconds must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--threads", "0"], "--threads must be >= 1"),
+        (["--num-envs", "64", "0"], "--num-envs must be >= 1"),
+        (["--task", "doom"], "unknown task 'doom'; known tasks:"),
+        (["--seconds", "0"], "--seconds must be > 0"),
+    ],
+)
 def test_bench_env_bad_input_exits_2_with_a_message(cli, args, msg):
     r = cli("bench", "env", *args)
     assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bench_env_cli_prints_a_table_then_one_json_line(cli):
-    r = cli("bench", "env", "--task", "cartpole", "--num-envs", "16", "--gym-envs", "0", "--seconds", "0.05",
-            "--threads", "1")
+    r = cli(
+        "bench",
+        "env",
+        "--task",
+        "cartpole",
+        "--num-envs",
+        "16",
+        "--gym-envs",
+        "0",
+        "--seconds",
+        "0.05",
+        "--threads",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert last["peer"] == "gymnasium vector env" and last["gym_steps_per_s"] is None

@@ -7,21 +7,41 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import REPO, mpiexec_or_skip, run_cli
+
 from podracer_hpc.files import safeio
 
-SETS = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
-        "eval.interval_env_steps=4096", "tournament.interval_env_steps=4096", "threads=1", "log.progress_interval_s=0",
-        "eval.final_episodes=12"]
+SETS = [
+    "total_env_steps=8192",
+    "env.num_envs=64",
+    "agent.rollout_steps=16",
+    "eval.episodes=4",
+    "eval.interval_env_steps=4096",
+    "tournament.interval_env_steps=4096",
+    "threads=1",
+    "log.progress_interval_s=0",
+    "eval.final_episodes=12",
+]
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A 2-pod quickstart tournament under a real mpiexec: checkpoints, entries, a verdict."""
     d = tmp_path_factory.mktemp("evaluate") / "run"
-    cmd = [mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml",
-           "--run-dir", str(d), "--quiet", *sum((["--set", s] for s in SETS), [])]
+    cmd = [
+        mpiexec_or_skip(),
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(d),
+        "--quiet",
+        *sum((["--set", s] for s in SETS), []),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr
     return d
@@ -35,8 +55,18 @@ def results(r: subprocess.CompletedProcess) -> list[dict]:
 @pytest.mark.mpi
 def test_a_run_directory_reproduces_its_verdict_on_the_same_start_states(run_dir):
     summary = json.loads((run_dir / "summary.json").read_text())
-    rows = results(run_cli("evaluate", str(run_dir), "--episodes", str(summary["final_episodes"]),
-                           "--seed", str(summary["final_eval_seed"]), "--top", "2"))
+    rows = results(
+        run_cli(
+            "evaluate",
+            str(run_dir),
+            "--episodes",
+            str(summary["final_episodes"]),
+            "--seed",
+            str(summary["final_eval_seed"]),
+            "--top",
+            "2",
+        )
+    )
     ranks = [x for x in rows if x["agent"].endswith("checkpoint")]
     entries = [x for x in rows if x["agent"].startswith("entry ")]
     assert [x["agent"] for x in ranks] == ["rank 0 checkpoint", "rank 1 checkpoint"] and len(entries) == 2
@@ -54,7 +84,9 @@ def test_a_checkpoint_and_an_entry_on_chosen_start_states(run_dir):
     a = results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "3"))
     assert len(a) == 1 and a[0]["episodes"] == 5 and a[0]["seed"] == 3 and a[0]["task"] == "pendulum"
     assert results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "3")) == a  # deterministic
-    assert results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "4"))[0]["return_mean"] != a[0]["return_mean"]
+    assert (
+        results(run_cli("evaluate", str(ck), "--episodes", "5", "--seed", "4"))[0]["return_mean"] != a[0]["return_mean"]
+    )
     entry = sorted((run_dir / "leaderboard" / "entries").glob("*.safetensors"))[0]
     for path in (entry, entry.with_suffix(".json")):  # the tensors or the sidecar
         (e,) = results(run_cli("evaluate", str(path), "--episodes", "5", "--seed", "3"))

@@ -13,23 +13,47 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from helpers import REPO, run_cli
-from podracer_hpc.tools import export
+
 from podracer_hpc.files import safeio
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.files.records import read_records
 from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.tools import export
 
-TINY = ["total_env_steps=4096", "env.num_envs=64", "eval.final_episodes=0", "eval.interval_env_steps=2048",
-        "eval.episodes=4", "threads=1", "log.progress_interval_s=0"]
-TOURNAMENT = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=4",
-              "eval.interval_env_steps=2048", "tournament.interval_env_steps=2048", "threads=1",
-              "log.progress_interval_s=0", "eval.final_episodes=0"]
+TINY = [
+    "total_env_steps=4096",
+    "env.num_envs=64",
+    "eval.final_episodes=0",
+    "eval.interval_env_steps=2048",
+    "eval.episodes=4",
+    "threads=1",
+    "log.progress_interval_s=0",
+]
+TOURNAMENT = [
+    "total_env_steps=8192",
+    "env.num_envs=64",
+    "agent.rollout_steps=16",
+    "eval.episodes=4",
+    "eval.interval_env_steps=2048",
+    "tournament.interval_env_steps=2048",
+    "threads=1",
+    "log.progress_interval_s=0",
+    "eval.final_episodes=0",
+]
 # TorchScript is deprecated in torch 2.13 (in favour of torch.export); its files still load
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.*deprecated:DeprecationWarning")
-HOPPER = ["total_env_steps=2048", "env.num_envs=8", "agent.rollout_steps=64", "agent.num_minibatches=4",
-          "agent.update_epochs=2", "eval.final_episodes=0", "eval.episodes=2", "threads=1", "log.progress_interval_s=0"]
+HOPPER = [
+    "total_env_steps=2048",
+    "env.num_envs=8",
+    "agent.rollout_steps=64",
+    "agent.num_minibatches=4",
+    "agent.update_epochs=2",
+    "eval.final_episodes=0",
+    "eval.episodes=2",
+    "threads=1",
+    "log.progress_interval_s=0",
+]
 
 
 def _sets(sets):
@@ -67,8 +91,17 @@ def tournament_run(tmp_path_factory):
     from podracer_hpc.launch import LaunchError, find_mpiexec
 
     d = tmp_path_factory.mktemp("export-tb") / "run"
-    cli = [sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml", "--run-dir", str(d), "--quiet",
-           *_sets(TOURNAMENT)]
+    cli = [
+        sys.executable,
+        "-m",
+        "podracer_hpc.cli",
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(d),
+        "--quiet",
+        *_sets(TOURNAMENT),
+    ]
     try:
         cmd = [find_mpiexec(), "-n", "2", *cli]
     except LaunchError:
@@ -104,10 +137,24 @@ def test_tensorboard_events_hold_every_rank_log_row(tournament_run, tmp_path):
         ea = _accumulator(out / f"rank{rank}")
         tags = ea.Tags()["scalars"]
         t0 = None
-        for group, cols in (("train", ["loss", "approx_kl", "clipfrac", "entropy", "explained_variance",
-                                       "learning_rate", "return_mean", "value_loss", "steps_per_s"]),
-                            ("eval", ["return_mean", "return_std", "return_se", "return_min", "episodes"]),
-                            ("tournament", ["fitness", "fitness_se", "tournament_s", "fs_ops", "round"])):
+        for group, cols in (
+            (
+                "train",
+                [
+                    "loss",
+                    "approx_kl",
+                    "clipfrac",
+                    "entropy",
+                    "explained_variance",
+                    "learning_rate",
+                    "return_mean",
+                    "value_loss",
+                    "steps_per_s",
+                ],
+            ),
+            ("eval", ["return_mean", "return_std", "return_se", "return_min", "episodes"]),
+            ("tournament", ["fitness", "fitness_se", "tournament_s", "fs_ops", "round"]),
+        ):
             g = log[group]
             assert len(g["env_steps"]) > 0, group  # the run logged every group
             rows[group] += len(g["env_steps"])
@@ -145,10 +192,12 @@ def test_tensorboard_refuses_what_it_cannot_export(tournament_run, tmp_path, cap
     pytest.importorskip("tensorboard", reason="podracer export tensorboard needs tensorboard (the export extra)")
     (tmp_path / "file.h5").write_bytes(b"not a run")
     (tmp_path / "empty").mkdir()
-    cases = [([str(tmp_path / "nope")], "no such run directory"),
-             ([str(tmp_path / "file.h5")], "is a file, not a run directory"),
-             ([str(tmp_path / "empty")], "holds no logs/"),
-             ([str(tournament_run), "--out", str(tournament_run / "logs" / "tb")], "choose another folder")]
+    cases = [
+        ([str(tmp_path / "nope")], "no such run directory"),
+        ([str(tmp_path / "file.h5")], "is a file, not a run directory"),
+        ([str(tmp_path / "empty")], "holds no logs/"),
+        ([str(tournament_run), "--out", str(tournament_run / "logs" / "tb")], "choose another folder"),
+    ]
     for args, needle in cases:
         if "--out" not in args:
             args = [*args, "--out", str(tmp_path / "tb")]
@@ -164,8 +213,9 @@ def test_tensorboard_refuses_what_it_cannot_export(tournament_run, tmp_path, cap
     assert export.main(["tensorboard", str(tournament_run), "--out", str(out), "--overwrite"]) == 0
     again = last_json(capsys.readouterr().out)
     assert len(again["files"]) == len(first["files"]) and again["scalars"] == first["scalars"]
-    assert sorted(p.name for p in (out / "rank0").iterdir()) == [p.split("/")[-1] for p in again["files"]
-                                                                 if "/rank0/" in p]
+    assert sorted(p.name for p in (out / "rank0").iterdir()) == [
+        p.split("/")[-1] for p in again["files"] if "/rank0/" in p
+    ]
     # a damaged log: its reader's message
     bad = tmp_path / "badrun"
     (bad / "logs").mkdir(parents=True)
@@ -187,8 +237,12 @@ def reference(checkpoint, num_envs=64, steps=20):
 
     tensors, meta, _ = safeio.load(checkpoint, "pod-state")
     cfg = from_dict(Config, meta["config"])
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, num_envs=num_envs), device="cpu",
-                              eval=dataclasses.replace(cfg.eval, episodes=1))
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, num_envs=num_envs),
+        device="cpu",
+        eval=dataclasses.replace(cfg.eval, episodes=1),
+    )
     pod = Pod(cfg)
     agent = pod.candidate(tensors, meta)
     gen = torch.Generator().manual_seed(7)
@@ -323,10 +377,23 @@ def test_a_per_asset_stock_trading_policy_exports_and_backtests_alike(tmp_path, 
     from podracer_hpc.pod import Pod
     from podracer_hpc.tools.backtest import backtest
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=8", "agent.hidden_sizes=[8]", "eval.episodes=1",
-                             "env.max_episode_steps=8", "agent.rollout_steps=4", "agent.num_minibatches=2",
-                             "agent.network=per_asset", "env.trading.actions=weights", "total_env_steps=96",
-                             "env.trading.synthetic_stocks=6", "eval.interval_env_steps=0"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=8",
+            "agent.hidden_sizes=[8]",
+            "eval.episodes=1",
+            "env.max_episode_steps=8",
+            "agent.rollout_steps=4",
+            "agent.num_minibatches=2",
+            "agent.network=per_asset",
+            "env.trading.actions=weights",
+            "total_env_steps=96",
+            "env.trading.synthetic_stocks=6",
+            "eval.interval_env_steps=0",
+        ],
+    )
     pod = Pod(cfg)
     for _ in range(3):
         pod.train_iteration()
@@ -349,12 +416,14 @@ def test_what_cannot_be_exported_exits_2_with_a_message(trained, tmp_path, capsy
     meta["config"]["agent"]["hidden_sizes"] = [7]  # a network this pod would not build
     safeio.save(tmp_path / "changed.safetensors", tensors, meta, "pod-state")
     (tmp_path / "dir").mkdir()
-    cases = [([str(tmp_path / "nope.safetensors")], "no such file"),
-             ([str(tmp_path / "x.safetensors")], "not one written by podracer-hpc"),
-             ([str(tmp_path / "changed.safetensors")], "does not fit this pod"),
-             ([str(ck.parent.parent)], "is a directory"),
-             ([str(ck), "--out", str(tmp_path / "dir")], "is a directory; give a file name"),
-             ([str(ck), "--out", str(ck)], "is the checkpoint itself")]
+    cases = [
+        ([str(tmp_path / "nope.safetensors")], "no such file"),
+        ([str(tmp_path / "x.safetensors")], "not one written by podracer-hpc"),
+        ([str(tmp_path / "changed.safetensors")], "does not fit this pod"),
+        ([str(ck.parent.parent)], "is a directory"),
+        ([str(ck), "--out", str(tmp_path / "dir")], "is a directory; give a file name"),
+        ([str(ck), "--out", str(ck)], "is the checkpoint itself"),
+    ]
     for args, needle in cases:
         if "--out" not in args:
             args = [*args, "--out", str(tmp_path / "p.pt")]
@@ -363,8 +432,10 @@ def test_what_cannot_be_exported_exits_2_with_a_message(trained, tmp_path, capsy
         assert needle in err and "Traceback" not in err, (needle, err)
         assert "podracer evaluate" not in err
     assert not (tmp_path / "p.pt").exists()
-    refused(run_cli("export", "policy", str(ck), "--format", "tflite", "--out", str(tmp_path / "p")),
-            "invalid choice: 'tflite'")
+    refused(
+        run_cli("export", "policy", str(ck), "--format", "tflite", "--out", str(tmp_path / "p")),
+        "invalid choice: 'tflite'",
+    )
     refused(run_cli("export", "nonsense"), "invalid choice")
 
 

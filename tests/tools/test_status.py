@@ -13,16 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import mpiexec_or_skip
 
 import podracer_hpc.pool.leaderboard  # noqa: F401  (imported now: the live check below should not wait for torch)
 from podracer_hpc.files.h5log import read_log
-from podracer_hpc.tools.status import StatusError, render, status
-from helpers import mpiexec_or_skip
+from podracer_hpc.files.live import StatusError
+from podracer_hpc.tools.status import render, status
 
 REPO = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\s*(?P<rank>\d+)\s+(?P<seed>\d+)\s+(?P<rounds>\d+|-)\s+(?P<steps>[\d,]+)")
-
-
 
 
 def pod_rows(text: str) -> dict[int, str]:
@@ -45,12 +44,34 @@ def live(tmp_path_factory):
     run = tmp_path_factory.mktemp("status") / "run"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
-    sets = ["total_env_steps=204800", "tournament.interval_env_steps=25600", "eval.interval_env_steps=25600",
-            "eval.episodes=5", "log.progress_interval_s=0"]
-    proc = subprocess.Popen([mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
-                             "jobs/quickstart.yaml", "--run-dir", str(run), "--quiet",
-                             *sum((["--set", s] for s in sets), [])],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sets = [
+        "total_env_steps=204800",
+        "tournament.interval_env_steps=25600",
+        "eval.interval_env_steps=25600",
+        "eval.episodes=5",
+        "log.progress_interval_s=0",
+    ]
+    proc = subprocess.Popen(
+        [
+            mpiexec_or_skip(),
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "podracer_hpc.cli",
+            "train",
+            "jobs/quickstart.yaml",
+            "--run-dir",
+            str(run),
+            "--quiet",
+            *sum((["--set", s] for s in sets), []),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not _has_rows(run):  # the first evaluation (a tournament round) is flushed at once
@@ -69,8 +90,14 @@ def live(tmp_path_factory):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    return {"run": run, "live_text": text, "was_running": running, "watched": watched.getvalue(),
-            "watch_rc": result.get("rc"), "watch_alive": watcher.is_alive()}
+    return {
+        "run": run,
+        "live_text": text,
+        "was_running": running,
+        "watched": watched.getvalue(),
+        "watch_rc": result.get("rc"),
+        "watch_alive": watcher.is_alive(),
+    }
 
 
 def test_status_reads_a_run_while_it_trains(live):
@@ -192,18 +219,31 @@ def _synthetic_run(root: Path, pods: int, rows: int = 5, total: int = 100_000, s
 def _append(w, rank: int, start: int, rows: int, total: int) -> None:
     per = total // 5 if rank % 3 == 0 else total // 10  # a third of the pods reach the budget in 5 rows
     for u in range(start, start + rows):
-        w.append("train", {"update": u, "env_steps": min(total, (u + 1) * per), "wall_s": u + 1.0,
-                           "steps_per_s": 1000.0 + rank})
+        w.append(
+            "train",
+            {"update": u, "env_steps": min(total, (u + 1) * per), "wall_s": u + 1.0, "steps_per_s": 1000.0 + rank},
+        )
     w.append("eval", {"env_steps": min(total, (start + rows) * per), "return_mean": -1000.0 + 10 * rank + start})
-    w.append("tournament", {"round": start // rows, "env_steps": min(total, (start + rows) * per), "action": "keep",
-                            "fitness": -1000.0 + rank, "source_kind": "", "source_id": "", "source_rejected": 0})
+    w.append(
+        "tournament",
+        {
+            "round": start // rows,
+            "env_steps": min(total, (start + rows) * per),
+            "action": "keep",
+            "fitness": -1000.0 + rank,
+            "source_kind": "",
+            "source_id": "",
+            "source_rejected": 0,
+        },
+    )
 
 
 def test_status_of_64_pods_fits_a_screen_with_aggregates(tmp_path):
     from podracer_hpc.cluster.jobstate import SlurmJobState
 
-    run = _synthetic_run(tmp_path / "run", 64, slurm={"SLURM_JOB_ID": "901", "SLURM_ARRAY_JOB_ID": "900",
-                                                      "SLURM_ARRAY_TASK_ID": "3"})
+    run = _synthetic_run(
+        tmp_path / "run", 64, slurm={"SLURM_JOB_ID": "901", "SLURM_ARRAY_JOB_ID": "900", "SLURM_ARRAY_TASK_ID": "3"}
+    )
     (tmp_path / "run" / "logs" / "big_rank7.h5").write_bytes(b"not HDF5")  # one broken log
     asked = []
     text = render(run, slurm=lambda ids: asked.append(ids) or {i: SlurmJobState("RUNNING", "None", 2) for i in ids})
@@ -240,7 +280,7 @@ def test_status_cli_flags(tmp_path):
 
 def test_a_watcher_reads_only_the_rows_appended_since_its_last_poll(tmp_path):
     from podracer_hpc.files.h5log import H5Writer
-    from podracer_hpc.tools.status import Monitor
+    from podracer_hpc.files.live import Monitor
 
     run = _synthetic_run(tmp_path / "run", 4, rows=50)
     m = Monitor(run)
@@ -255,9 +295,14 @@ def test_a_watcher_reads_only_the_rows_appended_since_its_last_poll(tmp_path):
     assert after[2].updates == 52 and after[2].last_eval == -1000.0 + 20 + 50 and after[2].rounds == 50 // 3 + 1
     assert after[2].best_eval == max(first[2].best_eval, after[2].last_eval)
     fresh = Monitor(run).poll()[2]  # the same state as reading the whole log
-    assert (fresh.env_steps, fresh.updates, fresh.last_eval, fresh.best_eval, fresh.rounds, fresh.steps_per_s) == \
-        (after[2].env_steps, after[2].updates, after[2].last_eval, after[2].best_eval, after[2].rounds,
-         after[2].steps_per_s)
+    assert (fresh.env_steps, fresh.updates, fresh.last_eval, fresh.best_eval, fresh.rounds, fresh.steps_per_s) == (
+        after[2].env_steps,
+        after[2].updates,
+        after[2].last_eval,
+        after[2].best_eval,
+        after[2].rounds,
+        after[2].steps_per_s,
+    )
     with H5Writer(run / "logs" / "big_rank2.h5", {}) as w:  # a resume cut the log back: read from the start again
         w.truncate_to({"train": 10, "eval": 1, "tournament": 1})
     cut = m.poll()[2]
@@ -267,13 +312,15 @@ def test_a_watcher_reads_only_the_rows_appended_since_its_last_poll(tmp_path):
 def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
     """A fake scontrol on PATH (the real-cluster tier, tests/slurm, is minutes per job): what is
     checked is that each refresh asks once, and what the answer becomes."""
-    from podracer_hpc.tools.status import Monitor
+    from podracer_hpc.files.live import Monitor
 
     run = _synthetic_run(tmp_path / "run", 32, slurm={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"})
     bin_, calls = tmp_path / "bin", tmp_path / "calls"
     bin_.mkdir()
-    (bin_ / "scontrol").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n'
-                                   'echo "JobId=77 JobName=big JobState=RUNNING Reason=None Restarts=1 ExitCode=0:0"\n')
+    (bin_ / "scontrol").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        'echo "JobId=77 JobName=big JobState=RUNNING Reason=None Restarts=1 ExitCode=0:0"\n'
+    )
     (bin_ / "scontrol").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
     m = Monitor(run)
@@ -285,23 +332,49 @@ def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
 
 def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_asked(tmp_path):
     """Issue 26: at 4,096 ranks every rank's progress line was 410 lines/s into one job log."""
-    fast = ["total_env_steps=8192", "env.num_envs=64", "agent.rollout_steps=16", "eval.interval_env_steps=2048",
-            "eval.episodes=3", "eval.final_episodes=0", "tournament.interval_env_steps=2048",
-            "log.progress_interval_s=0.001"]
+    fast = [
+        "total_env_steps=8192",
+        "env.num_envs=64",
+        "agent.rollout_steps=16",
+        "eval.interval_env_steps=2048",
+        "eval.episodes=3",
+        "eval.final_episodes=0",
+        "tournament.interval_env_steps=2048",
+        "log.progress_interval_s=0.001",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PODRACER_COMM", None)
 
     def train(run, *extra):
         sets = sum((["--set", s] for s in (*fast, *extra)), [])
-        p = subprocess.run([mpiexec_or_skip(), "-n", "2", sys.executable, "-m", "podracer_hpc.cli", "train",
-                            "jobs/quickstart.yaml", "--run-dir", str(run), *sets], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=300)
+        p = subprocess.run(
+            [
+                mpiexec_or_skip(),
+                "-n",
+                "2",
+                sys.executable,
+                "-m",
+                "podracer_hpc.cli",
+                "train",
+                "jobs/quickstart.yaml",
+                "--run-dir",
+                str(run),
+                *sets,
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr
         return [line for line in p.stderr.splitlines() if "ETA" in line]
 
     lines = train(tmp_path / "a")
     assert lines and all(line.startswith("[quickstart r0]") for line in lines)
-    assert any(re.search(r"\| pool at round \d+: 2 pods, fitness median -?\d+\.\d, best -?\d+\.\d \(pod [01]\)", line)
-               for line in lines)
+    assert any(
+        re.search(r"\| pool at round \d+: 2 pods, fitness median -?\d+\.\d, best -?\d+\.\d \(pod [01]\)", line)
+        for line in lines
+    )
     every = train(tmp_path / "b", "log.progress_all_ranks=true")
     assert {line.split("]")[0] for line in every} == {"[quickstart r0", "[quickstart r1"}

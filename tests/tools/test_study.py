@@ -24,22 +24,36 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from analysis import aggregate, plots  # noqa: E402
 from helpers import mpiexec_or_skip  # noqa: E402
+
+from analysis import aggregate, plots  # noqa: E402
 from podracer_hpc.cli import main as cli_main  # noqa: E402
 
-TINY = ["env.num_envs=64", "total_env_steps=4096", "eval.interval_env_steps=2048", "eval.episodes=4",
-        "log.progress_interval_s=0", "threads=1", "agent.update_epochs=2"]
+TINY = [
+    "env.num_envs=64",
+    "total_env_steps=4096",
+    "eval.interval_env_steps=2048",
+    "eval.episodes=4",
+    "log.progress_interval_s=0",
+    "threads=1",
+    "agent.update_epochs=2",
+]
 
 
 def tiny_study(tmp_path: Path, name: str = "tiny", **over) -> Path:
     """A study file: two podracer systems (a tournament and independent pods), points 1 and 2."""
     study = {
-        "name": name, "task": "pendulum", "target": -5000, "points": [1, 2], "seeds": [0],  # -5000: every evaluation (>= -3254)
+        "name": name,
+        "task": "pendulum",
+        "target": -5000,
+        "points": [1, 2],
+        "seeds": [0],  # -5000: every evaluation (>= -3254)
         "out": str(tmp_path / name),
         "systems": {
-            "podracer": {"job": "jobs/pendulum_fast.yaml",
-                         "set": TINY + ["tournament.mode=elegantrl", "tournament.interval_env_steps=2048"]},
+            "podracer": {
+                "job": "jobs/pendulum_fast.yaml",
+                "set": TINY + ["tournament.mode=elegantrl", "tournament.interval_env_steps=2048"],
+            },
             "independent": {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", "set": TINY},
         },
     }
@@ -53,21 +67,28 @@ def study(*args: str) -> int:
     return cli_main(["study", *args])
 
 
-@pytest.mark.parametrize("edit,message", [
-    ({"points": [0, 2]}, "points must be >= 1"),
-    ({"points": "many"}, "points: expected a list, got 'many'"),
-    ({"target": None}, "target is required"),
-    ({"metric": "cumulative_return"}, "metric cumulative_return is the stock-trading target"),
-    ({"sytems": {}}, "unknown config key 'sytems'. Did you mean 'systems'?"),
-    ({"systems": {"mine": {"job": "jobs/pendulum_fast.yaml"}}}, "kind must be one of podracer, rllib"),
-    ({"systems": {"podracer": {"job": "jobs/nope.yaml"}}}, "jobs/nope.yaml not found"),
-    ({"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "set": ["agent.learning_rat=1"]}}},
-     "unknown config key 'agent.learning_rat'"),
-    ({"systems": {"podracer": {"job": "jobs/cartpole.yaml"}}}, "its job trains 'cartpole'"),
-    ({"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "python": "/nonexistent/python"}}},
-     "/nonexistent/python not found: create .venv-rllib"),
-    ({"resources": {"pods_per_node": 2}, "points": [3]}, "3 pods do not split evenly over 2 nodes"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        ({"points": [0, 2]}, "points must be >= 1"),
+        ({"points": "many"}, "points: expected a list, got 'many'"),
+        ({"target": None}, "target is required"),
+        ({"metric": "cumulative_return"}, "metric cumulative_return is the stock-trading target"),
+        ({"sytems": {}}, "unknown config key 'sytems'. Did you mean 'systems'?"),
+        ({"systems": {"mine": {"job": "jobs/pendulum_fast.yaml"}}}, "kind must be one of podracer, rllib"),
+        ({"systems": {"podracer": {"job": "jobs/nope.yaml"}}}, "jobs/nope.yaml not found"),
+        (
+            {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "set": ["agent.learning_rat=1"]}}},
+            "unknown config key 'agent.learning_rat'",
+        ),
+        ({"systems": {"podracer": {"job": "jobs/cartpole.yaml"}}}, "its job trains 'cartpole'"),
+        (
+            {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "python": "/nonexistent/python"}}},
+            "/nonexistent/python not found: create .venv-rllib",
+        ),
+        ({"resources": {"pods_per_node": 2}, "points": [3]}, "3 pods do not split evenly over 2 nodes"),
+    ],
+)
 def test_bad_study_files_are_refused_before_anything_runs(tmp_path, capsys, edit, message):
     path = tiny_study(tmp_path, **edit)
     assert study(str(path), "--executor", "local") == 2
@@ -88,14 +109,24 @@ def test_pods_sharing_a_gpu_run_locally_only(tmp_path):
 def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
     from podracer_hpc.tools.study import load_study, podracer_request, rllib_sets
 
-    st = load_study(tiny_study(tmp_path, resources={"pods_per_node": 2, "cpus_per_pod": 4}, points=[1, 4],
-                               systems={"rllib": {"job": "jobs/rllib/pendulum.yaml", "seeds": [7],
-                                                  "gpus_per_pod": 1}}))
+    st = load_study(
+        tiny_study(
+            tmp_path,
+            resources={"pods_per_node": 2, "cpus_per_pod": 4},
+            points=[1, 4],
+            systems={"rllib": {"job": "jobs/rllib/pendulum.yaml", "seeds": [7], "gpus_per_pod": 1}},
+        )
+    )
     pt = st.runs()[1]
     assert (pt.pods, pt.seed, pt.nodes, pt.tasks_per_node, pt.cpus, pt.gpus, pt.gpus_per_node) == (4, 7, 2, 2, 16, 4, 2)
     assert pt.resources("slurm")["nodes"] == 2 and pt.resources("local")["nodes"] == 1
-    assert rllib_sets(st, pt, "slurm")[-5:] == ["seed=7", "resources.pods=4", "resources.gpus_per_pod=1",
-                                                "resources.cpus=16", "resources.nodes=2"]
+    assert rllib_sets(st, pt, "slurm")[-5:] == [
+        "seed=7",
+        "resources.pods=4",
+        "resources.gpus_per_pod=1",
+        "resources.cpus=16",
+        "resources.nodes=2",
+    ]
     req = podracer_request(st, pt, "slurm")
     assert (req.nodes, req.tasks_per_node, req.gpus_per_node, req.run_dir) == (2, 2, 2, str(pt.run_dir))
     assert podracer_request(st, pt, "local").tasks_per_node == 4  # all pods here, one machine
@@ -113,8 +144,11 @@ def test_a_missing_or_broken_study_file_is_refused(tmp_path, capsys):
 
 def _series(fig) -> dict[str, list[float]]:
     """Median lines of the first panel: label -> x values."""
-    return {ln.get_label(): [float(x) for x in ln.get_xdata()] for ln in fig.axes[0].lines
-            if not ln.get_label().startswith("_")}
+    return {
+        ln.get_label(): [float(x) for x in ln.get_xdata()]
+        for ln in fig.axes[0].lines
+        if not ln.get_label().startswith("_")
+    }
 
 
 def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd):
@@ -138,21 +172,41 @@ def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd)
     for f in ("scaling.png", "scaling.pdf", "scaling.csv", "scaling.md", "runs.csv", "evals.csv", "summary.json"):
         assert (res / f).stat().st_size > 100, f
     sc = aggregate.read_csv(res / "scaling.csv")
-    assert [(r["system"], r["pods"]) for r in sc.rows()] == [("podracer", 1), ("podracer", 2), ("independent", 1),
-                                                            ("independent", 2)]
+    assert [(r["system"], r["pods"]) for r in sc.rows()] == [
+        ("podracer", 1),
+        ("podracer", 2),
+        ("independent", 1),
+        ("independent", 2),
+    ]
     assert set(sc["reference"].tolist()) == {"podracer"} and sc["reached"].tolist() == [1, 1, 1, 1]
     assert np.all(np.isfinite(sc["time_to_target_median"])) and np.all(sc["steps_per_s_median"] > 0)
     assert sc.where(system="podracer")["time_ratio"].tolist() == [1.0, 1.0]
     rt = aggregate.read_csv(res / "runs.csv")
     assert sorted(zip(rt["system"].tolist(), rt["pods"].tolist(), rt["cpus"].tolist())) == [
-        ("independent", 1, 1.0), ("independent", 2, 2.0), ("podracer", 1, 1.0), ("podracer", 2, 2.0)]
+        ("independent", 1, 1.0),
+        ("independent", 2, 2.0),
+        ("podracer", 1, 1.0),
+        ("podracer", 2, 2.0),
+    ]
     two = json.loads((out / "runs" / "podracer" / "p2-s0" / "resources.json").read_text())
-    assert two == {"system": "podracer", "kind": "podracer", "pods": 2, "gpus": 0.0, "cpus": 2, "nodes": 1, "seed": 0,
-                   "executor": "local"}
+    assert two == {
+        "system": "podracer",
+        "kind": "podracer",
+        "pods": 2,
+        "gpus": 0.0,
+        "cpus": 2,
+        "nodes": 1,
+        "seed": 0,
+        "executor": "local",
+    }
     # the figure: one median series per system, over the points
     fig = plots.scaling(rt)
-    assert _series(fig) == {"podracer": [1.0, 2.0], "podracer ideal": [1.0, 2.0], "independent": [1.0, 2.0],
-                            "independent ideal": [1.0, 2.0]}
+    assert _series(fig) == {
+        "podracer": [1.0, 2.0],
+        "podracer ideal": [1.0, 2.0],
+        "independent": [1.0, 2.0],
+        "independent ideal": [1.0, 2.0],
+    }
     assert plots.text_overlaps(fig) == []
 
     # run again: everything is done, nothing runs, the report is rewritten
@@ -169,8 +223,9 @@ def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd)
     env_before = dict(os.environ)
     os.environ["PODRACER_STUDY"] = str(out)
     try:
-        nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                                resources={"metadata": {"path": str(nb_path.parent)}}).execute()
+        nbclient.NotebookClient(
+            nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(nb_path.parent)}}
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(env_before)
@@ -182,12 +237,30 @@ def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd)
 def test_trading_study_times_a_cumulative_return_threshold(tmp_path, capfd):
     """The stock-trading variant: time to a cumulative return on the training window (tiny synthetic run)."""
     mpiexec_or_skip()
-    sets = ["env.trading.synthetic_stocks=3", "env.trading.synthetic_days=300", "env.trading.end=",
-            "env.num_envs=16", "env.max_episode_steps=20", "total_env_steps=2048", "agent.hidden_sizes=[16, 16]",
-            "agent.rollout_steps=16", "eval.interval_env_steps=1024", "eval.episodes=2", "tournament.mode=none",
-            "log.progress_interval_s=0", "threads=1"]
-    path = tiny_study(tmp_path, name="trade", task="stock_trading", metric="cumulative_return", target=-0.5,
-                      points=[1], systems={"podracer": {"job": "jobs/trading_quickstart.yaml", "set": sets}})
+    sets = [
+        "env.trading.synthetic_stocks=3",
+        "env.trading.synthetic_days=300",
+        "env.trading.end=",
+        "env.num_envs=16",
+        "env.max_episode_steps=20",
+        "total_env_steps=2048",
+        "agent.hidden_sizes=[16, 16]",
+        "agent.rollout_steps=16",
+        "eval.interval_env_steps=1024",
+        "eval.episodes=2",
+        "tournament.mode=none",
+        "log.progress_interval_s=0",
+        "threads=1",
+    ]
+    path = tiny_study(
+        tmp_path,
+        name="trade",
+        task="stock_trading",
+        metric="cumulative_return",
+        target=-0.5,
+        points=[1],
+        systems={"podracer": {"job": "jobs/trading_quickstart.yaml", "set": sets}},
+    )
     assert study(str(path), "--executor", "local") == 0, capfd.readouterr().err
     res = tmp_path / "trade" / "results"
     ev = aggregate.read_csv(res / "evals.csv")
@@ -200,8 +273,11 @@ def test_trading_study_times_a_cumulative_return_threshold(tmp_path, capfd):
     sc = aggregate.read_csv(res / "scaling.csv")
     assert sc["metric"].tolist() == ["cumulative_return"] and sc["reached"].tolist() == [1]
     # a threshold no run reaches: "not reached", with the bound
-    table = aggregate.run_table(aggregate.load_runs([], [f"podracer={tmp_path / 'trade' / 'runs' / 'podracer' / 'p1-s0'}"]),
-                                {"stock_trading": 10.0}, "cumulative_return")
+    table = aggregate.run_table(
+        aggregate.load_runs([], [f"podracer={tmp_path / 'trade' / 'runs' / 'podracer' / 'p1-s0'}"]),
+        {"stock_trading": 10.0},
+        "cumulative_return",
+    )
     s = aggregate.scaling_table(table)
     assert s["reached"].tolist() == [0] and math.isinf(s["time_to_target_median"][0])
     assert "not reached (> " in aggregate.scaling_markdown(s)

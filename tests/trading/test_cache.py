@@ -16,8 +16,8 @@ import torch
 from podracer_hpc.trading import cache as cache_mod
 from podracer_hpc.trading import load_market, synthetic_market
 from podracer_hpc.trading.cache import cache_path, cache_status, open_market
-from podracer_hpc.trading.data import FIELDS, DataError
 from podracer_hpc.trading.env import StockTradingEnv, get_market, prepare_market
+from podracer_hpc.trading.fields import FIELDS, DataError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -60,9 +60,20 @@ def write_long_and_wide(tmp_path, md, c, drop=()):
     pq.write_table(pa.table(wide), tmp_path / "wide.parquet")
     keep = [(t, s) for t in range(T) for s in range(S) if (t, s) not in missing]
     vals = np.array([c[t, s] for t, s in keep])
-    pq.write_table(pa.table({"timestamp": np.array([md.dates[t] for t, _ in keep]).astype("datetime64[s]"),
-                             "symbol": [tk[s] for _, s in keep], "open": vals, "high": vals, "low": vals,
-                             "close": vals, "volume": np.zeros(len(vals))}), tmp_path / "long.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "timestamp": np.array([md.dates[t] for t, _ in keep]).astype("datetime64[s]"),
+                "symbol": [tk[s] for _, s in keep],
+                "open": vals,
+                "high": vals,
+                "low": vals,
+                "close": vals,
+                "volume": np.zeros(len(vals)),
+            }
+        ),
+        tmp_path / "long.parquet",
+    )
     return [tmp_path / n for n in ("long.csv", "wide.csv", "wide.parquet", "long.parquet")]
 
 
@@ -118,16 +129,22 @@ def test_hdf5_long_and_wide(tmp_path):
     same_market(load_market(tmp_path / "l.h5", key="bars"), load_market(long_csv))
 
 
-@pytest.mark.parametrize("text,match", [
-    ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,-3\n", r"line 3: B must be > 0, got -3.0 \(leave the cell empty"),
-    ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,x\n", r"line 3: B 'x' is not a number"),
-    ("date,A,B\n2020-01-06,1,2\n\n2020-01-07,1,inf\n", r"line 4: B is inf, not a finite number"),
-    ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,2\n2020-01-07,1,2\n", r"line 4: a second bar for A .*first is at line 3"),
-    ("date,A,A\n2020-01-06,1,2\n", r"ticker A has two columns"),
-    ("date,open,B\n2020-01-06,1,2\n", r"no ticker column"),
-    ("date\n2020-01-06\n", r"only a time column"),
-    ("date,A,B\n2020-13-06,1,2\n", r"line 2: time '2020-13-06' is not a date"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,-3\n", r"line 3: B must be > 0, got -3.0 \(leave the cell empty"),
+        ("date,A,B\n2020-01-06,1,2\n2020-01-07,1,x\n", r"line 3: B 'x' is not a number"),
+        ("date,A,B\n2020-01-06,1,2\n\n2020-01-07,1,inf\n", r"line 4: B is inf, not a finite number"),
+        (
+            "date,A,B\n2020-01-06,1,2\n2020-01-07,1,2\n2020-01-07,1,2\n",
+            r"line 4: a second bar for A .*first is at line 3",
+        ),
+        ("date,A,A\n2020-01-06,1,2\n", r"ticker A has two columns"),
+        ("date,open,B\n2020-01-06,1,2\n", r"no ticker column"),
+        ("date\n2020-01-06\n", r"only a time column"),
+        ("date,A,B\n2020-13-06,1,2\n", r"line 2: time '2020-13-06' is not a date"),
+    ],
+)
 def test_bad_wide_files_name_the_line(tmp_path, text, match):
     p = tmp_path / "w.csv"
     p.write_text(text)
@@ -275,12 +292,27 @@ def test_podracer_data_prepare_and_info(tmp_path, cli, capsys):
     assert out["prepared"] and out["tickers"] == 1 and out["times"] == 200
     assert "preparing" in r.stderr and "aligned: 200 times x 1 tickers" in r.stderr
     capsys.readouterr()
-    assert main(["data", "info", str(tmp_path / "m.csv"), "--set", "env.trading.turbulence_window=30",
-                 "--set", "env.trading.stocks=[SYN001]"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "info",
+                str(tmp_path / "m.csv"),
+                "--set",
+                "env.trading.turbulence_window=30",
+                "--set",
+                "env.trading.stocks=[SYN001]",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["fresh"]
     assert main(["data", "info", str(tmp_path / "m.csv")]) == 0 and "missing" in capsys.readouterr().out
-    for bad, why in ((str(tmp_path / "nope.csv"), "no such market data file"), ("jobs/pendulum.yaml", "not stock_trading"),
-                     ("jobs/trading_quickstart.yaml", "synthetic market")):
+    for bad, why in (
+        (str(tmp_path / "nope.csv"), "no such market data file"),
+        ("jobs/pendulum.yaml", "not stock_trading"),
+        ("jobs/trading_quickstart.yaml", "synthetic market"),
+    ):
         assert main(["data", "prepare", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("podracer data: error:") and why in err, err
@@ -307,7 +339,7 @@ def test_real_data_job(tmp_path, monkeypatch):
     cache dir (never into the installed package), and its env trades 2008-2017."""
     pytest.importorskip("skfolio", reason="the real-data extra: pip install 'podracer-hpc[real-data]'")
     from podracer_hpc.config import load_config
-    from podracer_hpc.trading.data import resolve_data_path
+    from podracer_hpc.trading.fields import resolve_data_path
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(cache_mod.CACHE_ENV, raising=False)
@@ -344,8 +376,9 @@ def test_a_market_file_is_resolved_once_and_its_cache_opened_once(tmp_path, monk
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv(cache_mod.CACHE_ENV, str(tmp_path / "cache"))
     lookups, reads, find_spec, read = [], [], importlib.util.find_spec, cache_mod._read
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a, **k: (lookups.append(name), find_spec(name, *a, **k))[1])
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a, **k: (lookups.append(name), find_spec(name, *a, **k))[1]
+    )
     monkeypatch.setattr(cache_mod, "_read", lambda *a, **k: (reads.append(a[0]), read(*a, **k))[1])
     monkeypatch.setattr(env_mod, "_CACHE", {})
     spec = "pkg:podracer_fake_market/m.csv"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from podracer_hpc.trading import DataError, from_arrays, load_market, synthetic_history, synthetic_market
-from podracer_hpc.trading.data import parse_time
+from podracer_hpc.trading.fields import parse_time
 
 HEADER = "date,ticker,open,high,low,close,volume\n"
 
@@ -98,8 +98,12 @@ def test_stray_times_are_dropped(tmp_path):
 
 
 def test_minute_bars_with_zones_and_yyyymmdd(tmp_path):
-    rows = [bar("2021-03-01T14:30:00Z", "A", 10), bar("2021-03-01 09:31:00-05:00", "A", 11),
-            bar("2021-03-01T14:30:00+00:00", "B", 5), bar("2021-03-01 14:31", "B", 6)]
+    rows = [
+        bar("2021-03-01T14:30:00Z", "A", 10),
+        bar("2021-03-01 09:31:00-05:00", "A", 11),
+        bar("2021-03-01T14:30:00+00:00", "B", 5),
+        bar("2021-03-01 14:31", "B", 6),
+    ]
     md = load_market(write(tmp_path, rows))
     assert md.date_strings() == ["2021-03-01 14:30:00", "2021-03-01 14:31:00"]
     assert md.close.tolist() == [[10, 5], [11, 6]]
@@ -109,18 +113,23 @@ def test_minute_bars_with_zones_and_yyyymmdd(tmp_path):
 # --------------------------------------------------------------------------------------
 # Bad files: rejected with the file and the line
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("rows,match", [
-    ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,abc,5"], r"line 3: close 'abc' is not a number"),
-    ([bar("2020-01-06", "A", 10), bar("yesterday", "A", 10)], r"line 3: time 'yesterday' is not a date"),
-    ([bar("2020-01-06", "A", 10), bar("2020-01-07", "A", -1)], r"line 3: .* must be > 0"),
-    ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,9,11,10,5"], r"line 3: low 11.0 is above high 9.0"),
-    ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,10,-5"], r"line 3: volume must be >= 0"),
-    ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,nan,5"], r"line 3: close is nan"),
-    ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11"], r"line 3: 4 fields, the header has 7"),
-    ([bar("2020-01-06", "A", 10), bar("2020-01-07", "", 10)], r"line 3: empty ticker"),
-    ([bar("2020-01-06", "A", 10), bar("2020-01-07", "A", 10), bar("2020-01-06", "A", 12)],
-     r"line 4: a second bar for A at 2020-01-06.*line 2"),
-])
+@pytest.mark.parametrize(
+    "rows,match",
+    [
+        ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,abc,5"], r"line 3: close 'abc' is not a number"),
+        ([bar("2020-01-06", "A", 10), bar("yesterday", "A", 10)], r"line 3: time 'yesterday' is not a date"),
+        ([bar("2020-01-06", "A", 10), bar("2020-01-07", "A", -1)], r"line 3: .* must be > 0"),
+        ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,9,11,10,5"], r"line 3: low 11.0 is above high 9.0"),
+        ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,10,-5"], r"line 3: volume must be >= 0"),
+        ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11,9,nan,5"], r"line 3: close is nan"),
+        ([bar("2020-01-06", "A", 10), "2020-01-07,A,10,11"], r"line 3: 4 fields, the header has 7"),
+        ([bar("2020-01-06", "A", 10), bar("2020-01-07", "", 10)], r"line 3: empty ticker"),
+        (
+            [bar("2020-01-06", "A", 10), bar("2020-01-07", "A", 10), bar("2020-01-06", "A", 12)],
+            r"line 4: a second bar for A at 2020-01-06.*line 2",
+        ),
+    ],
+)
 def test_bad_rows_are_rejected_with_file_and_line(tmp_path, rows, match):
     p = write(tmp_path, rows)
     with pytest.raises(DataError, match=match) as ei:
@@ -142,8 +151,11 @@ def test_bad_files(tmp_path):
     with pytest.raises(DataError, match="not a readable CSV"):
         load_market(tmp_path / "bin.csv.gz")
     with pytest.raises(DataError, match="histories do not overlap"):
-        load_market(write(tmp_path, [bar(x, "A", 5) for x in days(4)] + [bar(x, "B", 5) for x in days(4, "2021-01-04")]),
-                    min_coverage=0.1, min_date_coverage=0.1)
+        load_market(
+            write(tmp_path, [bar(x, "A", 5) for x in days(4)] + [bar(x, "B", 5) for x in days(4, "2021-01-04")]),
+            min_coverage=0.1,
+            min_date_coverage=0.1,
+        )
 
 
 def test_hdf5_columns(tmp_path):
@@ -191,7 +203,10 @@ def test_from_arrays_and_select_and_fingerprint():
     assert md.num_days == 3 and md.num_stocks == 2 and md.valid.all()
     y = md.select(["Y"])
     assert y.close[:, 0].tolist() == [2.0, 2.5, 2.0]
-    assert md.fingerprint() != y.fingerprint() and md.fingerprint() == from_arrays(md.close, tickers=["X", "Y"]).fingerprint()
+    assert (
+        md.fingerprint() != y.fingerprint()
+        and md.fingerprint() == from_arrays(md.close, tickers=["X", "Y"]).fingerprint()
+    )
     with pytest.raises(DataError, match="not in the data"):
         md.select(["Z"])
 
@@ -226,7 +241,7 @@ def test_synthetic_market_structure(structure, sign):
     c = md.close.numpy()
     r = c[1:] / c[:-1] - 1
     z = (r - r.mean(0)) / r.std(0)
-    assert (z ** 4).mean() > 5  # a Gaussian has 3
+    assert (z**4).mean() > 5  # a Gaussian has 3
     corr = np.corrcoef(r.T)
     assert corr[~np.eye(20, dtype=bool)].mean() > 0.2
     assert len(set(md.meta["regime"].tolist())) == 3
@@ -238,8 +253,14 @@ def test_synthetic_market_structure(structure, sign):
 
 def test_synthetic_history_joins_independent_markets():
     seeds = [11, 12, 13]
-    h = synthetic_history(seeds, num_stocks=4, days_per_market=300, structure="momentum", predictable_fraction=1.0,
-                          price_band=(20.0, 60.0))
+    h = synthetic_history(
+        seeds,
+        num_stocks=4,
+        days_per_market=300,
+        structure="momentum",
+        predictable_fraction=1.0,
+        price_band=(20.0, 60.0),
+    )
     assert h.num_days == 900 and h.tickers == synthetic_market(4, 300, seed=11).tickers
     assert h.meta["segments"] == [0, 300, 600] and h.meta["seeds"] == seeds
     assert np.is_busday(h.dates.astype("datetime64[D]")).all() and (np.diff(h.dates) > np.timedelta64(0)).all()
@@ -267,7 +288,9 @@ def test_dates_typed_on_the_command_line_are_accepted(capsys):
     """YAML reads ``2012-12-31`` as a date; a setting that expects a string gets its ISO text."""
     from podracer_hpc.config import load_config
 
-    cfg = load_config("jobs/trading_quickstart.yaml", ["env.trading.end=2012-12-31", "env.trading.start=2010-03-01 09:30:00"])
+    cfg = load_config(
+        "jobs/trading_quickstart.yaml", ["env.trading.end=2012-12-31", "env.trading.start=2010-03-01 09:30:00"]
+    )
     assert cfg.env.trading.end == "2012-12-31" and cfg.env.trading.start == "2010-03-01T09:30:00"
     assert parse_time(cfg.env.trading.start) == parse_time("2010-03-01 09:30")
     from podracer_hpc.cli import main

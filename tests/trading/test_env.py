@@ -15,8 +15,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from podracer_hpc.envs import TASKS, make_env
 from podracer_hpc.trading import StockTradingEnv, from_arrays
-from podracer_hpc.trading.env import TradingOptions, get_market, tickers_from_state
-
+from podracer_hpc.trading.env import get_market, tickers_from_state
+from podracer_hpc.trading.task import TradingOptions
 
 # torch on one thread: the 2 shared cores make OpenMP threads wait on each other (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -81,7 +81,7 @@ class RefAccount:
 def account(env, i):
     st_ = env.state[i].tolist()
     S = env.num_stocks
-    return st_[0], st_[1:1 + S], int(st_[1 + S])
+    return st_[0], st_[1 : 1 + S], int(st_[1 + S])
 
 
 # --------------------------------------------------------------------------------------
@@ -100,10 +100,23 @@ def account(env, i):
 def test_env_matches_the_reference_and_keeps_the_books(seed, S, cost, max_shares, cash, turb, data):
     md = random_market(seed, T=30, S=S)
     n, K = 3, 24
-    env = make(md, n, seed=seed, initial_cash=cash, cost=cost, max_shares=max_shares,
-               turbulence_threshold=turb, max_episode_steps=9)
-    acts = data.draw(hnp.arrays(np.float64, (K, n, S), elements=st.one_of(
-        st.sampled_from([0.0, 1.0, -1.0, 2.0, -3.0, math.nan]), st.floats(-1.2, 1.2))))
+    env = make(
+        md,
+        n,
+        seed=seed,
+        initial_cash=cash,
+        cost=cost,
+        max_shares=max_shares,
+        turbulence_threshold=turb,
+        max_episode_steps=9,
+    )
+    acts = data.draw(
+        hnp.arrays(
+            np.float64,
+            (K, n, S),
+            elements=st.one_of(st.sampled_from([0.0, 1.0, -1.0, 2.0, -3.0, math.nan]), st.floats(-1.2, 1.2)),
+        )
+    )
     close = md.close.tolist()
     liq = env._liquidate.tolist() if env._liquidate is not None else None
     env.reset()
@@ -118,13 +131,13 @@ def test_env_matches_the_reference_and_keeps_the_books(seed, S, cost, max_shares
         for i in range(n):
             r = refs[i]
             want_rew = r.step(acts[k, i].tolist())
-            c1, h1, d1 = nxt[i, 0].item(), nxt[i, 1:1 + S].tolist(), int(nxt[i, 1 + S])
+            c1, h1, d1 = nxt[i, 0].item(), nxt[i, 1 : 1 + S].tolist(), int(nxt[i, 1 + S])
             assert h1 == r.hold, (k, i)  # integer shares, exactly
             assert d1 == r.day
             assert c1 == pytest.approx(r.cash, rel=1e-12, abs=1e-9)
             assert rew[i].item() == pytest.approx(want_rew, rel=1e-9, abs=1e-9 * cash * env.reward_scale)
             # the books: never negative, costs charged exactly, value = cash + holdings x price
-            c0, h0 = prev[i, 0].item(), prev[i, 1:1 + S].tolist()
+            c0, h0 = prev[i, 0].item(), prev[i, 1 : 1 + S].tolist()
             assert c1 >= 0 and min(h1) >= 0 and all(float(h).is_integer() for h in h1)
             p = close[r.day - 1]
             dh = [b - a for a, b in zip(h0, h1)]
@@ -135,7 +148,7 @@ def test_env_matches_the_reference_and_keeps_the_books(seed, S, cost, max_shares
             v1 = c1 + sum(h * q for h, q in zip(h1, close[d1]))
             assert env.portfolio_value(nxt)[i].item() == pytest.approx(v1, rel=1e-12)
             fo = info["final_obs"][i]
-            assert fo[0].item() * cash + fo[1:1 + S].sum().item() * cash == pytest.approx(v1, rel=1e-9)
+            assert fo[0].item() * cash + fo[1 : 1 + S].sum().item() * cash == pytest.approx(v1, rel=1e-9)
             # rewards telescope: their sum is the change in value since the episode started
             assert ret[i] == pytest.approx((v1 - cash) * env.reward_scale, rel=1e-8, abs=1e-8)
             if info["done"][i]:
@@ -194,7 +207,7 @@ def test_no_look_ahead():
         rng = np.random.default_rng(cut)
         bump = torch.tensor(np.exp(rng.normal(0, 0.2, (60 - cut - 1, 3))))
         for f in ("open", "high", "low", "close"):
-            getattr(alt, f)[cut + 1:] *= bump
+            getattr(alt, f)[cut + 1 :] *= bump
         obs2, day2, rew2, fin2, reached2 = run(alt)
         assert torch.equal(day, day2) and torch.equal(reached, reached2)
         seen = day <= cut  # [steps + 1, N]: observations made on or before day `cut`
@@ -347,8 +360,18 @@ def test_cuda_step_equals_the_cpu_step():
     md = random_market(7, T=60, S=5)
     acts = torch.tensor(np.random.default_rng(3).uniform(-1, 1, (40, 64, 5)))
     a = make(md, 64, seed=5, max_episode_steps=7, cost=0.002, max_shares=50)
-    b = StockTradingEnv(64, "cuda", seed=5, dtype=torch.float64, data=md, warmup_bars=0, turbulence_window=10,
-                        max_episode_steps=7, cost=0.002, max_shares=50)
+    b = StockTradingEnv(
+        64,
+        "cuda",
+        seed=5,
+        dtype=torch.float64,
+        data=md,
+        warmup_bars=0,
+        turbulence_window=10,
+        max_episode_steps=7,
+        cost=0.002,
+        max_shares=50,
+    )
     oa, ob = a.reset(), b.reset()
     torch.testing.assert_close(ob.cpu(), oa, rtol=1e-12, atol=1e-12)
     for act in acts:
@@ -356,7 +379,9 @@ def test_cuda_step_equals_the_cpu_step():
         for x, y in zip(ra[:4], rb[:4]):
             torch.testing.assert_close(y.cpu(), x, rtol=1e-12, atol=1e-9)
         assert torch.equal(rb[4]["done"].cpu(), ra[4]["done"])
-        assert torch.equal(b.day(b.state).cpu(), a.day(a.state)) and torch.equal(b.holdings(b.state).cpu(), a.holdings(a.state))
+        assert torch.equal(b.day(b.state).cpu(), a.day(a.state)) and torch.equal(
+            b.holdings(b.state).cpu(), a.holdings(a.state)
+        )
         torch.testing.assert_close(b.cash(b.state).cpu(), a.cash(a.state), rtol=1e-12, atol=1e-6)
 
 
@@ -384,9 +409,19 @@ def test_a_pod_trains_saves_and_resumes_on_stock_trading(tmp_path):
     from podracer_hpc.config import load_config
     from podracer_hpc.pod import Pod
 
-    cfg = load_config(None, ["env.name=stock_trading", "env.num_envs=8", "agent.rollout_steps=4",
-                             "agent.num_minibatches=2", "agent.update_epochs=1", "eval.episodes=2",
-                             "env.max_episode_steps=6", "agent.hidden_sizes=[16]"])
+    cfg = load_config(
+        None,
+        [
+            "env.name=stock_trading",
+            "env.num_envs=8",
+            "agent.rollout_steps=4",
+            "agent.num_minibatches=2",
+            "agent.update_epochs=1",
+            "eval.episodes=2",
+            "env.max_episode_steps=6",
+            "agent.hidden_sizes=[16]",
+        ],
+    )
     pod = Pod(cfg)
     m = pod.train_iteration()
     assert math.isfinite(float(m["loss"]))

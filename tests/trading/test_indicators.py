@@ -10,7 +10,6 @@ import torch
 
 from podracer_hpc.trading import indicators as ind
 
-
 # small tensors: threads only add overhead on a shared machine (fixture in tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,7 +38,7 @@ def ref_ema(x, alpha):
 
 
 def window(x, t, n):
-    return x[max(0, t - n + 1): t + 1]
+    return x[max(0, t - n + 1) : t + 1]
 
 
 def ref_sma(x, n):
@@ -95,7 +94,7 @@ def ref_turbulence(close, w):
     r[1:] = close[1:] / close[:-1] - 1
     out = np.zeros(T)
     for t in range(w + 1, T):
-        hist = r[t - w:t]
+        hist = r[t - w : t]
         mu = hist.mean(0)
         cov = np.cov(hist, rowvar=False, ddof=1)
         y = r[t] - mu
@@ -164,29 +163,38 @@ def test_indicators_do_not_look_ahead(t):
     h, l, c = random_bars(T=400)
     base = {**ind.compute_indicators(h, l, c), "turbulence": ind.turbulence(c, 50)[:, None]}
     rng = np.random.default_rng(t)
-    bump = torch.tensor(np.exp(rng.normal(0, 0.3, h[t + 1:].shape)))
+    bump = torch.tensor(np.exp(rng.normal(0, 0.3, h[t + 1 :].shape)))
     h2, l2, c2 = h.clone(), l.clone(), c.clone()
-    h2[t + 1:] *= bump * 1.1
-    l2[t + 1:] *= bump * 0.9
-    c2[t + 1:] *= bump
+    h2[t + 1 :] *= bump * 1.1
+    l2[t + 1 :] *= bump * 0.9
+    c2[t + 1 :] *= bump
     alt = {**ind.compute_indicators(h2, l2, c2), "turbulence": ind.turbulence(c2, 50)[:, None]}
     for k in base:
         assert torch.equal(base[k][: t + 1], alt[k][: t + 1]), k
-        assert not torch.equal(base[k][t + 1:], alt[k][t + 1:]), k  # the change is seen later
+        assert not torch.equal(base[k][t + 1 :], alt[k][t + 1 :]), k  # the change is seen later
 
 
 # --------------------------------------------------------------------------------------
 # At scale: turbulence by rank-2 updates, the observation's market block in row blocks
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("T,S,w,segment,rel", [
-    (700, 5, 40, 64, 1e-8),   # many segments; stock 0 flat for 100 bars: singular windows, computed by the definition
-    (700, 5, 40, 0, 1e-8),    # the default segmentation
-    # few returns per stock: ill-conditioned windows, where rounding is amplified by the condition
-    # number and depends on the CPU's BLAS path (2.6e-8 of the largest value on one machine, below
-    # 1e-8 on another): a wrong update would be off by far more
-    (400, 8, 10, 32, 1e-7),
-    (300, 3, 3, 16, 1e-8),    # as many stocks as returns: always singular, the definition bar by bar
-])
+@pytest.mark.parametrize(
+    "T,S,w,segment,rel",
+    [
+        (
+            700,
+            5,
+            40,
+            64,
+            1e-8,
+        ),  # many segments; stock 0 flat for 100 bars: singular windows, computed by the definition
+        (700, 5, 40, 0, 1e-8),  # the default segmentation
+        # few returns per stock: ill-conditioned windows, where rounding is amplified by the condition
+        # number and depends on the CPU's BLAS path (2.6e-8 of the largest value on one machine, below
+        # 1e-8 on another): a wrong update would be off by far more
+        (400, 8, 10, 32, 1e-7),
+        (300, 3, 3, 16, 1e-8),  # as many stocks as returns: always singular, the definition bar by bar
+    ],
+)
 def test_turbulence_in_segments_matches_the_definition(T, S, w, segment, rel):
     rng = np.random.default_rng(T + S)
     close = 50 * np.exp(np.cumsum(rng.normal(0, 0.02, (T, S)), 0))
@@ -210,9 +218,21 @@ def test_ema_from_a_state_continues_the_recursion():
 def test_market_features_in_blocks_equal_the_whole_array_indicators(block):
     h, l, c = random_bars(T=500, S=4)
     f = ind.compute_indicators(h, l, c)
-    want = torch.cat([torch.log(c), f["macd"] / c, f["rsi"] / 100, f["cci"] / 100, f["dx"] / 100,
-                      f["boll_ub"] / c - 1, f["boll_lb"] / c - 1, f["sma30"] / c - 1, f["sma60"] / c - 1,
-                      torch.log1p(ind.turbulence(c, 50) / 4)[:, None]], 1)
+    want = torch.cat(
+        [
+            torch.log(c),
+            f["macd"] / c,
+            f["rsi"] / 100,
+            f["cci"] / 100,
+            f["dx"] / 100,
+            f["boll_ub"] / c - 1,
+            f["boll_lb"] / c - 1,
+            f["sma30"] / c - 1,
+            f["sma60"] / c - 1,
+            torch.log1p(ind.turbulence(c, 50) / 4)[:, None],
+        ],
+        1,
+    )
     obs, turb = ind.market_features(h, l, c, 50, block=block)
     assert obs.shape == (500, 9 * 4 + 1) and obs.dtype == torch.float64
     close_enough(obs, want, rel=1e-11)

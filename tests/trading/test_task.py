@@ -10,7 +10,7 @@ import yaml
 
 from podracer_hpc.config import load_config
 from podracer_hpc.envs.registry import option_rows
-from podracer_hpc.trading.env import TradingOptions
+from podracer_hpc.trading.task import TradingOptions
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = ["jobs/trading_quickstart.yaml", "jobs/trading_paper.yaml", "jobs/trading_edge.yaml"]

@@ -41,12 +41,40 @@ import yaml
 
 from podracer_hpc import launch
 from podracer_hpc.files.rundir import RunDir
-from podracer_hpc.tools.study.execute import active_job, check, is_done, podracer_request, read_json, rllib_args, rllib_python, rllib_sets, run_point_local, slurm_common, submit_point_slurm, watch_slurm
+from podracer_hpc.tools.study.execute import (
+    active_job,
+    check,
+    is_done,
+    podracer_request,
+    read_json,
+    rllib_args,
+    rllib_python,
+    rllib_sets,
+    run_point_local,
+    slurm_common,
+    submit_point_slurm,
+    watch_slurm,
+)
 from podracer_hpc.tools.study.report import report, study_runs
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError, System, keys_text, load_study
 
-__all__ = ["Point", "Study", "StudyError", "System", "add_study_parser", "check", "is_done", "load_study", "main",
-           "podracer_request", "report", "rllib_args", "rllib_sets", "run_study", "study_runs"]
+__all__ = [
+    "Point",
+    "Study",
+    "StudyError",
+    "System",
+    "add_study_parser",
+    "check",
+    "is_done",
+    "load_study",
+    "main",
+    "podracer_request",
+    "report",
+    "rllib_args",
+    "rllib_sets",
+    "run_study",
+    "study_runs",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -72,8 +100,10 @@ def report_command(study: Study) -> list[str]:
 def write_manifest(study: Study) -> Path:
     study.out.mkdir(parents=True, exist_ok=True)
     path = study.out / "study.yaml"
-    path.write_text("# written by `podracer study`: the resolved study (absolute paths); the report job reads it\n"
-                    + yaml.safe_dump(study.source, sort_keys=False))
+    path.write_text(
+        "# written by `podracer study`: the resolved study (absolute paths); the report job reads it\n"
+        + yaml.safe_dump(study.source, sort_keys=False)
+    )
     return path
 
 
@@ -106,21 +136,29 @@ def _submit_points(study: Study, pts: list[Point], say: Progress, poll_s: float)
         if active:
             say(pt, f"Slurm job {active} is still queued or running: not submitted again", step=True)
             jobs.append(active)
-            log = (RunDir(pt.run_dir).slurm_logs(active) / f"{active}_0_log.err" if pt.system.kind == "podracer"
-                   else pt.run_dir / f"slurm-{active}.out")
+            log = (
+                RunDir(pt.run_dir).slurm_logs(active) / f"{active}_0_log.err"
+                if pt.system.kind == "podracer"
+                else pt.run_dir / f"slurm-{active}.out"
+            )
             launched = launch.Launched("slurm", [pt.run_dir], jobs=[launch.Job(active, log)], stale_summaries=[None])
         else:
             launched = submit_point_slurm(study, pt)
             jobs.append(launched.jobs[0].job_id)
-            say(pt, f"submitted Slurm job {jobs[-1]} ({pt.nodes} node{'s' * (pt.nodes != 1)} x {pt.tasks_per_node} "
-                    f"pod{'s' * (pt.tasks_per_node != 1)}, {pt.gpus_per_node} GPUs/node)", step=True)
+            say(
+                pt,
+                f"submitted Slurm job {jobs[-1]} ({pt.nodes} node{'s' * (pt.nodes != 1)} x {pt.tasks_per_node} "
+                f"pod{'s' * (pt.tasks_per_node != 1)}, {pt.gpus_per_node} GPUs/node)",
+                step=True,
+            )
         if serial and not watch_slurm(launched, limit, say, pt, poll_s):
             failed.append(pt.label)
     return jobs, failed
 
 
-def _run_slurm(study: Study, pts: list[Point], say: Progress, wait: bool,
-               poll_s: float) -> tuple[dict[str, Any] | None, list[str]]:
+def _run_slurm(
+    study: Study, pts: list[Point], say: Progress, wait: bool, poll_s: float
+) -> tuple[dict[str, Any] | None, list[str]]:
     jobs, failed = _submit_points(study, pts, say, poll_s)
     # afterany on every job Slurm still knows (one that ended long ago is gone: nothing to wait for)
     known = [j for j in jobs if (lambda st: st is None or bool(st.state))(launch.slurm_job_state(j))]
@@ -128,14 +166,34 @@ def _run_slurm(study: Study, pts: list[Point], say: Progress, wait: bool,
     results = study.out / "results"
     stale = launch.summary_signature(results)
     log = study.out / "report-%j.out"
-    final = launch.slurm.submit_script([f"--job-name=study-{study.name}", "--nodes=1", "--ntasks=1",
-                                        "--cpus-per-task=1", "--time=20", f"--output={log}", f"--chdir={ROOT}", *dep,
-                                        *slurm_common(study), "--wrap", shlex.join(report_command(study))])
-    say(None, f"report job {final}" + (f" runs after {', '.join(known)} (afterany)" if known else "")
-              + f"; it writes {results}")
+    final = launch.slurm.submit_script(
+        [
+            f"--job-name=study-{study.name}",
+            "--nodes=1",
+            "--ntasks=1",
+            "--cpus-per-task=1",
+            "--time=20",
+            f"--output={log}",
+            f"--chdir={ROOT}",
+            *dep,
+            *slurm_common(study),
+            "--wrap",
+            shlex.join(report_command(study)),
+        ]
+    )
+    say(
+        None,
+        f"report job {final}"
+        + (f" runs after {', '.join(known)} (afterany)" if known else "")
+        + f"; it writes {results}",
+    )
     if not wait:
-        print(json.dumps({"study": study.name, "executor": "slurm", "jobs": jobs, "report_job": final,
-                          "results": str(results)}), flush=True)
+        print(
+            json.dumps(
+                {"study": study.name, "executor": "slurm", "jobs": jobs, "report_job": final, "results": str(results)}
+            ),
+            flush=True,
+        )
         return None, failed
     report_log = Path(str(log).replace("%j", final))
     watched = launch.Launched("slurm", [results], jobs=[launch.Job(final, report_log)], stale_summaries=[stale])
@@ -143,8 +201,11 @@ def _run_slurm(study: Study, pts: list[Point], say: Progress, wait: bool,
         failed.append(f"report job {final}")
     summary = read_json(results / "summary.json") or {}
     if (results / "scaling.md").exists():
-        print(f"{study.task}: time to {study.metric} {study.target:g}\n" + (results / "scaling.md").read_text(),
-              end="", flush=True)
+        print(
+            f"{study.task}: time to {study.metric} {study.target:g}\n" + (results / "scaling.md").read_text(),
+            end="",
+            flush=True,
+        )
     failed += [pt.label for pt in pts if not is_done(pt) and pt.label not in failed]
     return summary, failed
 
@@ -154,8 +215,11 @@ def run_study(study: Study, executor: str, wait: bool = False, poll_s: float = 3
     pts = study.runs()
     say = Progress(study, len(pts))
     write_manifest(study)
-    say(None, f"{len(study.systems)} systems x {len(study.points)} points x seeds = {len(pts)} runs "
-              f"in {study.out} ({executor})")
+    say(
+        None,
+        f"{len(study.systems)} systems x {len(study.points)} points x seeds = {len(pts)} runs "
+        f"in {study.out} ({executor})",
+    )
     if executor == "local":
         summary, failed = _run_local(study, pts, say)
     else:
@@ -165,22 +229,36 @@ def run_study(study: Study, executor: str, wait: bool = False, poll_s: float = 3
     summary["failed"] = failed
     print(json.dumps(summary), flush=True)
     if failed:
-        say(None, f"{len(failed)} run(s) did not finish: {', '.join(failed)}; run the same command again to "
-                  "retry them (finished runs are skipped)")
+        say(
+            None,
+            f"{len(failed)} run(s) did not finish: {', '.join(failed)}; run the same command again to "
+            "retry them (finished runs are skipped)",
+        )
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def _point_command(study: Study, pt: Point, executor: str) -> str:
     if pt.system.kind == "podracer":
         req = podracer_request(study, pt, executor)
-        return (f"podracer submit {pt.system.job} --executor {executor} --nodes {req.nodes} --tasks-per-node "
-                f"{req.tasks_per_node} --gpus-per-node {req.gpus_per_node} --run-dir {pt.run_dir} "
-                + " ".join(f"--set {shlex.quote(s)}" for s in req.overrides))
-    cmd = shlex.join([str(rllib_python(pt.system)), "-m", "baselines.rllib.train", str(pt.system.job),
-                      *rllib_args(study, pt, executor)])
+        return (
+            f"podracer submit {pt.system.job} --executor {executor} --nodes {req.nodes} --tasks-per-node "
+            f"{req.tasks_per_node} --gpus-per-node {req.gpus_per_node} --run-dir {pt.run_dir} "
+            + " ".join(f"--set {shlex.quote(s)}" for s in req.overrides)
+        )
+    cmd = shlex.join(
+        [
+            str(rllib_python(pt.system)),
+            "-m",
+            "baselines.rllib.train",
+            str(pt.system.job),
+            *rllib_args(study, pt, executor),
+        ]
+    )
     if executor == "slurm":
-        cmd = (f"sbatch -N{pt.nodes} --cpus-per-task={max(1, pt.cpus // pt.nodes)} "
-               f"--gpus-per-node={pt.gpus_per_node} slurm_templates/rllib.sbatch ... ({cmd})")
+        cmd = (
+            f"sbatch -N{pt.nodes} --cpus-per-task={max(1, pt.cpus // pt.nodes)} "
+            f"--gpus-per-node={pt.gpus_per_node} slurm_templates/rllib.sbatch ... ({cmd})"
+        )
     return cmd
 
 
@@ -189,29 +267,49 @@ def dry_run(study: Study, executor: str) -> int:
     print(f"# study {study.name}: {study.task}, target {study.metric} >= {study.target:g}, out {study.out}")
     for pt in study.runs():
         state = "done" if is_done(pt) else "to run"
-        print(f"{pt.label}: {pt.nodes} node(s) x {pt.tasks_per_node} pod(s), {pt.gpus:g} GPUs, {pt.cpus} CPUs "
-              f"[{state}]\n    {_point_command(study, pt, executor)}")
-    print(f"# then: {shlex.join(report_command(study))}" +
-          (" (a Slurm job, --dependency=afterany on every point's job)" if executor == "slurm" else ""))
+        print(
+            f"{pt.label}: {pt.nodes} node(s) x {pt.tasks_per_node} pod(s), {pt.gpus:g} GPUs, {pt.cpus} CPUs "
+            f"[{state}]\n    {_point_command(study, pt, executor)}"
+        )
+    print(
+        f"# then: {shlex.join(report_command(study))}"
+        + (" (a Slurm job, --dependency=afterany on every point's job)" if executor == "slurm" else "")
+    )
     return EXIT_OK
 
 
 def add_study_parser(sub: Any) -> None:
     """Register ``podracer study`` on the CLI's sub-parsers."""
-    st = sub.add_parser("study", help="a scaling study: every system at every resource point and seed, then the "
-                                      "tables and figures (jobs/studies/*.yaml)",
-                        description=__doc__.split("\n\n")[0])
-    st.add_argument("study", nargs="?", default=None,
-                    help="study file (jobs/studies/*.yaml), or a study folder (its study.yaml)")
-    st.add_argument("--executor", choices=["auto", "local", "slurm"], default="auto",
-                    help="local: one run after another here; slurm: one job per run, then a report job "
-                         "(auto: slurm when sbatch exists)")
-    st.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a study key (dotted), e.g. --set seeds=[0,1] --set systems.rllib.max_wall_s=60")
+    st = sub.add_parser(
+        "study",
+        help="a scaling study: every system at every resource point and seed, then the "
+        "tables and figures (jobs/studies/*.yaml)",
+        description=__doc__.split("\n\n")[0],
+    )
+    st.add_argument(
+        "study", nargs="?", default=None, help="study file (jobs/studies/*.yaml), or a study folder (its study.yaml)"
+    )
+    st.add_argument(
+        "--executor",
+        choices=["auto", "local", "slurm"],
+        default="auto",
+        help="local: one run after another here; slurm: one job per run, then a report job "
+        "(auto: slurm when sbatch exists)",
+    )
+    st.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a study key (dotted), e.g. --set seeds=[0,1] --set systems.rllib.max_wall_s=60",
+    )
     st.add_argument("--wait", action="store_true", help="slurm: wait for the report job, then print the table")
     st.add_argument("--dry-run", action="store_true", help="print every run and its command; run nothing")
-    st.add_argument("--report-only", action="store_true",
-                    help="only write the tables and figures of the runs that are done (what the final job runs)")
+    st.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only write the tables and figures of the runs that are done (what the final job runs)",
+    )
     st.add_argument("--keys", action="store_true", help="list the keys of a study file and exit")
     st.set_defaults(func=main)
 
@@ -239,6 +337,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"podracer study: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("podracer study: interrupted; run the same command again to resume (finished runs are skipped)",
-              file=sys.stderr)
+        print(
+            "podracer study: interrupted; run the same command again to resume (finished runs are skipped)",
+            file=sys.stderr,
+        )
         return 130

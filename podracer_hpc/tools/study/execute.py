@@ -15,12 +15,20 @@ from typing import Any
 import yaml
 
 from podracer_hpc import launch
-from podracer_hpc.config import ConfigError
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError
 
-__all__ = ["check", "is_done", "podracer_request", "rllib_args", "rllib_python", "rllib_sets", "run_point_local",
-           "submit_point_slurm"]
+__all__ = [
+    "check",
+    "is_done",
+    "podracer_request",
+    "rllib_args",
+    "rllib_python",
+    "rllib_sets",
+    "run_point_local",
+    "submit_point_slurm",
+]
 
 
 def rllib_python(system: Any) -> Path:
@@ -31,19 +39,32 @@ def rllib_python(system: Any) -> Path:
 def podracer_request(study: Study, pt: Point, executor: str) -> launch.Request:
     """The ``launch.Request`` of a podracer point."""
     gpn = pt.gpus_per_node if study.gpus_of(pt.system) >= 1 else 0  # a shared GPU is not a Slurm GPU request
-    return launch.Request(job_file=str(pt.system.job), overrides=[*pt.system.sets, f"seed={pt.seed}"],
-                          executor=executor, nodes=pt.nodes if executor == "slurm" else 1,
-                          tasks_per_node=pt.tasks_per_node if executor == "slurm" else pt.pods, gpus_per_node=gpn,
-                          partition=str(study.slurm["partition"] or ""), account=str(study.slurm["account"] or ""),
-                          time_min=int(study.slurm["time_min"]), mpi=str(study.slurm["mpi"]), run_dir=str(pt.run_dir))
+    return launch.Request(
+        job_file=str(pt.system.job),
+        overrides=[*pt.system.sets, f"seed={pt.seed}"],
+        executor=executor,
+        nodes=pt.nodes if executor == "slurm" else 1,
+        tasks_per_node=pt.tasks_per_node if executor == "slurm" else pt.pods,
+        gpus_per_node=gpn,
+        partition=str(study.slurm["partition"] or ""),
+        account=str(study.slurm["account"] or ""),
+        time_min=int(study.slurm["time_min"]),
+        mpi=str(study.slurm["mpi"]),
+        run_dir=str(pt.run_dir),
+    )
 
 
 def rllib_sets(study: Study, pt: Point, executor: str = "local") -> list[str]:
     """The ``--set`` list of an RLlib point: the system's own, then the seed and the resource point
     (``resources.*``, which ``baselines/rllib/train.py`` turns into learners and env runners)."""
-    return [*pt.system.sets, f"seed={pt.seed}", f"resources.pods={pt.pods}",
-            f"resources.gpus_per_pod={study.gpus_of(pt.system):g}", f"resources.cpus={pt.cpus}",
-            f"resources.nodes={pt.resources(executor)['nodes']}"]
+    return [
+        *pt.system.sets,
+        f"seed={pt.seed}",
+        f"resources.pods={pt.pods}",
+        f"resources.gpus_per_pod={study.gpus_of(pt.system):g}",
+        f"resources.cpus={pt.cpus}",
+        f"resources.nodes={pt.resources(executor)['nodes']}",
+    ]
 
 
 def rllib_args(study: Study, pt: Point, executor: str = "local") -> list[str]:
@@ -64,10 +85,13 @@ def _check_rllib(study: Study, pt: Point, executor: str) -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the baseline lives in a checkout (baselines/), not in the package
     try:
-        from baselines.rllib.train import ConfigError as RllibConfigError, load_config as rllib_config
+        from baselines.rllib.train import ConfigError as RllibConfigError
+        from baselines.rllib.train import load_config as rllib_config
     except ImportError:
-        raise StudyError(f"systems.{s.name}: the RLlib baseline (baselines/rllib) is not here: podracer study runs "
-                         "RLlib from a checkout of podracer-hpc only (README, 'Scaling studies')") from None
+        raise StudyError(
+            f"systems.{s.name}: the RLlib baseline (baselines/rllib) is not here: podracer study runs "
+            "RLlib from a checkout of podracer-hpc only (README, 'Scaling studies')"
+        ) from None
     try:
         cfg = rllib_config(s.job, rllib_sets(study, pt, executor))
     except (RllibConfigError, OSError, yaml.YAMLError) as e:
@@ -75,8 +99,10 @@ def _check_rllib(study: Study, pt: Point, executor: str) -> None:
     if cfg["task"] != study.task:
         raise StudyError(f"systems.{s.name}: its job trains {cfg['task']!r}, the study's task is {study.task!r}")
     if not rllib_python(s).exists():
-        raise StudyError(f"systems.{s.name}: {rllib_python(s)} not found: create .venv-rllib as baselines/rllib/README.md "
-                         f"says, or set systems.{s.name}.python, or drop the system")
+        raise StudyError(
+            f"systems.{s.name}: {rllib_python(s)} not found: create .venv-rllib as baselines/rllib/README.md "
+            f"says, or set systems.{s.name}.python, or drop the system"
+        )
 
 
 def check(study: Study, executor: str) -> None:
@@ -84,8 +110,10 @@ def check(study: Study, executor: str) -> None:
     if executor not in ("local", "slurm"):
         raise StudyError(f"--executor must be local or slurm, got {executor!r}")
     if executor == "slurm" and any(0 < study.gpus_of(s) < 1 for s in study.systems):
-        raise StudyError("resources.gpus_per_pod below 1 (pods sharing a GPU) runs with --executor local only: Slurm "
-                         "gives whole GPUs")
+        raise StudyError(
+            "resources.gpus_per_pod below 1 (pods sharing a GPU) runs with --executor local only: Slurm "
+            "gives whole GPUs"
+        )
     checked: set[tuple[str, int]] = set()
     for pt in study.runs():
         s = pt.system
@@ -100,7 +128,9 @@ def check(study: Study, executor: str) -> None:
             except (launch.LaunchError, ConfigError) as e:
                 raise StudyError(f"systems.{s.name} at {pt.pods} pods: {e}") from None
             if cfg.env.name != study.task:
-                raise StudyError(f"systems.{s.name}: its job trains {cfg.env.name!r}, the study's task is {study.task!r}")
+                raise StudyError(
+                    f"systems.{s.name}: its job trains {cfg.env.name!r}, the study's task is {study.task!r}"
+                )
         else:
             _check_rllib(study, pt, executor)
     if executor == "slurm" and any(s.kind == "rllib" for s in study.systems) and shutil.which("sbatch") is None:
@@ -176,8 +206,14 @@ def run_point_local(study: Study, pt: Point, say: Any, poll_s: float = 1.0) -> N
         cmd = [str(rllib_python(pt.system)), "-m", "baselines.rllib.train", str(pt.system.job), *rllib_args(study, pt)]
         launch.start_command(cmd, pt.run_dir, launched, env={"PYTHONPATH": str(ROOT)})
     try:
-        launch.wait(launched, timeout_s=pt.system.timeout_s, poll_s=poll_s, out=_Prefixed(say, pt),
-                    done=done_summary, progress=progress)
+        launch.wait(
+            launched,
+            timeout_s=pt.system.timeout_s,
+            poll_s=poll_s,
+            out=_Prefixed(say, pt),
+            done=done_summary,
+            progress=progress,
+        )
     finally:
         launch.local.stop(launched)
 
@@ -191,19 +227,36 @@ def submit_point_slurm(study: Study, pt: Point) -> launch.Launched:
     else:
         cpus_per_node = max(1, pt.cpus // pt.nodes)
         log = pt.run_dir / "slurm-%j.out"
-        args = [f"--job-name=rllib-{study.name}", f"--nodes={pt.nodes}", "--ntasks-per-node=1",
-                f"--cpus-per-task={cpus_per_node}", f"--gpus-per-node={pt.gpus_per_node}",
-                f"--time={int(study.slurm['time_min'])}", f"--output={log}", f"--chdir={ROOT}", *slurm_common(study),
-                str(ROOT / "slurm_templates" / "rllib.sbatch"), str(pt.system.job),
-                *[a for a in rllib_args(study, pt, "slurm") if a not in ("--run-dir", str(pt.run_dir))]]
+        args = [
+            f"--job-name=rllib-{study.name}",
+            f"--nodes={pt.nodes}",
+            "--ntasks-per-node=1",
+            f"--cpus-per-task={cpus_per_node}",
+            f"--gpus-per-node={pt.gpus_per_node}",
+            f"--time={int(study.slurm['time_min'])}",
+            f"--output={log}",
+            f"--chdir={ROOT}",
+            *slurm_common(study),
+            str(ROOT / "slurm_templates" / "rllib.sbatch"),
+            str(pt.system.job),
+            *[a for a in rllib_args(study, pt, "slurm") if a not in ("--run-dir", str(pt.run_dir))],
+        ]
         stale = launch.summary_signature(pt.run_dir)
-        job = launch.slurm.submit_script(args, env={"PODRACER_RUN_DIR": str(pt.run_dir), "PODRACER_ROOT": str(ROOT),
-                                                    "RLLIB_VENV": str(rllib_python(pt.system).parent.parent)})
+        job = launch.slurm.submit_script(
+            args,
+            env={
+                "PODRACER_RUN_DIR": str(pt.run_dir),
+                "PODRACER_ROOT": str(ROOT),
+                "RLLIB_VENV": str(rllib_python(pt.system).parent.parent),
+            },
+        )
         out = Path(str(log).replace("%j", job))
-        launched = launch.Launched("slurm", [pt.run_dir], jobs=[launch.Job(job, out)], logs=[out],
-                                   stale_summaries=[stale])
-    (pt.run_dir / "job.json").write_text(json.dumps({"job_id": launched.jobs[0].job_id, "kind": pt.system.kind,
-                                                     "submitted": time.time()}) + "\n")
+        launched = launch.Launched(
+            "slurm", [pt.run_dir], jobs=[launch.Job(job, out)], logs=[out], stale_summaries=[stale]
+        )
+    (pt.run_dir / "job.json").write_text(
+        json.dumps({"job_id": launched.jobs[0].job_id, "kind": pt.system.kind, "submitted": time.time()}) + "\n"
+    )
     return launched
 
 
@@ -212,13 +265,13 @@ def slurm_common(study: Study) -> list[str]:
     return [f"--{k}={study.slurm[k]}" for k in ("partition", "account") if study.slurm[k]]
 
 
-def watch_slurm(launched: launch.Launched, timeout_s: float, say: Any, pt: Point | None,
-                poll_s: float = 3.0) -> bool:
+def watch_slurm(launched: launch.Launched, timeout_s: float, say: Any, pt: Point | None, poll_s: float = 3.0) -> bool:
     """Wait for a study's Slurm job with ``launch.wait``; True when its run is done, False when it
     ended without (said)."""
     try:
-        launch.wait(launched, timeout_s=timeout_s, poll_s=poll_s, out=_Prefixed(say, pt), done=done_summary,
-                    progress=None)
+        launch.wait(
+            launched, timeout_s=timeout_s, poll_s=poll_s, out=_Prefixed(say, pt), done=done_summary, progress=None
+        )
         return True
     except launch.JobError as e:
         say(pt, f"FAILED: {e}")

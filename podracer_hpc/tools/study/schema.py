@@ -11,13 +11,23 @@ from typing import Any, Sequence
 
 import yaml
 
-from podracer_hpc.config import ConfigError, describe, from_dict, parse_overrides, to_dict
+from podracer_hpc.config import describe, from_dict, parse_overrides, to_dict
+from podracer_hpc.docfield import ConfigError, F
 from podracer_hpc.files import shipped
-from podracer_hpc.docfield import F
 from podracer_hpc.report.aggregate import METRICS  # what a target can be a value of
 
-__all__ = ["KINDS", "METRICS", "Point", "Study", "StudyConfig", "StudyError", "System", "SystemConfig", "keys_text",
-           "load_study"]
+__all__ = [
+    "KINDS",
+    "METRICS",
+    "Point",
+    "Study",
+    "StudyConfig",
+    "StudyError",
+    "System",
+    "SystemConfig",
+    "keys_text",
+    "load_study",
+]
 
 ROOT = shipped.root()  # jobs/, baselines/, slurm_templates/: a checkout's, or the wheel's copy
 KINDS = ("podracer", "rllib")
@@ -41,8 +51,11 @@ def _ints(v: Any, key: str, minimum: int) -> list[int]:
 
 @dataclass
 class ResourcesConfig:
-    gpus_per_pod: float = F(0.0, "GPUs per pod (and per RLlib learner); 0 on CPU; below 1: pods share GPUs, a point "
-                                 "uses ceil(pods x gpus_per_pod) of them (local executor only)")
+    gpus_per_pod: float = F(
+        0.0,
+        "GPUs per pod (and per RLlib learner); 0 on CPU; below 1: pods share GPUs, a point "
+        "uses ceil(pods x gpus_per_pod) of them (local executor only)",
+    )
     cpus_per_pod: int = F(1, "CPU cores per pod in the allocation (RLlib's env runners run on them)")
     pods_per_node: int = F(8, "pods per node: a point of P pods asks for ceil(P / pods_per_node) nodes")
 
@@ -59,8 +72,11 @@ class SlurmConfig:
     account: str = F("", "Slurm account")
     time_min: int = F(30, "time limit of each point's job, minutes")
     mpi: str = F("pmi2", "srun --mpi plugin for podracer's ranks: pmi2 (mpich) or pmix (Open MPI)")
-    serial: bool = F(False, "run the points one at a time (this command waits for each): timings on a one-host test "
-                            "cluster; false on a real cluster (all jobs queued at once)")
+    serial: bool = F(
+        False,
+        "run the points one at a time (this command waits for each): timings on a one-host test "
+        "cluster; false on a real cluster (all jobs queued at once)",
+    )
 
     def __post_init__(self) -> None:
         if self.mpi not in ("pmi2", "pmix", "none"):
@@ -76,12 +92,18 @@ class SystemConfig:
     set: list = F([], "KEY=VALUE overrides of the job file, for every point")
     seeds: list = F([], "this system's seeds (default: the study's), e.g. fewer for a costly peer")
     points: list = F([], "this system's points (default: the study's)")
-    gpus_per_pod: float = F(-1.0, "this system's GPUs per pod (default -1: resources.gpus_per_pod), e.g. 1 for "
-                                  "RLlib's GPU learner while the pods share one GPU")
+    gpus_per_pod: float = F(
+        -1.0,
+        "this system's GPUs per pod (default -1: resources.gpus_per_pod), e.g. 1 for "
+        "RLlib's GPU learner while the pods share one GPU",
+    )
     python: str = F("", "rllib: the interpreter with ray[rllib] (default <repo>/.venv-rllib/bin/python)")
     stop_at_target: bool = F(True, "rllib: stop at the first evaluation at or above the target (metric return)")
-    max_wall_s: float = F(0.0, "rllib: stop after this many training seconds (0: no bound; a run that stops there "
-                               "is done: 'not reached' with that bound)")
+    max_wall_s: float = F(
+        0.0,
+        "rllib: stop after this many training seconds (0: no bound; a run that stops there "
+        "is done: 'not reached' with that bound)",
+    )
     timeout_s: float = F(3600.0, "local executor: give up on one run after this many seconds")
 
     def __post_init__(self) -> None:
@@ -104,18 +126,25 @@ class SystemConfig:
 class StudyConfig:
     name: str = F("", "study name (default: the file's stem); Slurm job names and the default out folder use it")
     task: str = F("", "the task every system trains (pendulum, cartpole, stock_trading, ...); required")
-    metric: str = F("return", "what target is a value of: return (evaluation return), or cumulative_return (stock "
-                              "trading: the evaluation episodes' cumulative return on the training window, a fraction)")
-    target: float = F(math.nan, "the target value of metric; time to target is the first evaluation at or above it; "
-                                "required")
-    points: list = F([1, 2, 4], "resource points: pods (podracer MPI ranks = RLlib learners), one run per seed and "
-                                "system")
+    metric: str = F(
+        "return",
+        "what target is a value of: return (evaluation return), or cumulative_return (stock "
+        "trading: the evaluation episodes' cumulative return on the training window, a fraction)",
+    )
+    target: float = F(
+        math.nan, "the target value of metric; time to target is the first evaluation at or above it; required"
+    )
+    points: list = F(
+        [1, 2, 4], "resource points: pods (podracer MPI ranks = RLlib learners), one run per seed and system"
+    )
     seeds: list = F([0], "seeds; each point runs once per seed (podracer rank r uses seed + r)")
     out: str = F("", "study folder (default runs/studies/<name>); relative to the current directory")
     resources: ResourcesConfig = F(ResourcesConfig, "the allocation a pod gets")
     slurm: SlurmConfig = F(SlurmConfig, "the Slurm side of a study")
-    systems: dict = F({}, "name -> system (keys of systems.<name> below); the name labels its series (podracer and "
-                          "rllib are also kinds)")
+    systems: dict = F(
+        {},
+        "name -> system (keys of systems.<name> below); the name labels its series (podracer and rllib are also kinds)",
+    )
 
     def __post_init__(self) -> None:
         if not self.task:
@@ -128,8 +157,10 @@ class StudyConfig:
             raise ValueError(f"target is required (a value of {self.metric}, e.g. -250 for pendulum's return)")
         self.points, self.seeds = _ints(self.points, "points", 1), _ints(self.seeds, "seeds", 0)
         if not isinstance(self.systems, dict) or not self.systems:
-            raise ValueError("systems is required: a mapping of names to systems, e.g.\n  systems:\n    podracer: {job: "
-                             "jobs/pendulum_fast.yaml}\n    rllib: {job: jobs/rllib/pendulum.yaml}")
+            raise ValueError(
+                "systems is required: a mapping of names to systems, e.g.\n  systems:\n    podracer: {job: "
+                "jobs/pendulum_fast.yaml}\n    rllib: {job: jobs/rllib/pendulum.yaml}"
+            )
 
 
 @dataclass
@@ -173,9 +204,16 @@ class Point:
     def resources(self, executor: str) -> dict[str, Any]:
         """What this run gets (``resources.json``, read by analysis). Locally: one node, this
         machine (``cpus`` is still what the point asks for: the pods share the machine's cores)."""
-        return {"system": self.system.name, "kind": self.system.kind, "pods": self.pods, "gpus": self.gpus,
-                "cpus": self.cpus, "nodes": self.nodes if executor == "slurm" else 1, "seed": self.seed,
-                "executor": executor}
+        return {
+            "system": self.system.name,
+            "kind": self.system.kind,
+            "pods": self.pods,
+            "gpus": self.gpus,
+            "cpus": self.cpus,
+            "nodes": self.nodes if executor == "slurm" else 1,
+            "seed": self.seed,
+            "executor": executor,
+        }
 
 
 @dataclass
@@ -209,8 +247,18 @@ class Study:
                 nodes = max(1, math.ceil(pods / self.pods_per_node))
                 gpus = float(math.ceil(pods * gpp - 1e-9)) if 0 < gpp < 1 else pods * gpp
                 for seed in system.seeds if system.seeds is not None else self.seeds:
-                    out.append(Point(system, pods, seed, self.out / "runs" / system.name / f"p{pods}-s{seed}", nodes,
-                                     pods // nodes, gpus, pods * self.cpus_per_pod))
+                    out.append(
+                        Point(
+                            system,
+                            pods,
+                            seed,
+                            self.out / "runs" / system.name / f"p{pods}-s{seed}",
+                            nodes,
+                            pods // nodes,
+                            gpus,
+                            pods * self.cpus_per_pod,
+                        )
+                    )
         return out
 
 
@@ -241,8 +289,9 @@ def _read(path: Path, sets: Sequence[str]) -> dict[str, Any]:
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise StudyError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
-        raise StudyError(f"{path}: a study file is a mapping of keys (see `podracer study --keys`), got "
-                         f"{type(raw).__name__}")
+        raise StudyError(
+            f"{path}: a study file is a mapping of keys (see `podracer study --keys`), got {type(raw).__name__}"
+        )
     try:
         for k, v in parse_overrides(list(sets)):
             d = raw
@@ -266,13 +315,26 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         raise StudyError(f"{where}: {e}") from None
     kind = c.kind or (name if name in KINDS else "")
     if kind not in KINDS:
-        raise StudyError(f"{sw}: kind must be one of {', '.join(KINDS)}"
-                         + ("" if c.kind else " (the name is neither, so give kind)") + f", got {kind or None!r}")
+        raise StudyError(
+            f"{sw}: kind must be one of {', '.join(KINDS)}"
+            + ("" if c.kind else " (the name is neither, so give kind)")
+            + f", got {kind or None!r}"
+        )
     if not str(name).replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise StudyError(f"{sw}: a system name is a folder name: letters, digits, '-', '_', '.'")
-    return System(str(name), kind, _path(c.job, base), list(c.set), c.python, c.stop_at_target,
-                  c.max_wall_s or None, c.timeout_s, c.seeds or None, c.points or None,
-                  None if c.gpus_per_pod < 0 else c.gpus_per_pod)
+    return System(
+        str(name),
+        kind,
+        _path(c.job, base),
+        list(c.set),
+        c.python,
+        c.stop_at_target,
+        c.max_wall_s or None,
+        c.timeout_s,
+        c.seeds or None,
+        c.points or None,
+        None if c.gpus_per_pod < 0 else c.gpus_per_pod,
+    )
 
 
 def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
@@ -295,16 +357,45 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
     for p in sorted({p for s in systems for p in (s.points or cfg.points)}):
         nodes = math.ceil(p / r.pods_per_node)
         if p % nodes:
-            raise StudyError(f"{where}: {p} pods do not split evenly over {nodes} nodes of at most {r.pods_per_node} "
-                             "pods (resources.pods_per_node); choose points that do")
+            raise StudyError(
+                f"{where}: {p} pods do not split evenly over {nodes} nodes of at most {r.pods_per_node} "
+                "pods (resources.pods_per_node); choose points that do"
+            )
     name = cfg.name or path.stem
     out = Path(cfg.out or Path("runs") / "studies" / name).expanduser()
     out = (out if out.is_absolute() else Path.cwd() / out).resolve()
-    resolved = {**to_dict(cfg), "name": name, "out": str(out),
-                "systems": {s.name: {"kind": s.kind, "job": str(s.job), "set": s.sets, "python": s.python,
-                                     "stop_at_target": s.stop_at_target, "max_wall_s": s.max_wall_s or 0.0,
-                                     "timeout_s": s.timeout_s, "seeds": s.seeds or [], "points": s.points or [],
-                                     "gpus_per_pod": -1.0 if s.gpus_per_pod is None else s.gpus_per_pod}
-                            for s in systems}}
-    return Study(name, cfg.task, cfg.metric, cfg.target, cfg.points, cfg.seeds, out, r.gpus_per_pod, r.cpus_per_pod,
-                 r.pods_per_node, copy.deepcopy(to_dict(cfg.slurm)), systems, resolved)
+    resolved = {
+        **to_dict(cfg),
+        "name": name,
+        "out": str(out),
+        "systems": {
+            s.name: {
+                "kind": s.kind,
+                "job": str(s.job),
+                "set": s.sets,
+                "python": s.python,
+                "stop_at_target": s.stop_at_target,
+                "max_wall_s": s.max_wall_s or 0.0,
+                "timeout_s": s.timeout_s,
+                "seeds": s.seeds or [],
+                "points": s.points or [],
+                "gpus_per_pod": -1.0 if s.gpus_per_pod is None else s.gpus_per_pod,
+            }
+            for s in systems
+        },
+    }
+    return Study(
+        name,
+        cfg.task,
+        cfg.metric,
+        cfg.target,
+        cfg.points,
+        cfg.seeds,
+        out,
+        r.gpus_per_pod,
+        r.cpus_per_pod,
+        r.pods_per_node,
+        copy.deepcopy(to_dict(cfg.slurm)),
+        systems,
+        resolved,
+    )

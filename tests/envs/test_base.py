@@ -107,7 +107,9 @@ def compare_with_gym(task, dtype, steps, atol, action_fn, episodes_expected=None
         assert rew[0].item() == pytest.approx(float(g_rew), abs=atol), f"reward differs at step {t}"
         # gymnasium's float32 observation and its float64 state
         g_state_obs = gym_obs(task, genv)
-        np.testing.assert_allclose(info["final_obs"][0].double().numpy(), g_obs.astype(np.float64), atol=max(atol, 1e-6), rtol=0)
+        np.testing.assert_allclose(
+            info["final_obs"][0].double().numpy(), g_obs.astype(np.float64), atol=max(atol, 1e-6), rtol=0
+        )
         np.testing.assert_allclose(info["final_obs"][0].double().numpy(), g_state_obs, atol=atol, rtol=0)
         if g_term or g_trunc:
             finished.append((length, bool(g_term)))
@@ -346,7 +348,9 @@ def test_state_dict_is_a_snapshot_and_rejects_wrong_num_envs():
 # Shapes, dtypes, devices, registry
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("num_envs", [1, 7, 256])
-@pytest.mark.parametrize("task,dtype", [("pendulum", torch.float32), ("cartpole", torch.float32), ("pendulum", torch.float64)])
+@pytest.mark.parametrize(
+    "task,dtype", [("pendulum", torch.float32), ("cartpole", torch.float32), ("pendulum", torch.float64)]
+)
 def test_shapes_dtypes_device(task, num_envs, dtype):
     env = make_env(task, num_envs, seed=0, dtype=dtype)
     assert isinstance(env, VecEnv)
@@ -506,8 +510,12 @@ def test_cartpole_step_outputs_are_not_overwritten_by_later_steps():
     env.reset()
     acts = random_actions("cartpole", 12, 32, seed=0)
     kept = [env.step(a) for a in acts[:1]][0]
-    snap = [kept[0].clone(), kept[4]["final_obs"].clone(), kept[4]["episode_length"].clone(),
-            kept[4]["episode_return"].clone()]
+    snap = [
+        kept[0].clone(),
+        kept[4]["final_obs"].clone(),
+        kept[4]["episode_length"].clone(),
+        kept[4]["episode_return"].clone(),
+    ]
     st = env.state.clone()
     for a in acts[1:]:
         env.step(a)
