@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # MPICH's own hygiene (the PMI netmod, stale shared-memory segments) lives in mpich.py
-from podracer_hpc.cluster.mpich import clean_stale_mpich_segments, mpich_world_id, pypi_mpich, slurm_pmi2_netmod  # noqa: E402
+from podracer_hpc.cluster.mpich import clean_stale_mpich_segments, slurm_pmi2_netmod  # noqa: E402
 
 # Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
 _LAUNCHER_VARS: tuple[tuple[str, str | None], ...] = (

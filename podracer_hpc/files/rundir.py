@@ -133,7 +133,7 @@ def git_revision(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     if env.get("PODRACER_GIT_REVISION"):
         return env["PODRACER_GIT_REVISION"]
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # podracer_hpc/
     snap = pkg.parent / "SNAPSHOT.json"
     if snap.is_file():
         try:

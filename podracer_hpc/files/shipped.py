@@ -14,7 +14,7 @@ from pathlib import Path
 __all__ = ["FOLDERS", "find", "root"]
 
 FOLDERS = ("jobs", "slurm_templates", "baselines")
-_PKG = Path(__file__).resolve().parent
+_PKG = Path(__file__).resolve().parents[1]  # podracer_hpc/
 
 
 def root() -> Path:

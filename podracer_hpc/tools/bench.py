@@ -291,7 +291,7 @@ def bench_train(
 
 
 def _default_job() -> str | None:
-    from pathlib import Path
+    from podracer_hpc.files.shipped import find
 
-    p = Path(__file__).resolve().parent.parent / "jobs" / "pendulum.yaml"
-    return str(p) if p.exists() else None
+    p = find("jobs/pendulum.yaml")
+    return str(p) if p is not None else None

@@ -219,5 +219,5 @@ def test_code_revision_prefers_the_snapshot(env, tmp_path, monkeypatch):
     (tmp_path / "SNAPSHOT.json").write_text(json.dumps({"revision": "feed123-dirty"}))
     import podracer_hpc.files.rundir as R  # the one owner of the run's provenance (device re-exports it)
 
-    monkeypatch.setattr(R, "__file__", str(pkg / "rundir.py"))
+    monkeypatch.setattr(R, "__file__", str(pkg / "files" / "rundir.py"))
     assert D.code_revision(env) == "feed123-dirty" == R.git_revision(env)
