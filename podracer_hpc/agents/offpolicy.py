@@ -26,26 +26,14 @@ import torch
 import torch.nn as nn
 
 from podracer_hpc.agents.compiled import Compiled, FusedAdam, compiled
-from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
+from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS, mlp
 from podracer_hpc.agents.ppo import RunningMeanStd
 from podracer_hpc.agents.settings import OffPolicyConfig
-
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
 
 
 # ----------------------------------------------------------------------------------------
 # Networks
 # ----------------------------------------------------------------------------------------
-def mlp(sizes: list[int], activation: str) -> nn.Sequential:
-    """A plain MLP with PyTorch's default initialization (as CleanRL's SAC and TD3)."""
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
-
-
 class TwinQ(nn.Module):
     """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair) as one batched
     ensemble: layer ``l`` of both is one ``torch.baddbmm`` on stacked weights ``w{l}``

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from podracer_hpc.agents.compiled import FusedAdam
+from podracer_hpc.agents.mlp_math import mlp
 from podracer_hpc.agents.offpolicy import (
     TwinQ,
     clipped_double_q_target,
     critic_loss,
     ensemble_target,
-    mlp,
     upgrade_twin_q_state,
 )
 from podracer_hpc.agents.sac import SACAgent, sac_actor_loss, squashed_gaussian_log_prob
