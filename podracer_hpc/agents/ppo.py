@@ -15,8 +15,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.compiled import Compiled, FusedAdam, clip_grads, compiled
+from podracer_hpc.agents.compiled import Compiled, compiled
 from podracer_hpc.agents.mlp_math import ACTIVATIONS, mlp
+from podracer_hpc.agents.optimizer import FusedAdam, clip_grads
 from podracer_hpc.agents.ppo_grads import LOG_2PI, gaussian_mlp_grads
 from podracer_hpc.agents.settings import MUTABLE_HPARAMS, PPOConfig
 
