@@ -26,7 +26,6 @@ from typing import Any, Mapping, NamedTuple
 import yaml
 
 from podracer_hpc.agents.settings import (
-    COMPILE_MODES,
     MUTABLE_HPARAMS,
     SAC_MUTABLE,
     TD3_MUTABLE,
@@ -40,7 +39,6 @@ from podracer_hpc.docfield import ConfigError, F
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
 # checks its memory estimate against the device before it allocates (pod.check_memory).
 MAX_NUM_ENVS = 2**24
-MAX_ROLLOUT_STEPS = 2**16
 MAX_BATCH = 2**31 - 1
 MAX_HIDDEN = 2**16
 MAX_EVAL_EPISODES = 2**20
@@ -145,7 +143,6 @@ class LogConfig:
 # The tournament section (its rules are podracer_hpc/pool/rules.py, which reads this)
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "none")
-NETWORKS = ("mlp", "per_asset")  # agent.network
 SYNC_MODES = ("collective", "async")
 ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
 
@@ -513,14 +510,8 @@ def validate(cfg: Config) -> Config:
         "agent.hidden_sizes",
         f"must be a list of 1 to 16 integers in [1, {MAX_HIDDEN:,}], got {a.hidden_sizes!r}",
     )
+    a.validate()  # the agent's own checks; then what depends on the task and the batch
     if a.algo == "ppo":
-        need(
-            0 < a.learning_rate < float("inf"),
-            "agent.learning_rate",
-            f"must be a finite number > 0, got {a.learning_rate}",
-        )
-        within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
-        within(a.update_epochs, 1, 10_000, "agent.update_epochs")
         batch = a.rollout_steps * e.num_envs
         need(
             batch <= MAX_BATCH,
@@ -532,28 +523,12 @@ def validate(cfg: Config) -> Config:
             "agent.num_minibatches",
             f"must divide the batch of rollout_steps x num_envs = {batch}, got {a.num_minibatches}",
         )
-        need(0 < a.gamma <= 1, "agent.gamma", f"must be in (0, 1], got {a.gamma}")
-        need(0 <= a.gae_lambda <= 1, "agent.gae_lambda", f"must be in [0, 1], got {a.gae_lambda}")
-        need(a.clip_coef > 0, "agent.clip_coef", f"must be > 0, got {a.clip_coef}")
-        need(a.ent_coef >= 0, "agent.ent_coef", f"must be >= 0, got {a.ent_coef}")
-        need(a.vf_coef >= 0, "agent.vf_coef", f"must be >= 0, got {a.vf_coef}")
-        need(a.max_grad_norm > 0, "agent.max_grad_norm", f"must be > 0, got {a.max_grad_norm}")
-        need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
-        need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
-        need(
-            a.activation in ("tanh", "relu", "elu", "silu"),
-            "agent.activation",
-            f"must be tanh, relu, elu or silu, got {a.activation!r}",
-        )
-        need(a.compile in COMPILE_MODES, "agent.compile", f"must be {' | '.join(COMPILE_MODES)}, got {a.compile!r}")
-        need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
         need(
             a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets),
             "agent.network",
             f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp",
         )
-    else:  # sac | td3: the agent's own checks, then what depends on the task and the batch
-        a.validate()
+    else:  # sac | td3
         need(
             e.name not in tasks or not registry.get(e.name).discrete,
             "agent.algo",
