@@ -54,7 +54,7 @@ from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, get_comm
 from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.config import Config, for_rank, to_dict
+from podracer_hpc.config import Config, for_rank, renamed_keys, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
@@ -293,6 +293,7 @@ class RankRun:
         ``resume.agree`` found it and its .prev in."""
         tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
         written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
+        written = renamed_keys(written, warn=False)
         diffs = _diff_config(written, to_dict(self.run_cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
