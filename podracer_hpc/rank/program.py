@@ -191,10 +191,9 @@ class RankRun:
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
-        """The run directory's lock, device, pod, the checkpoint every rank resumes from (or a
-        fresh start), log, pool."""
+        """Device, pod, the run directory's lock (before anything is written there), the checkpoint
+        every rank resumes from (or a fresh start), log, pool."""
         cfg, comm = self.cfg, self.comm
-        self.take_lock()
         try:  # every rank calls it: the ranks of a node compare GPUs, and one rank's error stops all
             device = resolve_device(cfg.device, comm.local_rank, comm.local_size, allgather=comm.allgather)
         except DeviceError as e:
@@ -228,6 +227,7 @@ class RankRun:
             )
             + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
         )
+        self.take_lock()  # nothing above wrote into the run directory (a pod refused for its memory makes none)
         poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
         choice = resume.agree(
             comm.allgather,
