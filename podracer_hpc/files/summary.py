@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes
-from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.rundir import RunDir, make_dirs
 
 __all__ = ["assemble", "clear_record", "describe_missing", "read_records", "write_record"]
 
@@ -46,7 +46,7 @@ def write_record(rundir: RunDir, pod: int, record: dict[str, Any]) -> None:
         mean, se, (lo, hi) = clean["verdict"]
         clean["verdict"] = [finite_or_none(mean), finite_or_none(se), [finite_or_none(lo), finite_or_none(hi)]]
     clean.update(pod=pod, written=time.time())
-    rundir.pods_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(rundir.pods_dir)
     atomic_write_bytes(rundir.pod_record(pod), (json.dumps(clean) + "\n").encode(), mode=0o644, sync_dir=False)
 
 
