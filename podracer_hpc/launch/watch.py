@@ -342,6 +342,22 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     raise JobError(f"local run {launched.label(i)} failed ({why}); see {log}:\n" + _tail(log))
 
 
+def _ask_slurm(
+    launched: Launched, finished: set[int], watches: list[_Watch], out: Any, counts: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """Slurm's states of the jobs still watched (one scheduler call); with ``counts`` (many jobs:
+    the last line of counts printed), a line of counts when they changed."""
+    states = jobstate.slurm_job_states(
+        [launched.jobs[i].job_id for i in range(len(launched.run_dirs)) if i not in finished]
+    )
+    if counts is not None:
+        line = state_counts(states, sum(w.restarts for w in watches))
+        if line != counts:
+            print(f"jobs: {line}", file=out, flush=True)
+            counts = line
+    return states, counts
+
+
 def wait(
     launched: Launched,
     timeout_s: float,
@@ -380,14 +396,7 @@ def wait(
         ask = launched.executor != "local" and time.monotonic() - asked >= slurm_every_s
         if ask:  # one scheduler call for every job still watched
             asked = time.monotonic()
-            states = jobstate.slurm_job_states(
-                [launched.jobs[i].job_id for i in range(len(launched.run_dirs)) if i not in finished]
-            )
-            if not each:
-                line = state_counts(states, sum(w.restarts for w in watches))
-                if line != counts:
-                    print(f"jobs: {line}", file=out, flush=True)
-                    counts = line
+            states, counts = _ask_slurm(launched, finished, watches, out, counts if not each else None)
         shown: set[str] = set()  # a pool's jobs share one run directory: one line for it per poll
         for i, d in enumerate(launched.run_dirs):
             if i in finished:

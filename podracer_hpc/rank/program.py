@@ -52,15 +52,15 @@ import yaml
 
 from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
-from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm, stop_tree_neighbours
+from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
 from podracer_hpc.config import Config, for_rank, to_dict
 from podracer_hpc.docfield import ConfigError
-from podracer_hpc.files import heartbeat, safeio
+from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.h5recover import open_log
-from podracer_hpc.files.rundir import EXIT_HUNG, EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
+from podracer_hpc.files.rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
 from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.fitness import Fitness, eval_seed
 from podracer_hpc.pool.hparams import describe_space, effective_space
@@ -68,16 +68,12 @@ from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
 from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
 from podracer_hpc.rank import faults, resume
 from podracer_hpc.rank.state import RankState
+from podracer_hpc.rank.vigil import Vigil
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
 # Keys that may differ between a run and its resumption; anything else must match.
 RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
-
-# tournament.meeting_timeout_s 0 (derived): max(MEETING_FLOOR_S, MEETING_ROUNDS x the pod's longest round)
-MEETING_FLOOR_S = 300.0
-MEETING_ROUNDS = 3.0
-HEARTBEAT_S = 30.0  # the longest time between two heartbeats of a training pod (a quarter of the deadline if shorter)
 
 
 class TrainingError(RuntimeError):
@@ -115,7 +111,7 @@ def train(
         try:
             return _loop(rank)
         except MeetingTimeout as e:  # a rank did not come: name it, then end this world (never a hang)
-            rank.hung(e)
+            rank.vigil.hung(e)
             raise
     finally:
         rank.close()
@@ -136,7 +132,7 @@ def _loop(rank: "RankRun") -> RunResult:
         if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
             rank.checkpoint()
         rank.progress()
-        rank.aggregate()
+        rank.vigil.aggregate(rank.pool_size)
     return rank.finish()
 
 
@@ -181,11 +177,9 @@ class RankRun:
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
-        self.hb: heartbeat.Heartbeat | None = None  # this pod's heartbeat (start() opens it)
-        self.round_s = 0.0  # the longest time between two of this pod's rounds (the derived meeting deadline)
-        self.next_check = 0.0  # monotonic time of the next look at the heartbeats while a wait is long
-        self.last_aggregate = -math.inf
-        self.last_action = ""
+        # this pod's heartbeat and the deadline on its waits for every rank (start() opens it)
+        self.vigil = Vigil(self.cfg, comm, self.rundir, part, self.index, self.say)
+        self.vigil.flush = lambda: self.log.flush() if self.log is not None else None
 
     def say(self, msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
@@ -198,128 +192,6 @@ class RankRun:
         t = self.cfg.tournament
         return t.mode == "none" or t.sync == "async"
 
-    # --- signs of life and deadlines ---------------------------------------------------------
-    def open_heartbeat(self, device: str) -> None:
-        """This pod's heartbeat (files/heartbeat.py), and the deadline on every wait for all ranks
-        (:meth:`overdue` watches them: cluster/mpi.py asks it while a rank waits)."""
-        host = socket.gethostname().split(".")[0]
-        fixed = {
-            "rank": self.comm.rank,
-            "part": self.part.index,
-            "host": host,
-            "device": device,
-            "pid": os.getpid(),
-            "job": job_id(),
-            "seed": self.cfg.seed + self.index,
-            "algo": self.cfg.agent.algo,
-            "total": self.cfg.total_env_steps,
-            "state": "running",
-        }
-        self.hb = heartbeat.Heartbeat(self.rundir, self.index, fixed, min(HEARTBEAT_S, self.meeting_timeout() / 4))
-        if self.comm.rank == 0:
-            heartbeat.clear_part(self.rundir, self.part.index)  # a hang record is of an earlier start
-        self.hb.beat("starting", force=True)
-        self.comm.watch = self.overdue
-
-    def meeting_timeout(self) -> float:
-        """The deadline of a wait for every rank: ``tournament.meeting_timeout_s``, or (0) the
-        larger of MEETING_FLOOR_S and MEETING_ROUNDS x the longest time this pod took from one
-        round to the next (its training, evaluation and meeting)."""
-        t = self.cfg.tournament.meeting_timeout_s
-        return t if t > 0 else max(MEETING_FLOOR_S, MEETING_ROUNDS * self.round_s)
-
-    def overdue(self, waited_s: float, seq: int) -> bool:
-        """Whether wait ``seq`` (every rank's ``seq``-th wait for all: the same on every rank) is
-        overdue. While it waits a rank keeps beating, saying which wait it is at; once it has
-        waited the deadline it looks (every quarter deadline) at the heartbeats of its neighbours
-        in the ranks' tree (cluster/mpi.py: every rank is watched by its parent and children, and
-        a rank reads at most ceil(log2 N) + 1 small files): a neighbour that is not at this wait
-        and has given no sign of life for the deadline is hung."""
-        limit = self.meeting_timeout()
-        self.hb.interval_s = min(HEARTBEAT_S, limit / 4)
-        if self.hb.record.get("wait") != seq:
-            self.hb.beat(f"waiting for every rank (wait {seq})", force=True, wait=seq)
-        else:
-            self.hb.beat()
-        now = time.monotonic()
-        if waited_s < limit or now < self.next_check:
-            return False
-        self.next_check = now + max(1.0, limit / 4)
-        start = self.part.pods(self.comm.size).start
-        watched = [start + r for r in stop_tree_neighbours(self.comm.rank, self.comm.size)]
-        beats, t = heartbeat.read_beats(self.rundir, watched), time.time()
-        return any(
-            (beats.get(p) or {}).get("wait", -1) < seq and heartbeat.age(beats.get(p), t) >= limit for p in watched
-        )
-
-    def hung(self, e: MeetingTimeout) -> None:
-        """A wait missed its deadline: name every rank of this world that did not come (pool
-        index, world rank, host, device, last update, what it was doing) on stderr and in
-        ``parts/part<k>.hung.json``, then end the world with EXIT_HUNG (the checkpoints are intact)."""
-        limit = self.meeting_timeout()
-        pods = self.part.pods(self.comm.size)
-        beats, t = heartbeat.read_beats(self.rundir, pods), time.time()
-        absent = [p for p in pods if p != self.index and (beats.get(p) or {}).get("wait", -1) < e.seq]
-        silent = [p for p in absent if heartbeat.age(beats.get(p), t) >= limit]
-        busy = [p for p in absent if p not in silent]
-        what = "the stop notices" if e.what == "notices" else f"a {e.what}" if e.what != "meeting" else "a meeting"
-        lines = [heartbeat.describe(p, beats.get(p), t) for p in silent]
-        self.say(
-            f"{what} (wait {e.seq}) missed its deadline of {limit:.0f} s (tournament.meeting_timeout_s"
-            f"{'' if self.cfg.tournament.meeting_timeout_s else ', derived'}): {len(silent)} rank(s) did not come "
-            "and gave no sign of life:\n  "
-            + "\n  ".join(lines)
-            + (f"\n  still busy (not hung): pod(s) {', '.join(map(str, busy))}" if busy else "")
-            + f"\nending this world (exit {EXIT_HUNG}); the checkpoints are intact: the same command resumes "
-            f"{'this part' if self.part.count > 1 else 'the run'}"
-        )
-        keys = ("rank", "host", "device", "pid", "job", "update", "env_steps", "doing")
-        record = {
-            "job": job_id(),
-            "pool_part": str(self.part),
-            "wait": e.what,
-            "seq": e.seq,
-            "waited_s": round(e.waited_s, 1),
-            "deadline_s": limit,
-            "detected_by": {"pod": self.index, "rank": self.comm.rank, "host": self.hb.record.get("host")},
-            "hung": [
-                {"pod": p, **{k: (beats.get(p) or {}).get(k) for k in keys}, "silent_s": heartbeat.age(beats.get(p), t)}
-                for p in silent
-            ],
-            "busy": busy,
-        }
-        record["hung"] = [{k: (None if v == math.inf else v) for k, v in h.items()} for h in record["hung"]]
-        try:
-            heartbeat.write_hang(self.rundir, self.part.index, record)
-        except OSError as err:
-            self.say(f"could not write {self.rundir.part_hang(self.part.index)} ({err})")
-        self.hb.beat(f"ended the world: {what} missed its deadline", force=True, state="hung")
-        if self.log is not None:
-            self.log.flush()
-        self.comm.abort(EXIT_HUNG)
-
-    def aggregate(self, state: str = "running", force: bool = False) -> None:
-        """Rank 0 of the world, every ``log.aggregate_interval_s``: its pods' heartbeats in one
-        record (``parts/part<k>.json``), what ``podracer status`` and ``--wait`` read."""
-        now = time.monotonic()
-        if self.comm.rank != 0 or (not force and now - self.last_aggregate < self.cfg.log.aggregate_interval_s):
-            return
-        self.last_aggregate = now
-        beats = heartbeat.read_beats(self.rundir, self.part.pods(self.comm.size))
-        record = {
-            "job": job_id(),
-            "pool_part": str(self.part),
-            "world_size": self.comm.size,
-            "pool_size": self.pool_size,
-            "state": state,
-            "hosts": sorted({str(b.get("host")) for b in beats.values()}),
-            "pods": [beats[p] for p in sorted(beats)],
-        }
-        try:
-            heartbeat.write_aggregate(self.rundir, self.part.index, record)
-        except OSError as err:
-            self.say(f"could not write {self.rundir.part_aggregate(self.part.index)} ({err})")
-
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
         """Device, pod, the checkpoint every rank resumes from (or a fresh start), log, pool."""
@@ -328,7 +200,7 @@ class RankRun:
             device = resolve_device(cfg.device, comm.local_rank, comm.local_size, allgather=comm.allgather)
         except DeviceError as e:
             raise TrainingError(str(e)) from None
-        self.open_heartbeat(str(device))
+        self.hb = self.vigil.open(str(device))
         threads = set_cpu_threads(cfg.threads, comm.local_size) if device.type == "cpu" else torch.get_num_threads()
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
@@ -662,7 +534,7 @@ class RankRun:
                 "training goes on"
             )
         self.round_index += 1
-        self.round_s = max(self.round_s, time.perf_counter() - self.round_clock[0])
+        self.vigil.round_s = max(self.vigil.round_s, time.perf_counter() - self.round_clock[0])
         self.hb.record.update(rounds=self.round_index, last_action=f"r{record.round}: {record.action}")
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
         if wish[1]:
@@ -818,7 +690,7 @@ class RankRun:
             self.meet("stop" if self.stopped_by else "done")
         self.comm.settle_notices([m.notified for m in self.met])
         complete = all(m.kind == "done" for m in self.met)
-        self.aggregate("done" if complete else "stopped", force=True)
+        self.vigil.aggregate(self.pool_size, "done" if complete else "stopped", force=True)
         if not complete:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
