@@ -58,6 +58,10 @@ RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
 
 READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
 
+# from this many pods on, a pod's state is read from its part's aggregate (up to two
+# log.aggregate_interval_s old) rather than from its log; a smaller pool's logs are cheap and exact
+AGGREGATES_FROM = 64
+
 STALE_S = 600.0  # no rank log written for this long and no summary: the run is probably not running
 
 
@@ -285,11 +289,12 @@ class Monitor:
         now = time.time()
         rd = RunDir(self.run_dir)
         self.parts = heartbeat.read_aggregates(rd)
+        big = max([int(a.get("pool_size") or 0) for a in self.parts.values()], default=0) >= AGGREGATES_FROM
         from_beats = {
             int(b["pod"]): _beat_status(int(b["pod"]), b, rd.heartbeat(int(b["pod"])), now)
             for agg in self.parts.values()
             for b in agg["pods"]
-            if isinstance(b, dict) and isinstance(b.get("pod"), int)
+            if big and isinstance(b, dict) and isinstance(b.get("pod"), int)
         }
         size = self.pool_size
         covered = size > 0 and all(i in from_beats for i in range(size))

@@ -392,10 +392,11 @@ def test_status_per_part_reads_aggregates_and_ends_a_part_only_with_its_own_job(
     import json as json_
 
     from podracer_hpc.cluster.jobstate import SlurmJobState
-    from podracer_hpc.files import heartbeat
+    from podracer_hpc.files import heartbeat, live
     from podracer_hpc.files.live import Monitor
     from podracer_hpc.files.rundir import RunDir
 
+    monkeypatch.setattr(live, "AGGREGATES_FROM", 6)  # what a pool of thousands does, at 6 pods
     run = tmp_path / "pool"
     rd = RunDir(run)
     run.mkdir()
