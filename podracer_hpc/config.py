@@ -132,6 +132,9 @@ class LogConfig:
         "every rank prints its progress lines, not only rank 0 (4,096 ranks every 10 s: 410 lines/s into one job log)",
     )
     checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
+    aggregate_interval_s: float = F(
+        30.0, "seconds between a world's rank 0 rewrites of parts/part<k>.json, its pods' heartbeats in one file"
+    )
     round_checkpoints: str = F(
         "auto",
         "every: each tournament round checkpoints | due: a round checkpoints once "
@@ -233,6 +236,11 @@ class TournamentConfig:
         "async pbt: directories the population is hashed over; 0 = auto (~16 pods each, "
         "from the first job's pod count; set it when later jobs grow the pool a lot)",
     )
+    meeting_timeout_s: float = F(
+        0.0,
+        "deadline of a wait for every rank (rounds, the end, a stop): a rank absent and silent (no heartbeat) "
+        "this long ends the world with exit 76, named; 0 = max(300, 3 x the pod's longest round)",
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -267,6 +275,10 @@ class TournamentConfig:
             )
         if self.population_sample < 1:
             raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
+        if not (math.isfinite(self.meeting_timeout_s) and self.meeting_timeout_s >= 0):
+            raise ValueError(
+                f"tournament.meeting_timeout_s must be >= 0 seconds (0 = derived), got {self.meeting_timeout_s}"
+            )
         if self.population_buckets < 0:
             raise ValueError(f"tournament.population_buckets must be >= 0 (0 = auto), got {self.population_buckets}")
 
@@ -569,6 +581,7 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    need(cfg.log.aggregate_interval_s > 0, "log.aggregate_interval_s", "must be > 0 seconds")
     need(
         cfg.log.round_checkpoints in ROUND_CHECKPOINTS,
         "log.round_checkpoints",

@@ -13,6 +13,11 @@
     checkpoints/rank<r>.safetensors   pod r's state (+ .prev, the one before)
     leaderboard/                      the default leaderboard (tournament.leaderboard_dir overrides)
     rounds/<i>.json                   the leaderboard listing round i decided on (exact redo)
+    rounds/part<k>/<i>.json           the same, of part k of a pool of several jobs (each part decides its own)
+    heartbeats/pod<i>.json            pod i's heartbeat: host, device, what it does, its last update (heartbeat.py)
+    parts/part<k>.json                part k's aggregate: its pods' heartbeats, written by its rank 0 every
+                                      log.aggregate_interval_s (podracer status reads these, not every log)
+    parts/part<k>.hung.json           part k missed a meeting's deadline: the ranks that did not come, named
     slurm/<job id>/                   submitit's per-task stdout/stderr
     code/<id>/                        the code snapshot a submitted job runs (launch/snapshot.py)
     launch.log                        a local run's mpiexec output (podracer submit --executor local)
@@ -44,6 +49,7 @@ from typing import Mapping
 __all__ = [
     "DIR_MODE",
     "EXIT_BAD_INPUT",
+    "EXIT_HUNG",
     "EXIT_OK",
     "EXIT_REQUEUE",
     "PoolPart",
@@ -71,6 +77,9 @@ DIR_MODE = 0o750  # run directories and their folders: the owner writes, the gro
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # config, checkpoint, log or run directory is wrong; the message says what to do
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
+# a rank missed a meeting's deadline (tournament.meeting_timeout_s): it is named in parts/part<k>.hung.json
+# and on stderr, the world was ended; the checkpoints are intact, so the part can be retried alone
+EXIT_HUNG = 76
 
 
 def job_id(environ: dict[str, str] | None = None) -> str:
@@ -275,8 +284,32 @@ class RunDir:
         """The leaderboard directory: ``shared_dir`` if given, else ``<run>/leaderboard``."""
         return Path(shared_dir) if shared_dir else self.root / "leaderboard"
 
-    def round_listing(self, index: int) -> Path:
-        return self.root / "rounds" / f"{index}.json"
+    def round_listing(self, index: int, part: int | None = None) -> Path:
+        """The listing collective round ``index`` decided on; ``part``: of that part of a pool of
+        several jobs (each part is its own world and holds its own rounds: never another's listing)."""
+        if part is None:
+            return self.root / "rounds" / f"{index}.json"
+        return self.root / "rounds" / f"part{part}" / f"{index}.json"
+
+    @property
+    def heartbeats_dir(self) -> Path:
+        return self.root / "heartbeats"
+
+    def heartbeat(self, pod: int) -> Path:
+        """Pod ``pod``'s heartbeat (files/heartbeat.py): rewritten while it runs."""
+        return self.heartbeats_dir / f"pod{pod}.json"
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.root / "parts"
+
+    def part_aggregate(self, part: int) -> Path:
+        """Part ``part``'s aggregate of its pods' heartbeats, written by its world's rank 0."""
+        return self.parts_dir / f"part{part}.json"
+
+    def part_hang(self, part: int) -> Path:
+        """Part ``part``'s record of a missed meeting deadline (the ranks that did not come)."""
+        return self.parts_dir / f"part{part}.hung.json"
 
     @property
     def slurm_folder(self) -> Path:
@@ -335,6 +368,18 @@ class RunDir:
                 except OSError:
                     continue
         return sorted(out)
+
+    def sweep_debris(self, pods: range | list[int], before: float) -> tuple[int, int]:
+        """Remove :meth:`debris`; returns how many files and how many bytes went."""
+        count = size = 0
+        for f in self.debris(pods, before):
+            try:
+                n = f.stat().st_size
+                f.unlink()
+            except OSError:
+                continue
+            count, size = count + 1, size + n
+        return count, size
 
 
 def make_dirs(path: str | os.PathLike, mode: int = DIR_MODE) -> Path:

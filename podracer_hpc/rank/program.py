@@ -52,7 +52,7 @@ import yaml
 
 from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
-from podracer_hpc.cluster.mpi import Comm, get_comm
+from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
 from podracer_hpc.config import Config, for_rank, renamed_keys, to_dict
 from podracer_hpc.docfield import ConfigError
@@ -64,13 +64,11 @@ from podracer_hpc.files.rundir import (
     EXIT_REQUEUE,
     PoolPart,
     RunDir,
-    RunDirLocked,
     RunLock,
     git_revision,
     job_id,
     make_dirs,
     slurm_ids,
-    take_lock,
 )
 from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.fitness import Fitness, eval_seed
@@ -78,7 +76,9 @@ from podracer_hpc.pool.hparams import describe_space, effective_space
 from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
 from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
 from podracer_hpc.rank import faults, resume
+from podracer_hpc.rank.lock import take_world_lock
 from podracer_hpc.rank.state import RankState
+from podracer_hpc.rank.vigil import Vigil
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
@@ -118,22 +118,32 @@ def train(
     """
     rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet, part)
     try:
-        rank.start()
-        while not rank.stopping():
-            if rank.round_due():  # before any more training: also a round resumed from a stopped meeting
-                rank.round()
-            elif rank.trained():
-                break
-            else:
-                rank.update()
-                if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
-                    rank.evaluate()
-            if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
-                rank.checkpoint()
-            rank.progress()
-        return rank.finish()
+        try:
+            return _loop(rank)
+        except MeetingTimeout as e:  # a rank did not come: name it, then end this world (never a hang)
+            rank.vigil.hung(e)
+            raise
     finally:
         rank.close()
+
+
+def _loop(rank: "RankRun") -> RunResult:
+    """The loop of named steps (see the module docstring)."""
+    rank.start()
+    while not rank.stopping():
+        if rank.round_due():  # before any more training: also a round resumed from a stopped meeting
+            rank.round()
+        elif rank.trained():
+            break
+        else:
+            rank.update()
+            if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
+                rank.evaluate()
+        if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
+            rank.checkpoint()
+        rank.progress()
+        rank.vigil.aggregate(rank.pool_size)
+    return rank.finish()
 
 
 class RankRun:
@@ -174,9 +184,13 @@ class RankRun:
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
         self.inject_nan, self.slow = faults.nan_update(self.index), faults.slow_factor(self.index)
         self.inject_signal = faults.signal_update(self.index)
+        self.inject_hang = faults.hang_update(self.index)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
+        # this pod's heartbeat and the deadline on its waits for every rank (start() opens it)
+        self.vigil = Vigil(self.cfg, comm, self.rundir, part, self.index, self.say)
+        self.vigil.flush = lambda: self.log.flush() if self.log is not None else None
 
     def say(self, msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
@@ -228,6 +242,7 @@ class RankRun:
             + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
         )
         self.take_lock()  # nothing above wrote into the run directory (a pod refused for its memory makes none)
+        self.hb = self.vigil.open(str(device))  # the heartbeat: a refused second writer leaves none
         poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
         choice = resume.agree(
             comm.allgather,
@@ -255,6 +270,7 @@ class RankRun:
                 self.log,
                 index=self.index,
                 pool_size=self.pool_size,
+                part=self.part.index if self.part.count > 1 else None,
             )
             if self.state is None:
                 self.pool.join()
@@ -297,43 +313,12 @@ class RankRun:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
     def take_lock(self) -> None:
-        """Rank 0 takes the run directory's writer lock for the whole world (its ranks are one
-        writer; a pool's part locks only its own pods) and sweeps what killed writers of these pods
-        left; every rank learns the outcome, so a refused world ends on every rank with exit 2
-        (none waits for rank 0) and nothing of the live writer's is touched."""
-        pods = self.part.pods(self.comm.size)
-        outcome, error = ("ok", ""), None
-        if self.comm.rank == 0:
-            try:
-                self.lock, note = take_lock(self.rundir, self.part, pods)
-                outcome = ("ok", note)
-            except RunDirLocked as e:
-                outcome = ("locked", str(e))
-            except OSError as e:
-                error, outcome = e, ("os", f"{e.strerror or e}: {e.filename}")
-        kind, text = self.comm.allgather(outcome)[0]
-        if error is not None:
-            raise error
-        if kind == "locked":
-            raise RunDirLocked(text)
-        if kind == "os":
-            raise TrainingError(f"rank 0 could not take the run directory's lock ({text})")
-        if text:
-            self.say(text)
-        if self.lock is not None:
-            junk = self.rundir.debris(pods, before=self.lock.record["since"])
-            size = 0
-            for f in junk:
-                try:
-                    size += f.stat().st_size
-                    f.unlink()
-                except OSError:
-                    continue
-            if junk:
-                self.say(
-                    f"removed {len(junk)} temporary file(s) ({size / 2**20:.1f} MiB) that killed writes left "
-                    f"in {self.rundir.root}"
-                )
+        """The run directory's writer lock for this world (:func:`podracer_hpc.rank.lock.take_world_lock`)."""
+        try:
+            self.lock = take_world_lock(self.comm, self.rundir, self.part, self.say)
+        except OSError as e:
+            why = f"{e.strerror}: {e.filename}" if e.filename else str(e)
+            raise TrainingError(f"rank 0 could not take the run directory's lock ({why})") from None
 
     def part_checkpoints(self) -> list[int]:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
@@ -430,8 +415,18 @@ class RankRun:
             self.freeze(vals["loss"])
         if self.inject_signal and pod.updates == self.inject_signal:
             os.kill(os.getpid(), signal.SIGUSR2)
+        if self.inject_hang and pod.updates == self.inject_hang:
+            self.log.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
         self.updates_here += 1
         self.log_update(vals, dt)
+        self.hb.beat(
+            "training",
+            update=pod.updates,
+            env_steps=pod.env_steps,
+            wall_s=self.wall(),
+            steps_per_s=pod.batch_size / dt,
+        )
 
     def freeze(self, loss: float) -> None:
         pod = self.pod
@@ -490,12 +485,14 @@ class RankRun:
         env-step point, common to every pod); one log row; NaN for a frozen pod."""
         pod = self.pod
         seed = eval_seed(self.cfg.seed, "eval", pod.env_steps) if seed is None else seed
+        self.hb.beat("evaluating")
         r = pod.evaluate(seed).cpu().numpy()
         if self.poisoned:
             r = r * math.nan
         fit = Fitness(tuple(r.tolist()), seed)
         self.last_eval = fit.mean
         self.best = max(self.best, self.last_eval)
+        self.hb.record.update(last_eval=fit.mean, best_eval=self.best)
         self.log.append(
             "eval",
             {
@@ -559,6 +556,8 @@ class RankRun:
                 "training goes on"
             )
         self.round_index += 1
+        self.vigil.round_s = max(self.vigil.round_s, time.perf_counter() - self.round_clock[0])
+        self.hb.record.update(rounds=self.round_index, last_action=f"r{record.round}: {record.action}")
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
         if wish[1]:
             self.checkpoint()
@@ -706,11 +705,14 @@ class RankRun:
             self.verdict = Fitness(tuple(r.tolist()), seed)
         if self.stopped_by or self.updates_here or not self.ckpt.exists():
             self.checkpoint()
-        poolsummary.write_record(self.rundir, self.index, self.record())  # before the meeting: rank 0 reads it after
+        record = self.record()
+        poolsummary.write_record(self.rundir, self.index, record)  # before the meeting: rank 0 reads it after
+        self.hb.beat("ended", force=True, state=record["state"], update=self.pod.updates, env_steps=self.pod.env_steps)
         if self.met is None:
             self.meet("stop" if self.stopped_by else "done")
         self.comm.settle_notices([m.notified for m in self.met])
         complete = all(m.kind == "done" for m in self.met)
+        self.vigil.aggregate(self.pool_size, "done" if complete else "stopped", force=True)
         if not complete:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""

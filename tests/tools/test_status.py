@@ -310,10 +310,11 @@ def test_a_watcher_reads_only_the_rows_appended_since_its_last_poll(tmp_path):
     assert cut.updates == 9 and cut.rounds == 1 and cut.last_eval == -980.0
 
 
-def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
+def test_status_asks_slurm_at_most_every_30_s(tmp_path, monkeypatch):
     """A fake scontrol on PATH (the real-cluster tier, tests/slurm, is minutes per job): what is
-    checked is that each refresh asks once, and what the answer becomes."""
+    checked is that a watcher's refreshes ask once per SLURM_EVERY_S, and what the answer becomes."""
     from podracer_hpc.files.live import Monitor
+    from podracer_hpc.tools import status as status_mod
 
     run = _synthetic_run(tmp_path / "run", 32, slurm={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"})
     bin_, calls = tmp_path / "bin", tmp_path / "calls"
@@ -327,8 +328,11 @@ def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
     m = Monitor(run)
     for _ in range(3):
         text = render(run, monitor=m)
-    assert calls.read_text().splitlines() == ["-o show job 77"] * 3
+    assert calls.read_text().splitlines() == ["-o show job 77"]  # the answer is kept for 30 s
     assert "slurm job 77: RUNNING, requeued 1 time" in text
+    monkeypatch.setattr(status_mod, "SLURM_EVERY_S", 0.0)
+    render(run, monitor=m)
+    assert calls.read_text().splitlines() == ["-o show job 77"] * 2
 
 
 def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_asked(tmp_path):
@@ -492,3 +496,102 @@ def test_status_writes_nothing_and_reads_a_read_only_run(tmp_path, read_only_vie
     shutil.rmtree(run / "leaderboard")
     assert status(run, out=io.StringIO()) == 0
     assert not (run / "leaderboard").exists()
+
+
+def test_status_per_part_reads_aggregates_and_ends_a_part_only_with_its_own_job(tmp_path, monkeypatch):
+    """A pool of 2 parts x 2 pods: part 0 ended (its final aggregate, summary.json written,
+    "complete": false); part 1 still runs (its aggregate, its job RUNNING). Part 1's pods must
+    count as running, not stopped; a part 2 with no record yet names its job and nodes; the logs
+    are not opened when the aggregates cover every pod."""
+    import json as json_
+
+    from podracer_hpc.cluster.jobstate import SlurmJobState
+    from podracer_hpc.files import heartbeat, live
+    from podracer_hpc.files.live import Monitor
+    from podracer_hpc.files.rundir import RunDir
+
+    monkeypatch.setattr(live, "AGGREGATES_FROM", 6)  # what a pool of thousands does, at 6 pods
+    run = tmp_path / "pool"
+    rd = RunDir(run)
+    run.mkdir()
+    rd.config.write_text(json_.dumps({"name": "p", "total_env_steps": 1000, "env": {"name": "pendulum"}}))
+    rd.pool_file.write_text(
+        json_.dumps(
+            {
+                "jobs": 3,
+                "pods_per_job": 2,
+                "parts": {str(k): {"executor": "slurm", "job": str(50 + k)} for k in range(3)},
+            }
+        )
+    )
+    (run / "logs").mkdir()
+    for pod in range(6):
+        (run / "logs" / f"p_rank{pod}.h5").write_bytes(b"not a log: must not be read while aggregates cover it")
+
+    def beat(pod, steps, state):
+        return {
+            "pod": pod,
+            "rank": pod % 2,
+            "part": pod // 2,
+            "host": f"n{pod // 2}",
+            "t": time.time(),
+            "env_steps": steps,
+            "update": steps // 100,
+            "state": state,
+            "seed": pod,
+            "algo": "ppo",
+        }
+
+    heartbeat.write_aggregate(
+        rd,
+        0,
+        {
+            "job": "50",
+            "pool_size": 6,
+            "state": "stopped",
+            "hosts": ["n0"],
+            "pods": [beat(0, 1000, "done"), beat(1, 400, "stopped")],
+        },
+    )
+    heartbeat.write_aggregate(
+        rd,
+        1,
+        {
+            "job": "51",
+            "pool_size": 6,
+            "state": "running",
+            "hosts": ["n1"],
+            "pods": [beat(2, 500, "running"), beat(3, 600, "running")],
+        },
+    )
+    heartbeat.write_aggregate(
+        rd,
+        2,
+        {
+            "job": "52",
+            "pool_size": 6,
+            "state": "running",
+            "hosts": ["n2"],
+            "pods": [beat(4, 500, "running"), beat(5, 600, "running")],
+        },
+    )
+    rd.part_aggregate(2).unlink()  # part 2 has not written one yet
+    rd.summary.write_text(json_.dumps({"complete": False, "pods": 6}))
+    asked = []
+
+    def slurm(jobs):
+        asked.append(list(jobs))
+        return {
+            "50": SlurmJobState("COMPLETED"),
+            "51": SlurmJobState("RUNNING", nodes="n1"),
+            "52": SlurmJobState("RUNNING", nodes="n[7-8]"),
+        }
+
+    m = Monitor(run)
+    text = render(run, monitor=m, slurm=slurm)
+    assert "  part 0: job 50 STOPPED, hosts n0, pods 0 running / 1 done / 1 stopped / 0 missing" in text, text
+    assert "  part 1: job 51 RUNNING, hosts n1, pods 2 running / 0 done / 0 stopped / 0 missing" in text, text
+    assert "  part 2: no record yet (job 52 RUNNING on nodes n[7-8])" in text, text
+    assert "stopped early" not in text.splitlines()[0] and "running" in text.splitlines()[0]
+    assert not m.trackers or all(t.rank in (4, 5) for t in m.trackers.values())  # part 2: its logs, unreadable
+    assert asked == [["50", "51", "52"]]
