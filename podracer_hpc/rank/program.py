@@ -337,6 +337,8 @@ class RankRun:
             "mpi_rank": comm.rank,
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
             "created": time.time(),
+            # what a data-parallel all-reduce would sum per gradient step (report/aggregate.py's model)
+            "param_count": sum(p.numel() for p in pod.agent.net.parameters() if p.requires_grad),
         }
         self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
         rows = self.state.log_rows if self.state is not None else None
