@@ -374,7 +374,7 @@ def scaling(
             Line2D([], [], color="0.4", ls="--", marker="s", ms=4),
         )
     if ax_d is not None:
-        for k, v in _device_panel(ax_d, runs, sc).items():
+        for k, v in _device_panel(ax_d, runs, sc)[1].items():  # its series are the other panels' (same colours)
             handles.setdefault(f"device-equivalent: {k}", v)
     if not len(sc):
         empty_panel(axes[0], "no runs")
@@ -394,17 +394,20 @@ def _has_device_time(runs: Table) -> bool:
     )
 
 
-def _device_panel(ax: Any, runs: Table, sc: Table) -> dict[str, Any]:
+def _device_panel(ax: Any, runs: Table, sc: Table) -> tuple[dict[str, Any], dict[str, Any]]:
     """Device-equivalent time to the target vs pods on ``ax`` (log-log), one series per system:
     each seed a dot, a censored seed an open triangle at its bound (label ``censored``), the mean
     over seeds where none is censored (its 95% t band with 3 seeds or more), an open triangle at a
     mean that is a lower bound, and the dotted ideal ``T(p0) x p0 / p`` from the fewest pods with a
-    mean. Returns legend notes for what it drew."""
+    mean. Returns legend entries: one per series (drawn or not: a series of censored seeds only
+    has no line), and notes for what it drew."""
     tasks = sc.unique("task") if len(sc) else []
     notes: dict[str, Any] = {}
+    series: dict[str, Any] = {}
     pods_seen: set[int] = set()
     for i, (task, system) in enumerate((t, s) for t in tasks for s in sc.where(task=t).unique("system")):
         name, color = (system if len(tasks) == 1 else f"{system} ({task})"), series_color(i)
+        series[name] = Line2D([], [], color=color, marker="o", lw=1.8)
         s, r = sc.where(task=task, system=system), runs.where(task=task, system=system)
         rp = np.asarray(r["pods"], dtype=float)
         pods_seen |= {int(p) for p in rp}
@@ -442,6 +445,8 @@ def _device_panel(ax: Any, runs: Table, sc: Table) -> dict[str, Any]:
             )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))  # labels within a decade
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
     if pods_seen:
         ticks = sorted(pods_seen)
@@ -458,7 +463,7 @@ def _device_panel(ax: Any, runs: Table, sc: Table) -> dict[str, Any]:
     ax.grid(alpha=0.3, which="both")
     if not len(sc) or not _has_device_time(runs):
         empty_panel(ax, "no device-equivalent time (no target, or no seconds per env step)")
-    return notes
+    return series, notes
 
 
 def device_time(runs: Table, reference: str | None = None, width: float = 7.5, height: float = 5.2) -> Figure:
@@ -472,9 +477,8 @@ def device_time(runs: Table, reference: str | None = None, width: float = 7.5, h
     sc = scaling_table(runs, reference) if len(runs) else scaling_table(runs)
     fig = Figure(figsize=(width, height), layout="constrained")
     ax = fig.subplots()
-    notes = _device_panel(ax, runs, sc)
-    handles = {ln.get_label(): ln for ln in ax.lines if not ln.get_label().startswith("_")}
-    handles.update(notes)
+    series, notes = _device_panel(ax, runs, sc)
+    handles = {**series, **notes}
     if handles:
         fig.legend(
             list(handles.values()),
