@@ -146,7 +146,7 @@ class LogConfig:
 # ------------------------------------------------------------------------------------------
 # The tournament section (its rules are podracer_hpc/pool/rules.py, which reads this)
 # ------------------------------------------------------------------------------------------
-MODES = ("elegantrl", "pbt", "none")
+MODES = ("elegantrl", "pbt", "dexpbt", "none")
 SYNC_MODES = ("collective", "async")
 ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
 
@@ -185,7 +185,11 @@ def normalize_space(space: Mapping[str, Any]) -> dict[str, HParamRange]:
 class TournamentConfig:
     """Tournament settings (section ``tournament`` of the run config)."""
 
-    mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
+    mode: str = F(
+        "none",
+        "selection rule: elegantrl | pbt | dexpbt (Isaac Lab's: only pods beyond mean +- k std act) | "
+        "none (independent pods)",
+    )
     sync: str = F(
         "collective",
         "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
@@ -224,6 +228,19 @@ class TournamentConfig:
         3,
         "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
         "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)",
+    )
+    threshold_std: float = F(
+        0.1,
+        "dexpbt: leaders score above max(mean + threshold_std x std, mean + threshold_abs) of the pool's "
+        "fitness, underperformers below min(mean - threshold_std x std, mean - threshold_abs)",
+    )
+    threshold_abs: float = F(0.0, "dexpbt: the least distance from the pool's mean fitness of a cut, in return units")
+    mutation_rate: float = F(
+        0.25, "dexpbt: probability that each hyperparameter of the space changes when an underperformer acts"
+    )
+    change_range: tuple[float, ...] = F(
+        (1.1, 1.5),
+        "dexpbt: a changed hyperparameter is multiplied or divided by a factor drawn uniformly in [min, max]",
     )
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
     population_sample: int = F(
@@ -267,6 +284,22 @@ class TournamentConfig:
         if not (math.isfinite(self.margin_se) and self.margin_se >= 0):
             raise ValueError(f"tournament.margin_se must be a number >= 0, got {self.margin_se}")
         self.hparam_space = normalize_space(self.hparam_space)
+        if not (math.isfinite(self.threshold_std) and self.threshold_std >= 0):
+            raise ValueError(f"tournament.threshold_std must be a number >= 0, got {self.threshold_std}")
+        if not (math.isfinite(self.threshold_abs) and self.threshold_abs >= 0):
+            raise ValueError(f"tournament.threshold_abs must be a number >= 0 (return units), got {self.threshold_abs}")
+        if not 0.0 <= self.mutation_rate <= 1.0:
+            raise ValueError(f"tournament.mutation_rate must be in [0, 1], got {self.mutation_rate}")
+        self.change_range = tuple(float(f) for f in self.change_range)
+        if len(self.change_range) != 2 or not 1.0 <= self.change_range[0] <= self.change_range[1] < math.inf:
+            raise ValueError(
+                f"tournament.change_range must be [min, max] with 1 <= min <= max, got {list(self.change_range)}"
+            )
+        if self.mode == "dexpbt" and self.sync != "collective":
+            raise ValueError(
+                "tournament.mode dexpbt compares the whole pool at each round: it runs with tournament.sync "
+                "collective (asynchronous PBT: tournament.mode pbt)"
+            )
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
         if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= -1):

@@ -276,18 +276,19 @@ class RankRun:
                 self.pool.join()
             else:
                 self.pool.last_copy_round = self.state.last_copy_round
-            if comm.rank == 0 and cfg.tournament.mode == "pbt":
+            if comm.rank == 0 and cfg.tournament.mode in ("pbt", "dexpbt"):
                 t = cfg.tournament
                 what = (
                     "tournament.hparam_space"
                     if t.hparam_space
                     else "the default space (tournament.hparam_space is empty)"
                 )
-                self.say(
-                    f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied "
-                    "another is "
-                    f"not replaced again for {t.ready_rounds} rounds"
+                rule = (
+                    f"a pod that copied another is not replaced again for {t.ready_rounds} rounds"
+                    if t.mode == "pbt"
+                    else f"only pods beyond the pool's mean +- {t.threshold_std:g} std act (dexpbt)"
                 )
+                self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; {rule}")
         st = self.state if self.state is not None else RankState()
         self.round_index = st.round
         if st.pending_for(self.round_index) is not None:
@@ -375,6 +376,8 @@ class RankRun:
             "mpi_rank": comm.rank,
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
             "created": time.time(),
+            # what a data-parallel all-reduce would sum per gradient step (report/aggregate.py's model)
+            "param_count": sum(p.numel() for p in pod.agent.net.parameters() if p.requires_grad),
         }
         self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
         rows = self.state.log_rows if self.state is not None else None
