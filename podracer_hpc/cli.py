@@ -38,6 +38,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             stop=stop,
             part=part,
+            force_final_eval=args.force_final_eval,
         )
     except (StateFileError, TrainingError, LogError, ResumeError) as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
@@ -271,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument(
         "--quiet", action="store_true", help="no periodic progress lines (events and errors are still printed)"
+    )
+    t.add_argument(
+        "--force-final-eval",
+        action="store_true",
+        help="on a run that is already complete, evaluate every pod's final agent again (eval.final_episodes) "
+        "and rewrite the summary; without it a complete run is left as it is",
     )
     t.add_argument(
         "--pool-part",

@@ -1,5 +1,6 @@
 """`podracer` as a user runs it: clear errors before anything runs, a JSON last line, a log."""
 
+import hashlib
 import json
 import re
 
@@ -70,12 +71,47 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
         assert len(log["train"][col]) == 4
 
 
-def test_rerunning_a_finished_run_resumes_and_changes_nothing(tmp_path, cli):
+def _tree(root):
+    """Every file under ``root``: its bytes' sha256 and its mtime (a rewrite with the same bytes shows too)."""
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_rerunning_a_finished_run_says_so_and_changes_no_file(tmp_path, cli):
     assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST).returncode == 0
-    ckpt = (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes()
+    before = _tree(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST)
+    assert r.returncode == 0, r.stderr
+    assert (
+        "is complete" in r.stderr and "nothing to do, no file changed" in r.stderr and "--force-final-eval" in r.stderr
+    )
+    assert "resuming" not in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == summary  # the summary, as the run left it
+    assert _tree(tmp_path) == before  # not one file written, not one created or removed
+    # another budget is another request: it trains on (and the summary grows)
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "total_env_steps=5120")
     assert r.returncode == 0 and "resuming" in r.stderr
-    assert (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes() == ckpt
+    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] == 5120
+
+
+def test_force_final_eval_redoes_the_verdict_and_keeps_the_throughput(tmp_path, cli):
+    assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST).returncode == 0
+    first = json.loads((tmp_path / "summary.json").read_text())
+    ckpt = (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes()
+    record = (tmp_path / "pods" / "pod0.json").stat().st_mtime_ns
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--force-final-eval")
+    assert r.returncode == 0 and "resuming" in r.stderr, r.stderr
+    again = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (tmp_path / "pods" / "pod0.json").stat().st_mtime_ns != record  # evaluated and recorded again
+    assert (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes() == ckpt  # no training: the same agent
+    # the same agent on the same common set: the same verdict; the throughput is the training's, not 0
+    for k in ("best_return", "best_return_ci95", "env_steps", "final_eval_seed", "steps_per_s"):
+        assert again[k] == first[k], k
+    assert again["steps_per_s"] > 0
 
 
 def test_unknown_key_fails_before_anything_runs(tmp_path, cli):

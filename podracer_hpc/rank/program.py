@@ -98,14 +98,20 @@ def train(
     quiet: bool = False,
     stop: StopFlag | None = None,
     part: PoolPart = PoolPart(),
+    force_final_eval: bool = False,
 ) -> RunResult:
     """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
 
     ``stop``: the warning-signal flag (the console script installs the process's own before
     anything else); by default a new one is installed here. ``part``: which pods of the pool this
-    MPI world runs (a pool of several jobs; default: the whole pool).
+    MPI world runs (a pool of several jobs; default: the whole pool). A run that is already
+    complete with this very config is left as it is (its summary is returned, no file is touched)
+    unless ``force_final_eval`` asks to redo its final evaluation.
     """
     rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet, part)
+    finished = None if force_final_eval else rank.finished_summary()
+    if finished is not None:
+        return RunResult(complete=True, summary=finished, rank=rank.comm.rank)
     try:
         rank.start()
         while not rank.stopping():
@@ -153,6 +159,7 @@ class RankRun:
         self.stopped_by = ""  # why this rank stops early ("" while it trains)
         self.poisoned = False  # NaN loss: frozen until a round replaces the agent
         self.updates_here = 0
+        self.prev_record: dict[str, Any] = {}  # this pod's record from the start before (read at start)
         self.last_train = math.nan
         self.ckpt_epochs: tuple[int | None, int | None] = (None, None)  # rounds of the checkpoint and its .prev
         self.round_index = 0
@@ -176,6 +183,45 @@ class RankRun:
         """The pods never meet before the end (no tournament, or asynchronous rounds)."""
         t = self.cfg.tournament
         return t.mode == "none" or t.sync == "async"
+
+    def finished_summary(self) -> dict[str, Any] | None:
+        """The run's summary when this run directory already holds this run complete (the same
+        config, every pod of this part done with its final evaluation, its checkpoint there), said
+        on stderr by rank 0; None when there is anything to train or evaluate (then :meth:`start`
+        decides, and says what is wrong). Reads files only: nothing is created or changed."""
+        if _run_config(self.rundir.config) != to_dict(self.run_cfg):
+            return None
+        pods = self.part.pods(self.comm.size)
+        records = poolsummary.read_records(self.rundir, pods)
+        needs_verdict = self.cfg.eval.final_episodes > 0
+        if len(records) != len(pods) or any(
+            r.get("state") != "done"
+            or not isinstance(r.get("env_steps"), int)
+            or r["env_steps"] < self.cfg.total_env_steps
+            or (needs_verdict and not isinstance(r.get("verdict"), list))
+            for r in records.values()
+        ):
+            return None
+        if (
+            not all(self.rundir.checkpoint(i).exists() for i in pods)
+            or max(self.rundir.checkpoint_ranks(), default=0) >= self.pool_size
+        ):
+            return None
+        try:
+            summary = json.loads(self.rundir.summary.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(summary, dict) or (self.part.count == 1 and summary.get("complete", True) is not True):
+            return None
+        if self.comm.rank == 0:
+            steps = sum(r["env_steps"] for r in records.values())
+            self.say(
+                f"{self.rundir.root} is complete: {len(pods)} pod{'s' * (len(pods) != 1)} trained "
+                f"{_fmt_steps(steps)} env steps (total_env_steps {_fmt_steps(self.cfg.total_env_steps)} each) and "
+                "were evaluated; nothing to do, no file changed. Its summary follows. To redo the final "
+                "evaluation: --force-final-eval; to train on: --set total_env_steps=<more>; a new run: a new --run-dir"
+            )
+        return summary
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -214,7 +260,10 @@ class RankRun:
             )
             + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
         )
-        poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
+        # a record says how this start ended; one that trains nothing (a redone final evaluation)
+        # keeps the throughput of the start that trained
+        self.prev_record = poolsummary.read_records(self.rundir, [self.index]).get(self.index, {})
+        poolsummary.clear_record(self.rundir, self.index)
         choice = resume.agree(
             comm.allgather,
             comm.rank,
@@ -632,8 +681,14 @@ class RankRun:
             "best": self.best,
             "final": self.last_eval,
             "wall_s": self.wall(),
-            "run_steps": self.pod.env_steps - self.steps_at_start,
-            "run_wall": time.perf_counter() - self.t_start,
+            **(
+                {k: self.prev_record[k] for k in ("run_steps", "run_wall") if k in self.prev_record}
+                if self.updates_here == 0 and self.prev_record.get("run_steps")
+                else {
+                    "run_steps": self.pod.env_steps - self.steps_at_start,
+                    "run_wall": time.perf_counter() - self.t_start,
+                }
+            ),
             "rounds": self.round_index,
             "job": job_id(),
             "part": str(self.part),
