@@ -465,7 +465,10 @@ def main(argv: list[str] | None = None) -> int:
         from podracer_hpc.tools.export import main as export_main
 
         return export_main(argv[1:])
-    if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/tools/backtest.py)
+    if argv[:1] == ["backtest"]:  # its own argument parser (podracer_hpc/tools/backtest_args.py)
+        from podracer_hpc.tools.backtest_args import parser as backtest_parser
+
+        backtest_parser().parse_args(argv[1:])  # --help and usage errors before torch loads
         from podracer_hpc.tools.backtest import main as backtest_main
 
         return backtest_main(argv[1:])
