@@ -67,7 +67,35 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if get_comm().rank == 0:
         print(json.dumps(result.summary), flush=True)
+        if result.complete:
+            _say_what_next(args.run_dir or os.path.join("runs", cfg.name), result.summary)
     return EXIT_OK if result.complete else EXIT_REQUEUE
+
+
+def _say_what_next(run_dir: str, summary: dict) -> None:
+    """The last lines a user reads (stderr: stdout's last line stays the summary's JSON): where
+    the run is and three commands to go on with."""
+    verdict = (
+        f" --episodes {summary['final_episodes']} --seed {summary['final_eval_seed']}"
+        if summary.get("final_episodes")
+        else ""
+    )
+    figures = (
+        f"python -m analysis.make_figures {run_dir} --out {run_dir}/figures   # learning curves, tables (PNG, CSV)"
+        if os.path.isfile(os.path.join("analysis", "make_figures.py"))
+        else f"podracer export tensorboard {run_dir} --out {run_dir}/tb   # curves for TensorBoard"
+    )
+    print(
+        f"\nthe run is in {run_dir}/: summary.json (the line above), logs/ (HDF5, one per pod), checkpoints/"
+        + (", leaderboard/" if "rounds" in summary else "")
+        + "\nnext:\n"
+        + f"  podracer status {run_dir}   # each pod's steps and returns"
+        + (", and the leaderboard" if "rounds" in summary else "")
+        + f"\n  podracer evaluate {run_dir}{verdict}   # the agents side by side on common start states\n"
+        + f"  {figures}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _os_error_text(e: OSError) -> str:

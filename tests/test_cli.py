@@ -91,6 +91,12 @@ def test_rerunning_a_finished_run_says_so_and_changes_no_file(tmp_path, cli):
     )
     assert "resuming" not in r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == summary  # the summary, as the run left it
+    # the last lines say where the run is and what to run next (stderr: stdout ends on the JSON)
+    tail = r.stderr.strip().splitlines()[-5:]
+    assert tail[0] == f"the run is in {tmp_path}/: summary.json (the line above), logs/ (HDF5, one per pod), checkpoints/"
+    assert tail[1] == "next:" and tail[2].startswith(f"  podracer status {tmp_path}   #")
+    assert tail[3].startswith(f"  podracer evaluate {tmp_path} --episodes 100 --seed {summary['final_eval_seed']}   #")
+    assert tail[4].startswith(f"  python -m analysis.make_figures {tmp_path} --out {tmp_path}/figures   #")
     assert _tree(tmp_path) == before  # not one file written, not one created or removed
     # another budget is another request: it trains on (and the summary grows)
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "total_env_steps=5120")
