@@ -264,9 +264,17 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.config:
         import yaml
 
-        from podracer_hpc.config import to_dict
+        from podracer_hpc.config import Config, to_dict
+        from podracer_hpc.envs import registry
 
-        print(yaml.safe_dump(to_dict(load_config(args.config, args.set)), sort_keys=False), end="")
+        cfg = load_config(args.config, args.set)
+        resolved, own, defaults = to_dict(cfg), registry.get(cfg.env.name).section, to_dict(Config())["env"]
+        others = [s for s in registry.sections() if s != own and resolved["env"].get(s) == defaults.get(s)]
+        for s in others:
+            resolved["env"].pop(s, None)
+        print(yaml.safe_dump(resolved, sort_keys=False), end="")
+        if others:  # other tasks' sections at their defaults: noise for this job (one set by the job stays)
+            print(f"# env.{', env.'.join(others)}: other tasks' sections, left out (podracer config lists every key)")
         return 0
     from podracer_hpc.config import ALGOS
 

@@ -93,7 +93,9 @@ def test_rerunning_a_finished_run_says_so_and_changes_no_file(tmp_path, cli):
     assert json.loads(r.stdout.strip().splitlines()[-1]) == summary  # the summary, as the run left it
     # the last lines say where the run is and what to run next (stderr: stdout ends on the JSON)
     tail = r.stderr.strip().splitlines()[-5:]
-    assert tail[0] == f"the run is in {tmp_path}/: summary.json (the line above), logs/ (HDF5, one per pod), checkpoints/"
+    assert (
+        tail[0] == f"the run is in {tmp_path}/: summary.json (the line above), logs/ (HDF5, one per pod), checkpoints/"
+    )
     assert tail[1] == "next:" and tail[2].startswith(f"  podracer status {tmp_path}   #")
     assert tail[3].startswith(f"  podracer evaluate {tmp_path} --episodes 100 --seed {summary['final_eval_seed']}   #")
     assert tail[4].startswith(f"  python -m analysis.make_figures {tmp_path} --out {tmp_path}/figures   #")
@@ -188,3 +190,27 @@ def test_tournament_warmup_delays_the_first_round(tmp_path, cli):
     t = read_log(tmp_path / "logs" / "pendulum_rank0.h5")["tournament"]
     assert list(t["round"]) == [0, 1]
     assert list(t["env_steps"]) == [5120, 7168]  # the first batch at >= 5000, then every 2048
+
+
+def test_a_job_s_resolved_config_shows_its_own_task_s_section_only(cli, tmp_path):
+    import yaml
+
+    from podracer_hpc.config import load_config, to_dict
+
+    r = cli("config", "jobs/pendulum.yaml")
+    assert r.returncode == 0, r.stderr
+    env = yaml.safe_load(r.stdout)["env"]
+    assert env["name"] == "pendulum" and not {"trading", "mujoco", "gymnasium", "jax"} & set(env), env
+    assert "trading" not in r.stdout.replace("# env.trading", "")  # not one env.trading.* line
+    assert r.stdout.splitlines()[-1].startswith("# env.trading, env.mujoco, env.gymnasium, env.jax: other tasks'")
+    # what it prints is still the job: loaded back, the same config
+    back = tmp_path / "resolved.yaml"
+    back.write_text(r.stdout)
+    assert to_dict(load_config(str(back))) == to_dict(load_config("jobs/pendulum.yaml"))
+    env = yaml.safe_load(cli("config", "jobs/halfcheetah.yaml").stdout)["env"]
+    assert "mujoco" in env and "trading" not in env
+    env = yaml.safe_load(cli("config", "jobs/trading_quickstart.yaml").stdout)["env"]
+    assert "trading" in env and "mujoco" not in env
+    # another task's section that the job did set is shown (nothing it asked for is hidden)
+    env = yaml.safe_load(cli("config", "jobs/pendulum.yaml", "--set", "env.trading.cost=0.01").stdout)["env"]
+    assert env["trading"]["cost"] == 0.01
