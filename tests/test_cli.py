@@ -214,3 +214,20 @@ def test_a_job_s_resolved_config_shows_its_own_task_s_section_only(cli, tmp_path
     # another task's section that the job did set is shown (nothing it asked for is hidden)
     env = yaml.safe_load(cli("config", "jobs/pendulum.yaml", "--set", "env.trading.cost=0.01").stdout)["env"]
     assert env["trading"]["cost"] == 0.01
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_the_array_dry_run_lists_each_task_s_seed_and_run_directory(cli, tmp_path, executor):
+    run = tmp_path / "sweep"
+    r = cli(
+        "submit", "jobs/quickstart.yaml", "--executor", executor, "--tasks-per-node", "2", "--array", "3%2",
+        "--run-dir", str(run), "--set", "seed=7", "--dry-run", env={"PATH": "/nonexistent"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = lines.index("#   task  seed  run directory")
+    assert lines[head - 1].startswith("# array: 3 tasks, at most 2 at once, 2 pods each (pod k: seed + k); ")
+    assert lines[head - 1].endswith(f"one leaderboard for all: {run / 'leaderboard'}")
+    rows = [line.split() for line in lines[head + 1 : head + 4]]
+    assert rows == [["#", str(i), str(7 + 1000 * i), str(run / f"task{i}")] for i in range(3)]
+    assert not run.exists()  # a dry run creates nothing
