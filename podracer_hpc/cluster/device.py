@@ -13,7 +13,8 @@ Called once per rank at start-up, before the pod's env is built:
 - :func:`set_cpu_threads` sets torch's CPU threads from the allocation (``SLURM_CPUS_PER_TASK``,
   ``OMP_NUM_THREADS``, the affinity mask), and on a node that is not the pod's alone (no CPU
   binding, nothing set) only as many as are idle: OpenMP threads that spin-wait for a
-  descheduled partner turned a busy node into a 25-50x slowdown (bench/HISTORY.md, "A pod on a node it does not have to itself").
+  descheduled partner turned a busy node into a 25-50x slowdown (bench/HISTORY.md, "A pod on a
+  node it does not have to itself").
 - :func:`start_line` is the one line every pod prints: rank, host, device (GPU name, or CPU and
   threads), env backend, torch and CUDA versions, code revision.
 
