@@ -5,7 +5,6 @@ import hashlib
 import json
 
 import pytest
-
 from helpers import mpiexec_or_skip, run_cli
 
 TINY = ["total_env_steps=2048", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=2", "threads=1"]
