@@ -1,4 +1,5 @@
-"""launch/watch.py: `podracer submit --wait` on a run that is already complete takes the summary the
+"""launch/watch.py (more of it: tests/launch/test_launch.py, tests/slurm/test_submit.py for --wait):
+`podracer submit --wait` on a run that is already complete takes the summary the
 run left (its ranks say so and write nothing) instead of waiting for a new one."""
 
 import hashlib

@@ -294,7 +294,6 @@ ELSEWHERE = {
     "report/tables.py": "tests/report/test_aggregate.py",
     "report/runs.py": "tests/report/test_aggregate.py",
     "launch/slurm.py": "tests/launch/test_launch.py (sbatch text), tests/slurm/",
-    "launch/watch.py": "tests/launch/test_launch.py, tests/slurm/test_submit.py (--wait)",
     "launch/request.py": "tests/launch/test_launch.py (requests refused before queueing)",
     "tools/study/schema.py": "tests/tools/test_study.py",
     "tools/study/execute.py": "tests/tools/test_study.py",
