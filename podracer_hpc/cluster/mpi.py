@@ -57,16 +57,16 @@ def launcher_env(environ: dict[str, str] | None = None) -> tuple[str | None, int
     env = os.environ if environ is None else environ
     for rank_var, size_var in _LAUNCHER_VARS:
         if rank_var in env:
-            return rank_var, _int_or_none(env.get(size_var)) if size_var else None
+            return rank_var, _env_int(env.get(size_var)) if size_var else None
     # srun without an MPI plugin still starts N tasks: MPI then tells whether they can talk.
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
-        n = _int_or_none(env.get("SLURM_STEP_NUM_TASKS"))
+        n = _env_int(env.get("SLURM_STEP_NUM_TASKS"))
         if n is not None and n > 1:
             return "SLURM_STEP_NUM_TASKS", n
     return None, None
 
 
-def _int_or_none(s: str | None) -> int | None:
+def _env_int(s: str | None) -> int | None:
     try:
         return int(s) if s is not None else None
     except ValueError:

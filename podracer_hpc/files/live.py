@@ -6,7 +6,11 @@ a progress line from it. Reads only; writes nothing, takes no lock.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import stat
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -17,7 +21,8 @@ import numpy as np
 
 from podracer_hpc.files.h5log import LogError, LogTail, read_log
 from podracer_hpc.files.records import Source, read_records
-from podracer_hpc.files.rundir import RunDir, job_id
+from podracer_hpc.files.rundir import PoolPart, RunDir, job_id, lock_owner, owner_alive
+from podracer_hpc.files.summary import read_records as read_pod_records
 
 # The columns a status reads (LogTail reads only these, and only the rows appended since its last poll).
 STATUS_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -45,6 +50,7 @@ __all__ = [
     "PodStatus",
     "Monitor",
     "find_rank_logs",
+    "pod_fates",
     "pod_state",
     "pod_statuses",
     "check_run_dir",
@@ -88,6 +94,7 @@ class PodStatus:
     last_action: str = ""
     age_s: float = math.nan  # seconds since the log file last changed
     error: str = ""  # why the log could not be read (the row shows it instead of values)
+    pool_part: str = "0/1"  # which part of a pool of several jobs writes it (its log's pool_part)
     hparams: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,6 +132,8 @@ def check_run_dir(run_dir: Path) -> None:
 def _only_empty_run_folders(run_dir: Path) -> bool:
     """Nothing in ``run_dir`` but (empty) folders a starting run creates."""
     for p in run_dir.iterdir():
+        if RunDir.is_lock(p.name):  # a starting writer takes its lock first
+            continue
         if p.name not in ("logs", "checkpoints", "leaderboard") or not p.is_dir():
             return False
         if any(q.is_file() for q in p.rglob("*")):
@@ -184,6 +193,7 @@ class _Tracker:
         attrs = self.tail.attrs or {}
         cfg = attrs.get("config") or {}
         st.seed = attrs.get("seed")
+        st.pool_part = str(attrs.get("pool_part") or "0/1")
         st.algo = str((cfg.get("agent") or {}).get("algo", "ppo"))
         tr, ev, to = rows["train"], rows["eval"], rows["tournament"]
         n = len(tr.get("env_steps", ()))
@@ -279,17 +289,76 @@ def pod_statuses(run_dir: str | Path) -> list[PodStatus]:
     return Monitor(run_dir).poll()
 
 
-def pod_state(p: PodStatus, total: int, ended: bool) -> str:
+def pod_state(p: PodStatus, total: int, ended: bool, fate: str = "") -> str:
     """``unreadable`` (its log), ``done`` (trained its budget), ``stalled`` (no log write for
-    STALE_S and the run has not ended), ``stopped`` (the run ended before it was done) or
-    ``running``."""
+    STALE_S and the run has not ended), ``stopped`` (the run ended before it was done),
+    ``killed`` (its writer is gone without ending it: :func:`pod_fates`) or ``running``."""
     if p.error:
         return "unreadable"
     if total and p.env_steps >= total:
         return "done"
-    if ended:
+    if fate and fate != "running":
+        return fate.split(" ", 1)[0]
+    if ended and not fate:
         return "stopped"
     return "stalled" if p.age_s > STALE_S else "running"
+
+
+def pod_fates(run_dir: Path, pods: list[PodStatus], ended: bool) -> dict[int, str]:
+    """How each pod's last start ended, where the run directory can tell: ``done`` or ``stopped``
+    (its record: it checkpointed and ended), ``running`` (the writer holding its lock runs), or
+    ``killed (resumes from update N)``: no record and its writer is gone (the lock of a process
+    that no longer runs, or no lock once the run ended), so its log rows after the checkpoint's
+    update N are redone by the next start. "" where nothing can tell (another host's writer)."""
+    rd = RunDir(run_dir)
+    records = read_pod_records(rd, [p.rank for p in pods])
+    owners: dict[Path, bool | None] = {}
+    out: dict[int, str] = {}
+    for p in pods:
+        if p.rank in records:
+            out[p.rank] = str(records[p.rank]["state"])
+            continue
+        lock = rd.lock_file(_part_of(p))
+        if lock not in owners:
+            rec = lock_owner(lock)
+            owners[lock] = owner_alive(rec) if rec is not None else (False if ended else None)
+        alive = owners[lock]
+        if alive:
+            out[p.rank] = "running"
+        elif alive is False and not p.error:
+            n = checkpoint_updates(rd.checkpoint(p.rank))
+            out[p.rank] = "killed (" + (f"resumes from update {n})" if n is not None else "starts over: no checkpoint)")
+        else:
+            out[p.rank] = ""
+    return out
+
+
+def _part_of(p: PodStatus) -> PoolPart:
+    try:
+        return PoolPart.parse(str(p.pool_part or "0/1"))
+    except ValueError:
+        return PoolPart()
+
+
+def checkpoint_updates(path: Path) -> int | None:
+    """The update a checkpoint holds (its header only: no torch, no checksum; None when it cannot
+    tell). Opens only a regular file, without blocking."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        if n > 1 << 24:
+            return None
+        head = json.loads(os.pread(fd, n, 8))
+        return int(json.loads(head["__metadata__"]["meta"])["updates"])
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    finally:
+        os.close(fd)
 
 
 def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:

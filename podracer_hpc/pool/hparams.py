@@ -10,10 +10,11 @@ import numpy as np
 
 from podracer_hpc.config import MUTABLE_BY_ALGO, HParamRange, TournamentConfig, normalize_space
 
-__all__ = ["DEFAULT_PBT_SPACE", "DEFAULT_SPACES", "describe_space", "effective_space", "explore"]
+__all__ = ["DEFAULT_PBT_SPACE", "DEFAULT_SPACES", "describe_space", "effective_space", "explore", "is_finite"]
 
 
-def _finite(x: Any) -> bool:
+def is_finite(x: Any) -> bool:
+    """Whether ``x`` reads as a finite number (a fitness or a hyperparameter value)."""
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -78,8 +79,8 @@ def explore(
         r = space[name]
         u = rng.random()
         factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
-        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
-        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
+        outside = name in out and is_finite(out[name]) and not r.low <= out[name] <= r.high
+        if name not in out or not is_finite(out[name]) or u < resample_prob or outside:
             if r.log_scale:
                 v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
             else:

@@ -135,11 +135,23 @@ class EntryInfo:
 class Leaderboard:
     """The leaderboard directory ``root/entries``; cheap to construct on every rank."""
 
-    def __init__(self, root: str | os.PathLike, entries: str = "entries", cache: bool = False, create: bool = True):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        entries: str = "entries",
+        cache: bool = False,
+        create: bool = True,
+        read_only: bool = False,
+    ):
         """``cache``: keep the sidecars this object has read (entries are immutable, so a long-lived
         reader, a pod, reads each one once; :meth:`load` still checks everything). ``create``:
-        make the directories (False: a reader of a directory that may not exist yet, at no cost)."""
+        make the directories (False: a reader of a directory that may not exist yet, at no cost).
+        ``read_only``: a reader that never writes (``podracer status``, ``evaluate``): nothing is
+        created, a corrupt entry is refused but not quarantined (the directory may be another
+        user's, or read-only)."""
         self.root = Path(root)
+        self.read_only = read_only
+        create = create and not read_only
         self._cache: dict[str, EntryInfo] | None = {} if cache else None
         self.entries_dir = self.root / entries  # "entries"; a population bucket's is deeper (:class:`Population`)
         parts = Path(entries).parts
@@ -348,7 +360,7 @@ class Leaderboard:
                 raise EntryCorrupt(
                     f"leaderboard entry {entry_id}: sidecar checksum mismatch: {path} was edited "
                     "after it was written (its score, steps or hyperparameters cannot be trusted); "
-                    "quarantined, nothing was loaded"
+                    f"{self.quarantined}, nothing was loaded"
                 )
         if d.get("id") != entry_id:
             raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
@@ -421,9 +433,14 @@ class Leaderboard:
             self.quarantine(entry_id)
             raise EntryCorrupt(
                 f"leaderboard entry {entry_id}: its sidecar's {', '.join(mismatch)} differ from the checksummed copy "
-                f"in {path} (the sidecar was edited): quarantined, nothing was loaded"
+                f"in {path} (the sidecar was edited): {self.quarantined}, nothing was loaded"
             )
         return tensors, inner
+
+    @property
+    def quarantined(self) -> str:
+        """What happened to a corrupt entry this reader found (for its messages)."""
+        return "left in place (a read-only reader)" if self.read_only else "quarantined"
 
     def quarantine(self, entry_id: str) -> None:
         """Take a corrupt entry out of the listing for every reader and every later round.
@@ -433,6 +450,8 @@ class Leaderboard:
         tensors become an orphan that ``prune`` deletes once stale.
         """
         validate_entry_id(entry_id)
+        if self.read_only:
+            return
         count_op("rename")
         try:
             os.replace(self.sidecar_path(entry_id), self.entries_dir / f".{entry_id}.json.corrupt")

@@ -47,7 +47,14 @@ import numpy as np
 
 from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
 from podracer_hpc.pool.fitness import better
-from podracer_hpc.pool.hparams import DEFAULT_PBT_SPACE, describe_space, draw_eligible, effective_space, explore
+from podracer_hpc.pool.hparams import (
+    DEFAULT_PBT_SPACE,
+    describe_space,
+    draw_eligible,
+    effective_space,
+    explore,
+    is_finite,
+)
 
 __all__ = [
     "ACTIONS",
@@ -179,13 +186,6 @@ def make_rng(seed: int, round: int, rank: int, stream: int) -> np.random.Generat
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(round), int(rank), int(stream)]))
 
 
-def _finite(x: Any) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
 def softmax_zscore(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
     """Probabilities ``softmax(z / temperature)`` with ``z`` the z-scores of ``scores``.
 
@@ -220,7 +220,9 @@ def quantile_size(n: int, quantile: float) -> int:
 
 def _ranking(fitness: Sequence[float]) -> list[int]:
     """Ranks ordered best first: finite fitness descending, ties by rank; non-finite last."""
-    return sorted(range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if _finite(fitness[r]) else (1, 0.0, r))
+    return sorted(
+        range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if is_finite(fitness[r]) else (1, 0.0, r)
+    )
 
 
 def _compare(
@@ -232,7 +234,7 @@ def _compare(
     difference. A candidate scored on other start states (``cand_ret`` None) whose score looks
     better is ``"verify"``: the pod evaluates it on its own set first. Without the pod's episodes
     (a caller with scores only): strictly better score."""
-    if not _finite(own_fit):
+    if not is_finite(own_fit):
         return "take", None, None
     if own_ret and cand_ret is not None and len(cand_ret) == len(own_ret):
         ok, m, se = better(own_ret, cand_ret, margin_se)
@@ -284,7 +286,7 @@ def elegantrl_select(
     among the pool's candidates that are fresh for it. Unknown steps count as fresh.
     """
     n = len(own_fitness)
-    fit = [float(f) if _finite(f) else float("nan") for f in own_fitness]
+    fit = [float(f) if is_finite(f) else float("nan") for f in own_fitness]
     hp = [dict(h) for h in hparams] if hparams is not None else [None] * n
     if len(hp) != n:
         raise ValueError(f"hparams has {len(hp)} rows for {n} pods")
@@ -308,7 +310,7 @@ def elegantrl_select(
     # kind "pod" refs a rank, "entry" an entry id.
     cands: list[tuple[float, tuple, str, Any, int | None, tuple | None]] = []
     if include_pods:
-        cands += [(f, (0, r, ""), "pod", r, steps[r], rets[r]) for r, f in enumerate(fit) if _finite(f)]
+        cands += [(f, (0, r, ""), "pod", r, steps[r], rets[r]) for r, f in enumerate(fit) if is_finite(f)]
     seen: set[str] = set()
     limits = [min_steps(r) for r in range(n)]
     loosest = None if any(x is None for x in limits) or not limits else min(limits)
@@ -316,7 +318,7 @@ def elegantrl_select(
         eid, score = str(item[0]), item[1]
         e_steps = item[2] if len(item) > 2 else None
         e_rets = tuple(item[3]) if len(item) > 3 and item[3] is not None else None
-        if eid in seen or not _finite(score) or not fresh(e_steps, loosest):
+        if eid in seen or not is_finite(score) or not fresh(e_steps, loosest):
             continue
         seen.add(eid)
         cands.append((float(score), (1, 0, eid), "entry", eid, e_steps, e_rets))
@@ -330,7 +332,7 @@ def elegantrl_select(
         base = dict(rank=r, publish=r in pool_pods, fitness=fit[r], old_hparams=hp[r])
         mine = [c for c in cands if fresh(c[4], limits[r])]
         if not mine:
-            if _finite(fit[r]):
+            if is_finite(fit[r]):
                 out.append(Decision(action="keep", reason="no candidates", **base))
             else:
                 out.append(Decision(action="reset", reason="fitness is NaN and no finite source exists", **base))
@@ -358,7 +360,7 @@ def elegantrl_select(
         if verdict == "verify":
             why = f"scored {score:.6g} on other start states: evaluated on this round's first"
         else:
-            why = "own fitness is NaN" if not _finite(fit[r]) else f"better than own {fit[r]:.6g}{diff}"
+            why = "own fitness is NaN" if not is_finite(fit[r]) else f"better than own {fit[r]:.6g}{diff}"
         out.append(
             Decision(
                 action="copy_pod" if kind == "pod" else "load_entry",
@@ -414,15 +416,15 @@ def pbt_select(
     """
     reports = _check_reports(reports)
     n = len(reports)
-    fit = [float(p.fitness) if _finite(p.fitness) else float("nan") for p in reports]
+    fit = [float(p.fitness) if is_finite(p.fitness) else float("nan") for p in reports]
     order = _ranking(fit)
-    finite = [r for r in order if _finite(fit[r])]
+    finite = [r for r in order if is_finite(fit[r])]
     k = quantile_size(n, quantile)
     sources = finite[:k]
     # The k worst pods that are ready (a pod that copied another fewer than ready_rounds rounds
     # ago is skipped, and the next worst ready pod outside the sources takes its place), plus
     # every non-finite pod.
-    targets = {r for r in range(n) if not _finite(fit[r])}
+    targets = {r for r in range(n) if not is_finite(fit[r])}
     not_ready: set[int] = set()
     source_set, finite_targets = set(sources), 0  # a set and a count: linear in the pool
     for r in reversed([r for r in finite if r not in source_set]):
@@ -457,17 +459,17 @@ def pbt_select(
             lambda s, r=r, me=me: (
                 reports[s].env_steps >= min_steps
                 and (  # on common
-                    not _finite(fit[r])
+                    not is_finite(fit[r])
                     or _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)[0] == "take"
                 )
             ),
         )
-        if s is None and not _finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
+        if s is None and not is_finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
             s = finite[0]
         if s is not None:
             drawn.add(s)
             new = explore(reports[s].hparams, space, rng, resample_prob, perturb_factors)
-            why = "fitness is NaN" if not _finite(fit[r]) else "bottom quantile"
+            why = "fitness is NaN" if not is_finite(fit[r]) else "bottom quantile"
             _, dm, dse = _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)
             decisions[r] = Decision(
                 action="copy_pod",
@@ -480,7 +482,7 @@ def pbt_select(
                 **base,
             )
             continue
-        if _finite(fit[r]):
+        if is_finite(fit[r]):
             reason = "bottom quantile, but no better source with comparable experience"
             decisions[r] = Decision(action="keep", reason=reason, **base)
             continue
@@ -499,7 +501,7 @@ def pbt_select(
     in_board: set[int] = set()
     if top_k is not None:
         cands = [(fit[r], (0, r, ""), r) for r in finite]
-        cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if _finite(s)]
+        cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if is_finite(s)]
         cands.sort(key=lambda c: (-c[0], c[1]))
         in_board = {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
     out = []
@@ -512,7 +514,7 @@ def pbt_select(
 
 
 def _best_entry(entries: Iterable[tuple[str, float]]) -> tuple[str, float] | None:
-    best = sorted(((-float(s), str(e)) for e, s in entries if _finite(s)))
+    best = sorted(((-float(s), str(e)) for e, s in entries if is_finite(s)))
     return (best[0][1], -best[0][0]) if best else None
 
 

@@ -54,13 +54,24 @@ from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, get_comm
 from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.config import Config, for_rank, to_dict
+from podracer_hpc.config import Config, for_rank, renamed_keys, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.h5recover import open_log
-from podracer_hpc.files.rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
+from podracer_hpc.files.rundir import (
+    EXIT_REQUEUE,
+    PoolPart,
+    RunDir,
+    RunDirLocked,
+    RunLock,
+    git_revision,
+    job_id,
+    make_dirs,
+    slurm_ids,
+    take_lock,
+)
 from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.fitness import Fitness, eval_seed
 from podracer_hpc.pool.hparams import describe_space, effective_space
@@ -155,6 +166,7 @@ class RankRun:
         self.pod: Pod | None = None
         self.pool: Pool | None = None
         self.log: H5Writer | None = None
+        self.lock: RunLock | None = None  # rank 0: this world's writer lock of the run directory
         self.state: RankState | None = None  # the run loop's state in the checkpoint it resumed from
         self.stopped_by = ""  # why this rank stops early ("" while it trains)
         self.poisoned = False  # NaN loss: frozen until a round replaces the agent
@@ -225,7 +237,8 @@ class RankRun:
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Device, pod, the checkpoint every rank resumes from (or a fresh start), log, pool."""
+        """Device, pod, the run directory's lock (before anything is written there), the checkpoint
+        every rank resumes from (or a fresh start), log, pool."""
         cfg, comm = self.cfg, self.comm
         try:  # every rank calls it: the ranks of a node compare GPUs, and one rank's error stops all
             device = resolve_device(cfg.device, comm.local_rank, comm.local_size, allgather=comm.allgather)
@@ -260,6 +273,7 @@ class RankRun:
             )
             + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
         )
+        self.take_lock()  # nothing above wrote into the run directory (a pod refused for its memory makes none)
         # a record says how this start ended; one that trains nothing (a redone final evaluation)
         # keeps the throughput of the start that trained
         self.prev_record = poolsummary.read_records(self.rundir, [self.index]).get(self.index, {})
@@ -331,6 +345,45 @@ class RankRun:
         if self.state is None:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
+    def take_lock(self) -> None:
+        """Rank 0 takes the run directory's writer lock for the whole world (its ranks are one
+        writer; a pool's part locks only its own pods) and sweeps what killed writers of these pods
+        left; every rank learns the outcome, so a refused world ends on every rank with exit 2
+        (none waits for rank 0) and nothing of the live writer's is touched."""
+        pods = self.part.pods(self.comm.size)
+        outcome, error = ("ok", ""), None
+        if self.comm.rank == 0:
+            try:
+                self.lock, note = take_lock(self.rundir, self.part, pods)
+                outcome = ("ok", note)
+            except RunDirLocked as e:
+                outcome = ("locked", str(e))
+            except OSError as e:
+                error, outcome = e, ("os", f"{e.strerror or e}: {e.filename}")
+        kind, text = self.comm.allgather(outcome)[0]
+        if error is not None:
+            raise error
+        if kind == "locked":
+            raise RunDirLocked(text)
+        if kind == "os":
+            raise TrainingError(f"rank 0 could not take the run directory's lock ({text})")
+        if text:
+            self.say(text)
+        if self.lock is not None:
+            junk = self.rundir.debris(pods, before=self.lock.record["since"])
+            size = 0
+            for f in junk:
+                try:
+                    size += f.stat().st_size
+                    f.unlink()
+                except OSError:
+                    continue
+            if junk:
+                self.say(
+                    f"removed {len(junk)} temporary file(s) ({size / 2**20:.1f} MiB) that killed writes left "
+                    f"in {self.rundir.root}"
+                )
+
     def part_checkpoints(self) -> list[int]:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
         left out; a pod beyond the pool counts as a rank beyond this world (a bigger run was here)."""
@@ -342,6 +395,7 @@ class RankRun:
         ``resume.agree`` found it and its .prev in."""
         tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
         written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
+        written = renamed_keys(written, warn=False)
         diffs = _diff_config(written, to_dict(self.run_cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
@@ -361,7 +415,7 @@ class RankRun:
 
     def prepare_fresh(self) -> None:
         if self.index == 0 or (self.comm.rank == 0 and not self.rundir.config.exists()):
-            self.rundir.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.rundir.root)
             safeio.atomic_write_bytes(
                 self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(), mode=0o644
             )
@@ -754,8 +808,12 @@ class RankRun:
         return summary
 
     def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
+        try:
+            if self.log is not None:
+                self.log.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 # ------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from podracer_hpc.files.live import (
     PodStatus,
     StatusError,
     check_run_dir,
+    pod_fates,
     pod_state,
 )
 from podracer_hpc.files.rundir import RunDir
@@ -82,7 +83,7 @@ def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str
 
     with warnings.catch_warnings():  # a status reader reports the run, not the directory's hygiene
         warnings.simplefilter("ignore")
-        board = Leaderboard(root)  # the directory exists, so nothing is created
+        board = Leaderboard(root, read_only=True)  # creates nothing, renames nothing
         entries = board.list()
     now = time.time()
     kept = (
@@ -158,20 +159,29 @@ def _ranks_text(ranks: list[int], most: int = 8) -> str:
     return ", ".join(map(str, ranks[:most])) + (f", ... ({len(ranks)})" if len(ranks) > most else "")
 
 
-def _aggregate_lines(pods: list[PodStatus], total: int, ended: bool, world: int | None) -> list[str]:
+def _aggregate_lines(
+    pods: list[PodStatus], total: int, ended: bool, world: int | None, fates: dict[int, str] | None = None
+) -> list[str]:
     """Counts of pods by state (and the ranks of those not running well), percentiles over pods."""
+    fates = fates or {}
     by: dict[str, list[int]] = {}
     for p in pods:
-        by.setdefault(pod_state(p, total, ended), []).append(p.rank)
-    order = ("running", "done", "stopped", "stalled", "unreadable")
+        by.setdefault(pod_state(p, total, ended, fates.get(p.rank, "")), []).append(p.rank)
+    order = ("running", "done", "stopped", "killed", "stalled", "unreadable")
     parts = [f"{len(by[k])} {k}" for k in order if k in by]
     missing = (world or 0) - len(pods)
     if missing > 0:
         parts.append(f"{missing} without a log yet")
     lines = [f"pods: {', '.join(parts) or 'none'}"]
-    for k in ("stalled", "unreadable"):
+    for k in ("killed", "stalled", "unreadable"):
         if k in by:
             lines.append(f"  {k}: rank {_ranks_text(by[k])}")
+    if "killed" in by:
+        lines.append(
+            "  killed: "
+            + ", ".join(f"pod {r} {fates[r].partition(' ')[2]}" for r in by["killed"][:8])
+            + "; the same command resumes them"
+        )
     ok = [p for p in pods if not p.error]
     if len(ok) < 2:
         return lines
@@ -223,16 +233,25 @@ def render(
         except (OSError, ValueError):
             summary = None  # being written: the next refresh shows it
     statuses = monitor.poll()
+    fates = pod_fates(run_dir, statuses, summary is not None)
+    killed = sorted(r for r, f in fates.items() if f.startswith("killed"))
     cfg = monitor.config
     total = int(cfg.get("total_env_steps") or 0)
     mode = (cfg.get("tournament") or {}).get("mode", "none")
     quiet_s = min((p.age_s for p in statuses if math.isfinite(p.age_s)), default=math.nan)
     if summary is None and not statuses:
         state = "starting (no logs yet)"
+    elif killed and not any(f == "running" for f in fates.values()):
+        state = (
+            f"killed: pod{'s' * (len(killed) > 1)} {_ranks_text(killed)} {fates[killed[0]]}, not stopped "
+            "with a checkpoint; run the same command again to resume"
+        )
     elif summary is None and quiet_s > STALE_S:
         state = f"last log write {_age(quiet_s)} and no summary.json: stalled, or killed before it could end?"
     elif summary is None:
         state = "running"
+    elif any(f == "running" for f in fates.values()):
+        state = "running (the summary so far is of the parts of the pool that ended)"
     elif summary.get("complete", True):
         state = "finished"
     else:
@@ -251,7 +270,7 @@ def render(
         default=0,
     )  # the pool's pods (all its jobs)
     if len(statuses) > 1 or world > len(statuses):
-        agg = _aggregate_lines(statuses, total, summary is not None, world)
+        agg = _aggregate_lines(statuses, total, summary is not None, world, fates)
         lines += ["", *(agg if not every or len(statuses) > POD_ROWS else agg[:1])]  # a few pods: their rows say it
     ok = [p for p in statuses if not p.error]
     shown = (

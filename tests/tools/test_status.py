@@ -18,6 +18,7 @@ from helpers import mpiexec_or_skip
 import podracer_hpc.pool.leaderboard  # noqa: F401  (imported now: the live check below should not wait for torch)
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.files.live import StatusError
+from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.tools.status import render, status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -378,3 +379,116 @@ def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_aske
     )
     every = train(tmp_path / "b", "log.progress_all_ranks=true")
     assert {line.split("]")[0] for line in every} == {"[quickstart r0", "[quickstart r1"}
+
+
+# ------------------------------------------------------------------------------------------
+# What the run directory says about how pods ended, and a reader that never writes
+# ------------------------------------------------------------------------------------------
+def _pool_of_two_parts(root: Path, total: int = 100_000) -> Path:
+    """A pool of 2 jobs x 2 pods: part 0 trained its budget and ended (records, summary), part 1's
+    pods logged 6 updates and checkpointed at update 3 (what a SIGKILL mid-run leaves)."""
+    import torch
+
+    from podracer_hpc.files import safeio
+    from podracer_hpc.files.h5log import H5Writer
+    from podracer_hpc.files.summary import write_record
+
+    rd = RunDir(root)
+    cfg = {"name": "pool", "total_env_steps": total, "env": {"name": "pendulum"}, "tournament": {"mode": "none"}}
+    for r in range(4):
+        attrs = {"config": cfg, "seed": r, "rank": r, "world_size": 2, "pool_size": 4, "pool_part": f"{r // 2}/2"}
+        steps = total // 6 if r < 2 else total // 12
+        with H5Writer(rd.log(r).with_name(f"pool_rank{r}.h5"), attrs) as w:
+            for u in range(1, 7):
+                w.append(
+                    "train", {"update": u, "env_steps": min(total, u * steps), "wall_s": float(u), "steps_per_s": 1.0}
+                )
+        safeio.save(rd.checkpoint(r), {"x": torch.zeros(1)}, {"updates": 6 if r < 2 else 3}, "pod-state")
+        if r < 2:
+            write_record(rd, r, {"state": "done", "env_steps": total})
+    rd.summary.write_text(json.dumps({"complete": False, "pods": 4, "pods_missing": [2, 3]}))
+    return root
+
+
+def test_a_killed_part_of_a_pool_is_reported_killed_not_stopped(tmp_path):
+    from podracer_hpc.files.rundir import PoolPart, take_lock
+
+    run = _pool_of_two_parts(tmp_path / "run")
+    rd = RunDir(run)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rd.lock_file(PoolPart(1, 2)).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "start": "x"}))
+    text = render(run)
+    head = text.splitlines()[0]
+    assert "killed: pods 2, 3 killed (resumes from update 3)" in head and "run the same command again" in head, head
+    assert "stopped early (checkpointed" not in text
+    assert "pods: 2 done, 2 killed" in text
+    # no lock left at all once the run's summary exists: gone too
+    rd.lock_file(PoolPart(1, 2)).unlink()
+    assert "pods: 2 done, 2 killed" in render(run)
+    # part 1 written now by a live process: its pods run, the summary is only the pool's so far
+    lock, _ = take_lock(rd, PoolPart(1, 2), range(2, 4))
+    try:
+        text = render(run)
+    finally:
+        lock.release()
+    assert "pods: 2 running, 2 done" in text and "killed:" not in text and "2 killed" not in text
+    assert "running (the summary so far" in text.splitlines()[0]
+
+
+def _tree(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): (p.lstat().st_ino, p.lstat().st_mode, p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def read_only_view(tmp_path):
+    """A read-only bind mount of a directory (root in a mount-capable container; skipped, saying why,
+    elsewhere): any write through it fails with EROFS, whoever the user, as on a run directory of
+    another user or a read-only filesystem."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    mounted = []
+
+    def view(src: Path) -> Path:
+        for cmd in (["mount", "--bind", str(src), str(mnt)], ["mount", "-o", "remount,bind,ro", str(mnt)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"cannot make a read-only bind mount here ({r.stderr.strip()})")
+            mounted.append(mnt)
+        assert subprocess.run(["touch", str(mnt / "probe")], capture_output=True).returncode != 0
+        return mnt
+
+    yield view
+    if mounted:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_status_writes_nothing_and_reads_a_read_only_run(tmp_path, read_only_view):
+    """A corrupt leaderboard entry is reported, not quarantined (no rename); no entries folder is made."""
+    run = _pool_of_two_parts(tmp_path / "run")
+    cfg = {"name": "pool", "total_env_steps": 100_000, "env": {"name": "pendulum"}, "tournament": {"mode": "pbt"}}
+    (run / "config.yaml").write_text(json.dumps(cfg))
+    entries = run / "leaderboard" / "entries"
+    entries.mkdir(parents=True)
+    os.chmod(run / "leaderboard", 0o777)  # world-accessible: a writer would warn to chmod it; a reader does not
+    bad = {"format": "podracer-hpc-leaderboard", "version": 2, "id": "x-0-0-0123456789ab", "sidecar_sha256": "0" * 64}
+    (entries / "x-0-0-0123456789ab.json").write_text(json.dumps(bad))
+    before = _tree(run)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "status", str(run)], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "chmod" not in r.stderr, r.stderr
+    assert _tree(run) == before  # nothing renamed, created or rewritten
+    ro = read_only_view(run)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "status", str(ro)], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "pods: 2 done, 2" in r.stdout and "leaderboard" in r.stdout
+    # a run without a leaderboard yet: no leaderboard/entries is made by reading it
+    shutil.rmtree(run / "leaderboard")
+    assert status(run, out=io.StringIO()) == 0
+    assert not (run / "leaderboard").exists()
