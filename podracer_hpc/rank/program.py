@@ -78,6 +78,7 @@ from podracer_hpc.pool.hparams import describe_space, effective_space
 from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
 from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
 from podracer_hpc.rank import faults, resume
+from podracer_hpc.rank.finished import complete_summary
 from podracer_hpc.rank.state import RankState
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
@@ -197,43 +198,18 @@ class RankRun:
         return t.mode == "none" or t.sync == "async"
 
     def finished_summary(self) -> dict[str, Any] | None:
-        """The run's summary when this run directory already holds this run complete (the same
-        config, every pod of this part done with its final evaluation, its checkpoint there), said
-        on stderr by rank 0; None when there is anything to train or evaluate (then :meth:`start`
-        decides, and says what is wrong). Reads files only: nothing is created or changed."""
-        if _run_config(self.rundir.config) != to_dict(self.run_cfg):
-            return None
-        pods = self.part.pods(self.comm.size)
-        records = poolsummary.read_records(self.rundir, pods)
-        needs_verdict = self.cfg.eval.final_episodes > 0
-        if len(records) != len(pods) or any(
-            r.get("state") != "done"
-            or not isinstance(r.get("env_steps"), int)
-            or r["env_steps"] < self.cfg.total_env_steps
-            or (needs_verdict and not isinstance(r.get("verdict"), list))
-            for r in records.values()
-        ):
-            return None
-        if (
-            not all(self.rundir.checkpoint(i).exists() for i in pods)
-            or max(self.rundir.checkpoint_ranks(), default=0) >= self.pool_size
-        ):
-            return None
-        try:
-            summary = json.loads(self.rundir.summary.read_text())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(summary, dict) or (self.part.count == 1 and summary.get("complete", True) is not True):
-            return None
-        if self.comm.rank == 0:
-            steps = sum(r["env_steps"] for r in records.values())
+        """The run's summary when this run directory already holds this run complete (finished.py),
+        said on stderr by rank 0; None when there is anything to train or evaluate."""
+        found = complete_summary(self.rundir, self.run_cfg, self.part, self.comm.size)
+        if found is not None and self.comm.rank == 0:
+            n = len(self.part.pods(self.comm.size))
             self.say(
-                f"{self.rundir.root} is complete: {len(pods)} pod{'s' * (len(pods) != 1)} trained "
-                f"{_fmt_steps(steps)} env steps (total_env_steps {_fmt_steps(self.cfg.total_env_steps)} each) and "
-                "were evaluated; nothing to do, no file changed. Its summary follows. To redo the final "
-                "evaluation: --force-final-eval; to train on: --set total_env_steps=<more>; a new run: a new --run-dir"
+                f"{self.rundir.root} is complete: {n} pod{'s' * (n != 1)} trained {_fmt_steps(found[1])} env steps "
+                f"(total_env_steps {_fmt_steps(self.cfg.total_env_steps)} each) and were evaluated; nothing to do, "
+                "no file changed. Its summary follows. To redo the final evaluation: --force-final-eval; to train "
+                "on: --set total_env_steps=<more>; a new run: a new --run-dir"
             )
-        return summary
+        return None if found is None else found[0]
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
