@@ -1,8 +1,14 @@
 # Set-up and checks for a fresh machine (Linux, Python >= 3.11). Everything lives in $(VENV).
+#   make quickstart   the core only (torch, numpy, scipy, h5py, mpi4py + the mpich wheel, submitit, matplotlib,
+#                     pyyaml, safetensors), then the 4-pod quickstart tournament
+#   make test         the core plus the `test` extra (every optional extra but playground, and the test tools)
 PY     ?= python3
 VENV   ?= .venv
-# A CPU build is enough here; on a GPU cluster use environment.yml (CUDA build) instead.
+# torch: pip's own index by default. On Linux x86_64 PyPI's torch is a CUDA build (it pulls the nvidia/cuda wheels,
+# several GB); TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build (about 0.2 GB), .../whl/cu126
+# a given CUDA. On a GPU cluster, environment.yml (conda, CUDA build) is the other way.
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
 JOB    ?= jobs/quickstart.yaml
 PODS   ?= 4
 PYTEST_ARGS ?=
@@ -12,21 +18,29 @@ TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
-.PHONY: setup quickstart lint format test test-lowest bench clean container container-quickstart
+.PHONY: setup setup-core quickstart lint format test test-lowest bench clean container container-quickstart
 
-$(BIN)/.installed: pyproject.toml
+# the core: what `make quickstart` needs (the mpi-wheel extra is the mpich wheel's mpiexec)
+$(BIN)/.core: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(BIN)/pip install -q -e '.[mpi-wheel]'
+	touch $@
+
+# the core plus the `test` extra: what `make test` and `make lint` need
+$(BIN)/.installed: $(BIN)/.core
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
+
+setup-core: $(BIN)/.core
 
 setup: $(BIN)/.installed
 
 ## quickstart: set up, then run the main job on this machine (no Slurm needed): a 4-pod
 ## tournament under the mpiexec of the PyPI mpich wheel, behind podracer_hpc/cluster/mpirun.py's signal
 ## relay: Ctrl-C, USR1, USR2 or TERM stop every pod with a checkpoint (exit 75; run again to resume)
-quickstart: setup
+quickstart: setup-core
 	$(BIN)/podracer mpirun -n $(PODS) $(BIN)/podracer train $(JOB)
 
 ## lint: the layout and lint checks CI runs (ruff format --check, ruff check; settings in pyproject.toml)

@@ -3,7 +3,7 @@
 # compiled (CUDA graphs), end-to-end PPO throughput, a short Pendulum learning run, an off-policy
 # (SAC) pod on thousands of envs (Pendulum, and HalfCheetah on MuJoCo Warp), MuJoCo Warp
 # (correctness of one step against MuJoCo C, env steps/s, PPO on it) and the stock-trading env, on
-# cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md with the date and
+# cuda:0. Prints tables and JSON lines; copy the output into bench/RESULTS.md (and bench/HISTORY.md) with the date and
 # the device. Usage on the GPU machine, from the repo root:
 #   bash bench/gpu_check.sh [all|core|warp|study]   # python3 from PATH (torch with CUDA installed)
 # core: the pendulum/cartpole envs, PPO and the stock-trading env (about 5 minutes);

@@ -17,7 +17,7 @@ baton, :class:`World`): a rank runs until its next collective, leaves its value 
 rank only; the last rank's arrival completes the collective and wakes rank 0. Each step between two
 collectives is thus run pod after pod, not at once as MPI ranks run it. The counts do not depend on
 that order beyond run-to-run noise (the pods' qualities are drawn afresh each run): at 1,024 and
-64 pods they agree with the earlier harness's (bench/RESULTS.md, fifth session). Until 2026-12-01
+64 pods they agree with the earlier harness's (bench/HISTORY.md, fifth session). Until 2026-12-01
 (fifth session) the world was a :class:`threading.Barrier` that woke all N threads at every
 collective and let them run at once: they fought for the GIL, and at 4,096 threads a run went past
 570 s (1,024 pods, ElegantRL: 227 s then, 13 s now; 4,096: 90-150 s now). Async rounds need no

@@ -227,7 +227,7 @@ class TournamentConfig:
     ready_rounds: int = F(
         3,
         "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
-        "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)",
+        "3: a new learning rate needs 50-75k Pendulum steps to show, bench/HISTORY.md)",
     )
     threshold_std: float = F(
         0.1,

@@ -1,5 +1,6 @@
 """`podracer` as a user runs it: clear errors before anything runs, a JSON last line, a log."""
 
+import hashlib
 import json
 import re
 
@@ -70,12 +71,55 @@ def test_train_prints_json_last_line_and_writes_a_log(tmp_path, cli):
         assert len(log["train"][col]) == 4
 
 
-def test_rerunning_a_finished_run_resumes_and_changes_nothing(tmp_path, cli):
+def _tree(root):
+    """Every file under ``root``: its bytes' sha256 and its mtime (a rewrite with the same bytes shows too)."""
+    return {
+        str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_rerunning_a_finished_run_says_so_and_changes_no_file(tmp_path, cli):
     assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST).returncode == 0
-    ckpt = (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes()
+    before = _tree(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
     r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST)
+    assert r.returncode == 0, r.stderr
+    assert (
+        "is complete" in r.stderr and "nothing to do, no file changed" in r.stderr and "--force-final-eval" in r.stderr
+    )
+    assert "resuming" not in r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == summary  # the summary, as the run left it
+    # the last lines say where the run is and what to run next (stderr: stdout ends on the JSON)
+    tail = r.stderr.strip().splitlines()[-5:]
+    assert (
+        tail[0] == f"the run is in {tmp_path}/: summary.json (the line above), logs/ (HDF5, one per pod), checkpoints/"
+    )
+    assert tail[1] == "next:" and tail[2].startswith(f"  podracer status {tmp_path}   #")
+    assert tail[3].startswith(f"  podracer evaluate {tmp_path} --episodes 100 --seed {summary['final_eval_seed']}   #")
+    assert tail[4].startswith(f"  python -m analysis.make_figures {tmp_path} --out {tmp_path}/figures   #")
+    assert _tree(tmp_path) == before  # not one file written, not one created or removed
+    # another budget is another request: it trains on (and the summary grows)
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--set", "total_env_steps=5120")
     assert r.returncode == 0 and "resuming" in r.stderr
-    assert (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes() == ckpt
+    assert json.loads((tmp_path / "summary.json").read_text())["env_steps"] == 5120
+
+
+def test_force_final_eval_redoes_the_verdict_and_keeps_the_throughput(tmp_path, cli):
+    assert cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST).returncode == 0
+    first = json.loads((tmp_path / "summary.json").read_text())
+    ckpt = (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes()
+    record = (tmp_path / "pods" / "pod0.json").stat().st_mtime_ns
+    r = cli("train", "jobs/pendulum.yaml", "--run-dir", str(tmp_path), *FAST, "--force-final-eval")
+    assert r.returncode == 0 and "resuming" in r.stderr, r.stderr
+    again = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (tmp_path / "pods" / "pod0.json").stat().st_mtime_ns != record  # evaluated and recorded again
+    assert (tmp_path / "checkpoints" / "rank0.safetensors").read_bytes() == ckpt  # no training: the same agent
+    # the same agent on the same common set: the same verdict; the throughput is the training's, not 0
+    for k in ("best_return", "best_return_ci95", "env_steps", "final_eval_seed", "steps_per_s"):
+        assert again[k] == first[k], k
+    assert again["steps_per_s"] > 0
 
 
 def test_unknown_key_fails_before_anything_runs(tmp_path, cli):
@@ -146,3 +190,44 @@ def test_tournament_warmup_delays_the_first_round(tmp_path, cli):
     t = read_log(tmp_path / "logs" / "pendulum_rank0.h5")["tournament"]
     assert list(t["round"]) == [0, 1]
     assert list(t["env_steps"]) == [5120, 7168]  # the first batch at >= 5000, then every 2048
+
+
+def test_a_job_s_resolved_config_shows_its_own_task_s_section_only(cli, tmp_path):
+    import yaml
+
+    from podracer_hpc.config import load_config, to_dict
+
+    r = cli("config", "jobs/pendulum.yaml")
+    assert r.returncode == 0, r.stderr
+    env = yaml.safe_load(r.stdout)["env"]
+    assert env["name"] == "pendulum" and not {"trading", "mujoco", "gymnasium", "jax"} & set(env), env
+    assert "trading" not in r.stdout.replace("# env.trading", "")  # not one env.trading.* line
+    assert r.stdout.splitlines()[-1].startswith("# env.trading, env.mujoco, env.gymnasium, env.jax: other tasks'")
+    # what it prints is still the job: loaded back, the same config
+    back = tmp_path / "resolved.yaml"
+    back.write_text(r.stdout)
+    assert to_dict(load_config(str(back))) == to_dict(load_config("jobs/pendulum.yaml"))
+    env = yaml.safe_load(cli("config", "jobs/halfcheetah.yaml").stdout)["env"]
+    assert "mujoco" in env and "trading" not in env
+    env = yaml.safe_load(cli("config", "jobs/trading_quickstart.yaml").stdout)["env"]
+    assert "trading" in env and "mujoco" not in env
+    # another task's section that the job did set is shown (nothing it asked for is hidden)
+    env = yaml.safe_load(cli("config", "jobs/pendulum.yaml", "--set", "env.trading.cost=0.01").stdout)["env"]
+    assert env["trading"]["cost"] == 0.01
+
+
+@pytest.mark.parametrize("executor", ["slurm", "local"])
+def test_the_array_dry_run_lists_each_task_s_seed_and_run_directory(cli, tmp_path, executor):
+    run = tmp_path / "sweep"
+    r = cli(
+        "submit", "jobs/quickstart.yaml", "--executor", executor, "--tasks-per-node", "2", "--array", "3%2",
+        "--run-dir", str(run), "--set", "seed=7", "--dry-run", env={"PATH": "/nonexistent"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = lines.index("#   task  seed  run directory")
+    assert lines[head - 1].startswith("# array: 3 tasks, at most 2 at once, 2 pods each (pod k: seed + k); ")
+    assert lines[head - 1].endswith(f"one leaderboard for all: {run / 'leaderboard'}")
+    rows = [line.split() for line in lines[head + 1 : head + 4]]
+    assert rows == [["#", str(i), str(7 + 1000 * i), str(run / f"task{i}")] for i in range(3)]
+    assert not run.exists()  # a dry run creates nothing

@@ -215,7 +215,7 @@ def test_the_pendulum_job_learns(algo, env_steps, threshold, tmp_path):
     loss, no bootstrap or a wrong target stays below -1000. Measured with this file's settings
     (seed 0, the run's final verdict on 100 common episodes): SAC -147 (the job of 2026-12-02's
     third session; -149 before), TD3 -191; over seeds 0-9 SAC reaches -250 by 4-8k env steps, TD3
-    by 8-16k (bench/RESULTS.md, "2026-12-02" to "2026-12-02 (third session)")."""
+    by 8-16k (bench/HISTORY.md, "2026-12-02" to "2026-12-02 (third session)")."""
     from podracer_hpc.rank.program import train
 
     cfg = load_config(

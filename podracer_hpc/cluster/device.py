@@ -13,7 +13,8 @@ Called once per rank at start-up, before the pod's env is built:
 - :func:`set_cpu_threads` sets torch's CPU threads from the allocation (``SLURM_CPUS_PER_TASK``,
   ``OMP_NUM_THREADS``, the affinity mask), and on a node that is not the pod's alone (no CPU
   binding, nothing set) only as many as are idle: OpenMP threads that spin-wait for a
-  descheduled partner turned a busy node into a 25-50x slowdown (bench/RESULTS.md, "Shared node").
+  descheduled partner turned a busy node into a 25-50x slowdown (bench/HISTORY.md, "A pod on a
+  node it does not have to itself").
 - :func:`start_line` is the one line every pod prints: rank, host, device (GPU name, or CPU and
   threads), env backend, torch and CUDA versions, code revision.
 
@@ -330,7 +331,7 @@ def cpu_threads(
     binding, taskset). Else the node's CPUs are nobody's in particular (a workstation, a login or
     shared node): the pod takes its share of the node's CPUs (``ranks_on_node`` ranks), and no more
     than are idle now (``probe``): OpenMP threads that outnumber the free CPUs spin-wait for
-    descheduled partners, a 25x slowdown measured on a busy node (bench/RESULTS.md), where one
+    descheduled partners, a 25x slowdown measured on a busy node (bench/HISTORY.md), where one
     thread loses only its fair share.
     """
     env = os.environ if environ is None else environ

@@ -18,8 +18,9 @@ So this process sits in front of mpiexec:
   USR1/USR2 sent to mpiexec itself can no longer kill the job;
 - on SIGUSR1, SIGUSR2, SIGTERM, SIGINT (Ctrl-C; mpiexec's own session keeps the terminal's
   SIGINT away from it) or SIGHUP, it sends SIGTERM to mpiexec, which Hydra forwards to every
-  rank: each rank checkpoints and exits 75. A second Ctrl-C sends SIGINT to mpiexec instead:
-  Hydra passes it to the ranks (KeyboardInterrupt), which end at once without checkpoints; a
+  rank: each rank checkpoints and exits 75 (and names the signal this process got: it writes it
+  to the file of ``$PODRACER_RELAYED_SIGNAL`` first, cluster/signals.py). A second Ctrl-C sends
+  SIGINT to mpiexec instead: Hydra passes it to the ranks (KeyboardInterrupt), which end at once without checkpoints; a
   third makes Hydra abort them;
 - if this process dies (even by SIGKILL), the kernel sends mpiexec SIGTERM (Linux
   ``PR_SET_PDEATHSIG``): the ranks still checkpoint;
@@ -38,8 +39,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from podracer_hpc.cluster.signals import RELAYED_SIGNAL_ENV
 
 __all__ = ["MpiexecNotFound", "RELAYED", "find_mpiexec", "main", "run"]
 
@@ -84,6 +88,8 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
     out = out or sys.stderr
     cmd = [mpiexec or find_mpiexec(), *args]
     state: dict[str, Any] = {"proc": None, "pending": [], "ints": 0, "told": False}
+    tmp = tempfile.mkdtemp(prefix="podracer-mpirun-")
+    named = os.path.join(tmp, "signal")  # what the ranks name when our SIGTERM reaches them
 
     def forward(signum: int) -> None:
         proc = state["proc"]
@@ -95,6 +101,11 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
             return
         if not state["told"]:
             state["told"] = True
+            try:
+                with open(named, "w") as f:
+                    f.write(signal.Signals(signum).name)
+            except OSError:
+                pass  # the ranks then say SIGTERM
             print(
                 f"podracer mpirun: {signal.Signals(signum).name}: asking every rank to finish its update, "
                 "checkpoint and exit (75; run the same command again to resume)"
@@ -119,7 +130,11 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
         prctl = _prctl()
         try:
             state["proc"] = subprocess.Popen(
-                cmd, preexec_fn=lambda: _child_setup(prctl), start_new_session=True, stdin=subprocess.DEVNULL
+                cmd,
+                preexec_fn=lambda: _child_setup(prctl),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, RELAYED_SIGNAL_ENV: named},
             )
         except OSError as e:
             print(f"podracer mpirun: cannot start {cmd[0]}: {e}", file=out, flush=True)
@@ -130,6 +145,7 @@ def run(args: list[str], mpiexec: str | None = None, out: Any = None) -> int:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+        shutil.rmtree(tmp, ignore_errors=True)
     return 128 - rc if rc < 0 else rc
 
 

@@ -8,17 +8,37 @@ while a rank starts is kept, not fatal. Once the work is saved (the run is done 
 shutdown would otherwise hit Python's default disposition (Python restores it while it shuts
 down) and turn a finished run into a crash code.
 
+``podracer mpirun`` can only stop the ranks through mpiexec's SIGTERM (Hydra forwards no other
+signal to them), so it writes the signal it got (SIGINT for a Ctrl-C, USR1, ...) to the file that
+``$PODRACER_RELAYED_SIGNAL`` names before it sends SIGTERM: a rank then names that signal, not
+SIGTERM (:attr:`StopFlag.name`).
+
 No heavy imports here: this module is imported before everything else.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any
 
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+RELAYED_SIGNAL_ENV = "PODRACER_RELAYED_SIGNAL"  # a file: the signal podracer mpirun relayed as SIGTERM
 
-__all__ = ["StopFlag", "WARNING_SIGNALS", "ignore_from_now_on", "process_flag"]
+__all__ = ["RELAYED_SIGNAL_ENV", "StopFlag", "WARNING_SIGNALS", "ignore_from_now_on", "process_flag", "relayed_signal"]
+
+
+def relayed_signal() -> str:
+    """The name of the signal ``podracer mpirun`` relayed to this rank as SIGTERM ("" if none)."""
+    path = os.environ.get(RELAYED_SIGNAL_ENV)
+    if not path:
+        return ""
+    try:
+        with open(path) as f:
+            name = f.read(16).strip()
+    except OSError:
+        return ""
+    return name if name in signal.Signals.__members__ else ""
 
 
 class StopFlag:
@@ -33,7 +53,10 @@ class StopFlag:
 
     @property
     def name(self) -> str:
-        return signal.Signals(self.signal).name if self.signal else ""
+        """The signal's name; for a SIGTERM from ``podracer mpirun``, the one the user sent it."""
+        if not self.signal:
+            return ""
+        return (self.signal == signal.SIGTERM and relayed_signal()) or signal.Signals(self.signal).name
 
     def install(self) -> "StopFlag":
         """Make this flag the handler of the warning signals (main thread only; else a no-op)."""

@@ -135,7 +135,8 @@ class EnvPoolMujoco:
             import envpool  # noqa: F401  (is it installed?)
         except ImportError as e:
             raise ImportError(
-                f"backend 'envpool' needs the envpool package ({e}); pip install envpool, or use backend 'gymnasium'"
+                f"backend 'envpool' needs the envpool package ({e}); pip install 'podracer-hpc[mujoco]', "
+                "or use backend 'gymnasium'"
             ) from None
         self.task = task
         self.gym_id = GYM_IDS[task]

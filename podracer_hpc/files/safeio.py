@@ -21,13 +21,12 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any
-
-import torch
-from safetensors.torch import load as st_load
-from safetensors.torch import save as st_save
+from typing import TYPE_CHECKING, Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes  # re-exported: the state files' writer
+
+if TYPE_CHECKING:  # torch and safetensors load where tensors are read or written: a status reader needs neither
+    import torch
 
 FORMAT = "podracer-hpc"
 
@@ -56,6 +55,8 @@ def _split(blob: bytes) -> tuple[dict[str, Any], bytes]:
 
 def dumps(tensors: dict[str, torch.Tensor], meta: dict[str, Any], kind: str, version: int = 1) -> bytes:
     """Serialize tensors and JSON metadata into a checksummed safetensors blob."""
+    from safetensors.torch import save as st_save
+
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
     meta_json = json.dumps(meta, sort_keys=True)
     base = {"format": FORMAT, "kind": kind, "version": str(version), "meta": meta_json}
@@ -89,6 +90,8 @@ def loads(
             f"{source}: checksum mismatch: the file is corrupt (a partial copy or a flipped bit). "
             "Nothing was loaded; delete it or restore it."
         )
+    from safetensors.torch import load as st_load
+
     try:
         tensors = st_load(blob)
         meta = json.loads(meta_json)

@@ -197,6 +197,12 @@ def read_summary(run_dir: Path, stale: tuple[int, int, int] | None = None) -> di
         return None
 
 
+def summary_after_success(run_dir: Path, stale: tuple[int, int, int] | None) -> dict[str, Any] | None:
+    """The summary of a job that ended with success (exit 0, COMPLETED): a new one, or, when its run
+    was already complete before (``podracer train`` then says so and changes no file), the one there."""
+    return read_summary(run_dir, stale) or read_summary(run_dir)
+
+
 def _complete(summary: dict[str, Any] | None) -> bool:
     return summary is not None and summary.get("complete", True) is not False
 
@@ -285,7 +291,7 @@ def _slurm_step(
         return False
     if now - w.ended_at < confirm_s:
         return False
-    summary = read_summary(d, launched.stale_summaries[i])
+    summary = (summary_after_success if st.state == "COMPLETED" else read_summary)(d, launched.stale_summaries[i])
     state = st.state or "gone from the queue, and Slurm keeps no record of it (no accounting)"
     pool = (
         f" It ran pods {launched.parts[i].start}-{launched.parts[i].stop - 1} of a pool: the pool's other jobs go "
@@ -327,7 +333,7 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     if p.poll() is None:
         return False
     rc = p.returncode
-    summary = read_summary(d, launched.stale_summaries[i])
+    summary = (summary_after_success if rc == 0 else read_summary)(d, launched.stale_summaries[i])
     if rc == 0 and done(summary):
         return True
     if rc == EXIT_REQUEUE:
@@ -425,7 +431,7 @@ def wait(
             )
         time.sleep(poll_s)
     firsts = {str(d): i for i, d in reversed(list(enumerate(launched.run_dirs)))}  # a pool: its one summary
-    return [read_summary(launched.run_dirs[i], launched.stale_summaries[i]) for i in sorted(firsts.values())]
+    return [summary_after_success(launched.run_dirs[i], launched.stale_summaries[i]) for i in sorted(firsts.values())]
 
 
 def _tail(path: Path, n: int = 15) -> str:

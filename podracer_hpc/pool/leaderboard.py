@@ -34,10 +34,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import numpy as np
-import torch
 
 from podracer_hpc.files import safeio
 from podracer_hpc.pool.entryfiles import (
@@ -49,6 +48,9 @@ from podracer_hpc.pool.entryfiles import (
     warn,
     write_new,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ENTRY_KIND",
@@ -591,6 +593,8 @@ def _sidecar_digest(d: dict[str, Any]) -> str:
 
 def _content_digest(tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any]) -> str:
     """sha256 of an entry's content (tensors, score, meta), independent of time and host."""
+    import torch  # here: listing a leaderboard (podracer status) needs no torch
+
     h = hashlib.sha256(json.dumps({"score": score, "meta": meta}, sort_keys=True).encode())
     for k in sorted(tensors):
         v = tensors[k].detach().to("cpu").contiguous()

@@ -76,6 +76,7 @@ from podracer_hpc.pool.hparams import describe_space, effective_space
 from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
 from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
 from podracer_hpc.rank import faults, resume
+from podracer_hpc.rank.finished import finished_summary, fmt_steps
 from podracer_hpc.rank.lock import take_world_lock
 from podracer_hpc.rank.state import RankState
 from podracer_hpc.rank.vigil import Vigil
@@ -109,14 +110,20 @@ def train(
     quiet: bool = False,
     stop: StopFlag | None = None,
     part: PoolPart = PoolPart(),
+    force_final_eval: bool = False,
 ) -> RunResult:
     """Train one pod per rank until ``cfg.total_env_steps``; resume from ``run_dir`` if it has checkpoints.
 
     ``stop``: the warning-signal flag (the console script installs the process's own before
     anything else); by default a new one is installed here. ``part``: which pods of the pool this
-    MPI world runs (a pool of several jobs; default: the whole pool).
+    MPI world runs (a pool of several jobs; default: the whole pool). A run that is already
+    complete with this very config is left as it is (its summary is returned, no file is touched)
+    unless ``force_final_eval`` asks to redo its final evaluation.
     """
     rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet, part)
+    finished = None if force_final_eval else rank.finished_summary()
+    if finished is not None:
+        return RunResult(complete=True, summary=finished, rank=rank.comm.rank)
     try:
         try:
             return _loop(rank)
@@ -175,6 +182,7 @@ class RankRun:
         self.stopped_by = ""  # why this rank stops early ("" while it trains)
         self.poisoned = False  # NaN loss: frozen until a round replaces the agent
         self.updates_here = 0
+        self.prev_record: dict[str, Any] = {}  # this pod's record from the start before (read at start)
         self.last_train = math.nan
         self.ckpt_epochs: tuple[int | None, int | None] = (None, None)  # rounds of the checkpoint and its .prev
         self.round_index = 0
@@ -202,6 +210,11 @@ class RankRun:
         """The pods never meet before the end (no tournament, or asynchronous rounds)."""
         t = self.cfg.tournament
         return t.mode == "none" or t.sync == "async"
+
+    def finished_summary(self) -> dict[str, Any] | None:
+        """The run's summary when this run directory already holds this run complete (finished.py),
+        said on stderr by rank 0; None when there is anything to train or evaluate."""
+        return finished_summary(self.rundir, self.run_cfg, self.part, self.comm, self.say)
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -243,7 +256,10 @@ class RankRun:
         )
         self.take_lock()  # nothing above wrote into the run directory (a pod refused for its memory makes none)
         self.hb = self.vigil.open(str(device))  # the heartbeat: a refused second writer leaves none
-        poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
+        # a record says how this start ended; one that trains nothing (a redone final evaluation)
+        # keeps the throughput of the start that trained
+        self.prev_record = poolsummary.read_records(self.rundir, [self.index]).get(self.index, {})
+        poolsummary.clear_record(self.rundir, self.index)
         choice = resume.agree(
             comm.allgather,
             comm.rank,
@@ -343,7 +359,7 @@ class RankRun:
         self.pod.restore(tensors, meta, version, source=str(self.ckpt))
         self.state = RankState.from_meta(meta)
         self.ckpt_epochs = (self.state.round if epochs[0] is None else epochs[0], epochs[1])
-        self.say(f"resuming from {self.ckpt} at {_fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
+        self.say(f"resuming from {self.ckpt} at {fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
         if not meta.get("env_exact", True):  # the pod's own key (pod.py)
             self.say(
                 "this task's environment backend cannot be checkpointed: the agent resumes exactly, "
@@ -637,7 +653,7 @@ class RankRun:
         sps = (pod.env_steps - self.steps_at_start) / max(1e-9, time.perf_counter() - self.t_start)
         eta = (total - pod.env_steps) / max(sps, 1e-9)
         self.say(
-            f"{100 * pod.env_steps / total:5.1f}% {_fmt_steps(pod.env_steps)}/{_fmt_steps(total)} steps | "
+            f"{100 * pod.env_steps / total:5.1f}% {fmt_steps(pod.env_steps)}/{fmt_steps(total)} steps | "
             f"{sps / 1e3:.0f}k steps/s | train {self.last_train:.1f} | eval {self.last_eval:.1f} "
             f"(best {self.best:.1f}) | ETA {eta:.0f}s" + self.pool_line,
             progress=True,
@@ -688,8 +704,14 @@ class RankRun:
             "best": self.best,
             "final": self.last_eval,
             "wall_s": self.wall(),
-            "run_steps": self.pod.env_steps - self.steps_at_start,
-            "run_wall": time.perf_counter() - self.t_start,
+            **(
+                {k: self.prev_record[k] for k in ("run_steps", "run_wall") if k in self.prev_record}
+                if self.updates_here == 0 and self.prev_record.get("run_steps")
+                else {
+                    "run_steps": self.pod.env_steps - self.steps_at_start,
+                    "run_wall": time.perf_counter() - self.t_start,
+                }
+            ),
             "rounds": self.round_index,
             "job": job_id(),
             "part": str(self.part),
@@ -720,7 +742,7 @@ class RankRun:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
             self.say(
-                f"stopped by {self.stopped_by or 'another rank'}{via} at {_fmt_steps(self.pod.env_steps)} env steps; "
+                f"stopped by {self.stopped_by or 'another rank'}{via} at {fmt_steps(self.pod.env_steps)} env steps; "
                 "checkpoint saved, run again to resume"
             )
         summary = self.summarize() if self.comm.rank == 0 else {}
@@ -793,7 +815,3 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
         elif a != b:
             out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
     return out
-
-
-def _fmt_steps(n: float) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"

@@ -29,7 +29,6 @@ otherwise):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -41,6 +40,7 @@ import numpy as np
 import torch
 
 from podracer_hpc.envs.registry import as_kwargs, options_from
+from podracer_hpc.tools.backtest_args import parser
 from podracer_hpc.trading.data import MarketData
 from podracer_hpc.trading.env import Market, StockTradingEnv, get_market, market_of, tickers_from_state
 from podracer_hpc.trading.fields import DataError, is_daily, market_source
@@ -427,43 +427,8 @@ def table(result: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="podracer backtest",
-        description="Backtest a stock_trading checkpoint on a held-out period next to equal-weight buy and hold and "
-        "a minimum-variance portfolio. Settings not given default to the checkpoint's env config.",
-    )
-    ap.add_argument("checkpoint", help="a pod checkpoint (checkpoints/rank<r>.safetensors) or a leaderboard entry")
-    ap.add_argument(
-        "--data",
-        default=None,
-        help="long-format bars (CSV/Parquet/HDF5); default: the run's env.trading.data "
-        "(the synthetic market when empty)",
-    )
-    ap.add_argument(
-        "--start", default=None, help="first day (default: the day after the run's env.trading.end, if set)"
-    )
-    ap.add_argument("--end", default=None, help="last day (default: the end of the data)")
-    ap.add_argument("--stocks", default=None, help="comma-separated tickers (default: the run's env.trading.stocks)")
-    ap.add_argument("--initial-cash", type=float, default=None)
-    ap.add_argument("--cost", type=float, default=None, help="proportional transaction cost, e.g. 0.002")
-    ap.add_argument("--max-shares", type=int, default=None)
-    ap.add_argument("--turbulence-threshold", type=float, default=None, help="0 = never liquidate")
-    ap.add_argument("--periods-per-year", type=float, default=None, help="default: inferred from the bar spacing")
-    ap.add_argument("--minvar-lookback", type=int, default=252, help="returns in the minimum-variance estimate")
-    ap.add_argument(
-        "--rebalance-every",
-        type=int,
-        default=0,
-        help="rebalance the minimum-variance portfolio every k bars (0: never)",
-    )
-    ap.add_argument("--plot", default="backtest.png", help="PNG of the account values ('' for none)")
-    ap.add_argument("--device", default="cpu")
-    return ap
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     torch.set_num_threads(
         1
     )  # one account, one bar at a time: more threads only wait on each other (ms per op under load)

@@ -82,7 +82,7 @@ def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str
         if tcfg.get("mode", "none") == "none":
             return []
         return [f"leaderboard {root}: none yet"]
-    from podracer_hpc.pool.leaderboard import Leaderboard  # imports torch: only when there is a leaderboard to show
+    from podracer_hpc.pool.leaderboard import Leaderboard
 
     with warnings.catch_warnings():  # a status reader reports the run, not the directory's hygiene
         warnings.simplefilter("ignore")

@@ -539,7 +539,7 @@ def _read_parquet(path: Path) -> Rows:
     except ImportError:
         raise DataError(
             f"{path}: reading Parquet needs pyarrow, which is not installed "
-            "(pip install pyarrow), or convert the file to CSV"
+            "(pip install 'podracer-hpc[trading]'), or convert the file to CSV"
         ) from None
     try:
         schema = pq.read_schema(path)

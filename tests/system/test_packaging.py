@@ -71,3 +71,44 @@ def test_console_script_and_layout():
     assert project["scripts"]["podracer"] == "podracer_hpc.cli:main"
     for d in ("jobs", "podracer_hpc", "slurm_templates", "analysis", "tests", "bench"):
         assert (REPO / d).is_dir(), d
+
+
+def _extras() -> dict[str, list[str]]:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def test_the_test_extra_holds_every_extra_but_playground():
+    """`make test` installs `test`: every purpose's extra must be in it (playground lives in its own venv;
+    CI runs the notebook through nbclient, without Jupyter's front end)."""
+    extras = _extras()
+    test = {_name_and_min(r.split(";")[0])[0] for r in extras["test"]}
+    for name, reqs in extras.items():
+        if name in ("test", "playground"):
+            continue
+        missing = {_name_and_min(r.split(";")[0])[0] for r in reqs} - test - {"notebook"}  # Jupyter's front end
+        assert not missing, f"extra {name!r}: {sorted(missing)} not in the test extra"
+    for purpose in ("mpi-wheel", "gym", "trading", "mujoco", "warp", "jax", "export", "notebook", "lint"):
+        assert purpose in extras, purpose
+
+
+def test_the_core_holds_no_optional_package():
+    """A plain install (and `make quickstart`) gets the core: nothing that only a purpose needs."""
+    core = {
+        _name_and_min(r)[0] for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    assert core == {
+        "torch", "numpy", "scipy", "pyyaml", "h5py", "safetensors", "mpi4py", "submitit", "matplotlib",
+    }  # fmt: skip
+
+
+def test_make_quickstart_installs_the_core_and_make_test_the_test_extra():
+    make = (REPO / "Makefile").read_text()
+    rule = lambda target: re.search(rf"^{re.escape(target)}:.*?(?=^\S|\Z)", make, re.M | re.S).group(0)  # noqa: E731
+    core = rule("$(BIN)/.core")
+    assert "'.[mpi-wheel]'" in core and "[test]" not in core, core
+    assert re.search(r"^quickstart: setup-core$", make, re.M)
+    assert "'.[test]'" in rule("$(BIN)/.installed")
+    assert re.search(r"^test: setup$", make, re.M) and re.search(r"^setup: \$\(BIN\)/\.installed$", make, re.M)
+    # the README says which torch a plain install gets and how to choose
+    readme = (REPO / "README.md").read_text()
+    assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in readme and "TORCH_INDEX" in make

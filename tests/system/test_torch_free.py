@@ -59,3 +59,26 @@ def test_a_pod_still_builds_every_declared_task_s_env():
     for name in registry.names():
         assert callable(TASKS[name]), name
     assert registry.names()[:3] == ["pendulum", "cartpole", "stock_trading"]  # the sections' order as before
+
+
+def test_status_of_a_tournament_and_backtest_help_import_no_torch(tmp_path):
+    """`podracer status` reads logs, records and the leaderboard's JSON sidecars; `backtest --help`
+    only its arguments: neither loads torch (seconds of start-up on a login node)."""
+    run = tmp_path / "run"
+    fast = ["total_env_steps=2048", "env.num_envs=64", "agent.rollout_steps=16", "eval.episodes=2"]
+    fast += ["eval.final_episodes=2", "tournament.interval_env_steps=1024", "tournament.warmup_env_steps=0"]
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "train", "jobs/quickstart.yaml", "--run-dir", str(run), "--quiet"]
+        + [a for kv in fast for a in ("--set", kv)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert any((run / "leaderboard" / "entries").glob("*.safetensors"))  # status has a leaderboard to show
+    mods = imported("status", str(run))
+    assert "podracer_hpc" in mods and "h5py" in mods  # it did read the logs
+    assert "torch" not in mods and "safetensors" not in mods
+    mods = imported("backtest", "--help")
+    assert "podracer_hpc" in mods and "torch" not in mods

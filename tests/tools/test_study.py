@@ -369,3 +369,19 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     )
     names = {ln.get_label() for ln in fig.axes[0].lines}
     assert {"best_of_n", "best_of_n ideal", "random_search", "data_parallel", "dexpbt"} <= names
+
+
+def test_a_dry_run_plans_without_rllib_and_says_which_system_it_would_skip(tmp_path, capsys):
+    """No RLlib venv here: the dry run still plans every point (exit 0), names the system a run here
+    would have to skip and why; the real run refuses it (exit 2) before anything runs."""
+    rllib = {"job": "jobs/rllib/pendulum.yaml", "python": "/nonexistent/python"}
+    path = tiny_study(tmp_path, systems={"podracer": {"job": "jobs/pendulum_fast.yaml", "set": TINY}, "rllib": rllib})
+    assert study(str(path), "--executor", "local", "--dry-run") == 0
+    out = capsys.readouterr().out
+    skip = [line for line in out.splitlines() if line.startswith("# skipped here:")]
+    assert len(skip) == 1 and "system rllib (/nonexistent/python not found: create .venv-rllib" in skip[0], out
+    assert out.count("[skipped: not installed here]") == 2 and out.count("[to run]") == 2, out  # points 1, 2
+    assert "/nonexistent/python -m baselines.rllib.train" in out  # the command it would run, once installed
+    assert study(str(path), "--executor", "local") == 2
+    assert "/nonexistent/python not found" in capsys.readouterr().err
+    assert not (tmp_path / "tiny").exists()  # neither wrote anything

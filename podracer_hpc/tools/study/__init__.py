@@ -262,11 +262,18 @@ def _point_command(study: Study, pt: Point, executor: str) -> str:
     return cmd
 
 
-def dry_run(study: Study, executor: str) -> int:
-    """Print what would run: each point, its resources, whether it is done, its command."""
+def dry_run(study: Study, executor: str, skipped: dict[str, str] | None = None) -> int:
+    """Print what would run: each point, its resources, whether it is done, its command; and the
+    systems (``skipped``: name -> why) whose software is not here, which a run would have to skip."""
+    skipped = skipped or {}
     print(f"# study {study.name}: {study.task}, target {study.metric} >= {study.target:g}, out {study.out}")
+    for name, why in skipped.items():
+        print(
+            f"# skipped here: system {name} ({why}); its points are listed, but `podracer study` without "
+            "--dry-run refuses them until it is installed"
+        )
     for pt in study.runs():
-        state = "done" if is_done(pt) else "to run"
+        state = "done" if is_done(pt) else "skipped: not installed here" if pt.system.name in skipped else "to run"
         what = f"one learner with {pt.pods} x the envs" if pt.system.one_learner else f"{pt.tasks_per_node} pod(s)"
         print(
             f"{pt.label}: {pt.nodes} node(s) x {what}, {pt.gpus:g} GPUs, {pt.cpus} CPUs "
@@ -329,8 +336,8 @@ def main(args: argparse.Namespace) -> int:
         if args.report_only:
             print(json.dumps(report(study)), flush=True)
             return EXIT_OK
-        check(study, executor)
-        return dry_run(study, executor) if args.dry_run else run_study(study, executor, wait=args.wait)
+        skipped = check(study, executor, planning=args.dry_run)
+        return dry_run(study, executor, skipped) if args.dry_run else run_study(study, executor, wait=args.wait)
     except launch.JobError as e:
         print(f"podracer study: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -124,7 +124,9 @@ def rllib_args(study: Study, pt: Point, executor: str = "local") -> list[str]:
     return args
 
 
-def _check_rllib(study: Study, pt: Point, executor: str) -> None:
+def _check_rllib(study: Study, pt: Point, executor: str, planning: bool = False) -> str:
+    """Raises StudyError for what is wrong with an RLlib system at ``pt``; when ``planning`` (a dry
+    run), an RLlib that is not installed is no error: the reason it would be skipped is returned."""
     s = pt.system
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))  # the baseline lives in a checkout (baselines/), not in the package
@@ -143,14 +145,20 @@ def _check_rllib(study: Study, pt: Point, executor: str) -> None:
     if cfg["task"] != study.task:
         raise StudyError(f"systems.{s.name}: its job trains {cfg['task']!r}, the study's task is {study.task!r}")
     if not rllib_python(s).exists():
-        raise StudyError(
-            f"systems.{s.name}: {rllib_python(s)} not found: create .venv-rllib as baselines/rllib/README.md "
-            f"says, or set systems.{s.name}.python, or drop the system"
+        why = (
+            f"{rllib_python(s)} not found: create .venv-rllib as baselines/rllib/README.md says, or set "
+            f"systems.{s.name}.python, or drop the system"
         )
+        if planning:
+            return why
+        raise StudyError(f"systems.{s.name}: {why}")
+    return ""
 
 
-def check(study: Study, executor: str) -> None:
-    """Check every system at every point before anything runs (raises StudyError / launch errors)."""
+def check(study: Study, executor: str, planning: bool = False) -> dict[str, str]:
+    """Check every system at every point before anything runs (raises StudyError / launch errors).
+    ``planning`` (a dry run): a system whose software is not installed here (RLlib's venv) is
+    returned as ``{name: why}``, the systems a run here would have to skip, instead of refused."""
     if executor not in ("local", "slurm"):
         raise StudyError(f"--executor must be local or slurm, got {executor!r}")
     if executor == "slurm" and any(0 < study.gpus_of(s) < 1 for s in study.systems):
@@ -159,6 +167,7 @@ def check(study: Study, executor: str) -> None:
             "gives whole GPUs"
         )
     checked: set[tuple[str, int]] = set()
+    skipped: dict[str, str] = {}
     for pt in study.runs():
         s = pt.system
         if (s.name, pt.pods) in checked:
@@ -175,10 +184,11 @@ def check(study: Study, executor: str) -> None:
                 raise StudyError(
                     f"systems.{s.name}: its job trains {cfg.env.name!r}, the study's task is {study.task!r}"
                 )
-        else:
-            _check_rllib(study, pt, executor)
+        elif why := _check_rllib(study, pt, executor, planning):
+            skipped[s.name] = why
     if executor == "slurm" and any(s.kind == "rllib" for s in study.systems) and shutil.which("sbatch") is None:
         raise StudyError("--executor slurm, but there is no sbatch here")
+    return skipped
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
