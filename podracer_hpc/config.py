@@ -36,6 +36,7 @@ from podracer_hpc.agents.settings import (
     mutable_hparams,
 )
 from podracer_hpc.docfield import ConfigError, F
+from podracer_hpc.files.bounded import RunFileError, read_yaml
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
 # checks its memory estimate against the device before it allocates (pod.check_memory).
@@ -681,12 +682,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         p = job_file(path)
         if not p.is_file():
             raise ConfigError(f"job file {str(path)!r} not found (jobs live in jobs/*.yaml)")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
+        try:  # a regular file of at most MAX_YAML_BYTES, its aliases expanded to MAX_YAML_NODES nodes at most
+            data = read_yaml(p, what="job file") or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{p}: not a text file (a job file is YAML, e.g. jobs/pendulum.yaml)") from None
+        except RunFileError as e:
+            raise ConfigError(str(e)) from None
         except OSError as e:
             raise ConfigError(f"{p}: cannot read the job file ({e.strerror})") from None
         if not isinstance(data, dict):

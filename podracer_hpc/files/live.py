@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from podracer_hpc.files.bounded import read_yaml
 from podracer_hpc.files.h5log import LogError, LogTail, read_log
 from podracer_hpc.files.records import Source, read_records
 from podracer_hpc.files.rundir import RunDir, job_id
@@ -294,9 +295,8 @@ def pod_state(p: PodStatus, total: int, ended: bool) -> str:
 
 def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:
     try:
-        import yaml
+        cfg = read_yaml(RunDir(run_dir).config, what="run config")
 
-        cfg = yaml.safe_load(RunDir(run_dir).config.read_text())
         if isinstance(cfg, dict):
             return cfg
     except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too

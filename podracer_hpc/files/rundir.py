@@ -24,7 +24,6 @@ Nothing here imports torch, h5py or MPI.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -32,6 +31,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+
+from podracer_hpc.files.bounded import read_json
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "PoolPart", "RunDir", "git_revision", "job_id", "slurm_ids"]
 
@@ -137,8 +138,8 @@ def git_revision(environ: Mapping[str, str] | None = None) -> str:
     snap = pkg.parent / "SNAPSHOT.json"
     if snap.is_file():
         try:
-            return str(json.loads(snap.read_text())["revision"])
-        except (OSError, ValueError, KeyError):
+            return str(read_json(snap, what="snapshot record")["revision"])
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     try:
         rev = subprocess.run(

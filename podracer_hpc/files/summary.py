@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.rundir import RunDir
 
 __all__ = ["assemble", "clear_record", "describe_missing", "read_records", "write_record"]
@@ -60,7 +61,8 @@ def read_records(rundir: RunDir, pods: range | list[int]) -> dict[int, dict[str,
     out: dict[int, dict[str, Any]] = {}
     for i in pods:
         try:
-            rec = json.loads(rundir.pod_record(i).read_text())
+            rec = read_json(rundir.pod_record(i), what="pod record")
+
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict) and rec.get("state") in STATES and rec.get("pod") == i:

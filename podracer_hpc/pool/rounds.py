@@ -27,6 +27,7 @@ from typing import Any, Callable
 from podracer_hpc.cluster.mpi import Comm
 from podracer_hpc.config import Config
 from podracer_hpc.files import safeio
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.records import Comparison, RoundRecord, Source
 from podracer_hpc.files.rundir import RunDir
@@ -180,7 +181,7 @@ class Pool:
         """
         path = self.rundir.round_listing(index)
         try:
-            return [Listed.from_json(e) for e in json.loads(path.read_text())]
+            return [Listed.from_json(e) for e in read_json(path, what="round listing")]
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, KeyError) as e:

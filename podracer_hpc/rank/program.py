@@ -58,6 +58,7 @@ from podracer_hpc.config import Config, for_rank, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
+from podracer_hpc.files.bounded import read_yaml
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.h5recover import open_log
 from podracer_hpc.files.rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
@@ -709,8 +710,8 @@ class RankRun:
 def _run_config(path: Path) -> dict[str, Any] | None:
     """The run's config.yaml (written once, at the run's first start), or None if unreadable."""
     try:
-        d = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+        d = read_yaml(path, what="run config")
+    except (OSError, ValueError, yaml.YAMLError):
         return None
     return d if isinstance(d, dict) else None
 

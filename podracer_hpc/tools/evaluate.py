@@ -94,9 +94,11 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     """The run's ``tournament.leaderboard_dir`` (its config.yaml), "" for the run's own."""
     import yaml
 
+    from podracer_hpc.files.bounded import read_yaml
+
     try:
-        d = yaml.safe_load(config_yaml.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        d = read_yaml(config_yaml, what="run config") or {}
+    except (OSError, ValueError, yaml.YAMLError):
         return ""
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 

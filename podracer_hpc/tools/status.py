@@ -16,7 +16,6 @@ Usable without the CLI as ``python -m podracer_hpc.tools.status RUN_DIR [--watch
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import shutil
 import sys
@@ -28,6 +27,7 @@ from typing import Any, Callable, TextIO
 import numpy as np
 
 from podracer_hpc.cluster.jobstate import slurm_job_states
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.live import (
     STALE_S,
     Monitor,
@@ -219,7 +219,8 @@ def render(
     summary_path = RunDir(run_dir).summary
     if summary_path.exists():
         try:
-            summary = json.loads(summary_path.read_text())
+            summary = read_json(summary_path, what="run summary")
+
         except (OSError, ValueError):
             summary = None  # being written: the next refresh shows it
     statuses = monitor.poll()

@@ -16,6 +16,7 @@ import yaml
 
 from podracer_hpc import launch
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.files import bounded
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError
 
@@ -139,7 +140,8 @@ def check(study: Study, executor: str) -> None:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        d = json.loads(path.read_text())
+        d = bounded.read_json(path)
+
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) else None
