@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podracer_hpc.config import Config, from_dict
+from podracer_hpc.config import MAX_EPISODE_STEPS, Config, from_dict
 from podracer_hpc.docfield import ConfigError
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
 DEFAULT_SEED = 20261201  # a set no run uses for training or rounds (those derive theirs from fitness.eval_seed)
+DEFAULT_MAX_STEPS = 10_000  # env steps an evaluation's episodes take at most (--max-steps); tasks end far sooner
 
 
 class EvaluateError(RuntimeError):
@@ -78,10 +79,18 @@ def find_agents(path: Path, top: int) -> list[Agent]:
     if path.is_file():
         return [load_file(path)]
     run = RunDir(path)
-    agents = [load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
     board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
-    for e in board.list()[: max(top, 0)]:
-        agents.append(load_file(board.tensors_path(e.id)))
+    files = [run.checkpoint(r) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
+    files += [board.tensors_path(e.id) for e in board.list()[: max(top, 0)]]
+    agents, skipped = [], []
+    for f in files:  # one bad file (planted, damaged) is skipped with a note, not the end of the others
+        try:
+            agents.append(load_file(f))
+        except EvaluateError as e:
+            skipped.append(str(e))
+            print(f"podracer evaluate: warning: skipped: {e}", file=sys.stderr, flush=True)
+    if not agents and skipped:
+        raise EvaluateError(f"{path}: none of its {len(skipped)} agent file(s) could be read (the warnings above)")
     if not agents:
         raise EvaluateError(
             f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
@@ -103,7 +112,9 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
-def config_of(agent: Agent, episodes: int) -> Config:
+def config_of(agent: Agent, episodes: int, max_steps: int = 0) -> Config:
+    """The config an agent is evaluated with: its own, on one training env and the CPU, with
+    ``episodes`` evaluation episodes cut after ``max_steps`` env steps (0: as stored)."""
     d = agent.meta.get("config")
     if not isinstance(d, dict):
         raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
@@ -116,22 +127,31 @@ def config_of(agent: Agent, episodes: int) -> Config:
             f"{agent.path}: a stock-trading agent is judged on a backtest window, not on episodes from "
             f"start states: podracer backtest {agent.path}"
         )
+    steps = cfg.env.max_episode_steps
+    if max_steps and steps > max_steps:  # a stored 10,000,000 must not hold `evaluate` for hours
+        print(
+            f"  note: {agent.label}: its config says env.max_episode_steps {steps:,}; its episodes are cut "
+            f"after {max_steps:,} steps (--max-steps)",
+            file=sys.stderr,
+            flush=True,
+        )
+        steps = max_steps
     # one training env is enough (it is never stepped); the evaluation gets its own, of `episodes`
     return dataclasses.replace(
         cfg,
-        env=dataclasses.replace(cfg.env, num_envs=1),
+        env=dataclasses.replace(cfg.env, num_envs=1, max_episode_steps=steps),
         eval=dataclasses.replace(cfg.eval, episodes=episodes),
         device="cpu",
     )
 
 
-def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, Any]:
-    """One agent's row: its episodes on the start states of ``seed``."""
+def evaluate(agent: Agent, episodes: int, seed: int, device: str, max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, Any]:
+    """One agent's row: its episodes on the start states of ``seed``, each cut after ``max_steps``."""
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.pod import Pod
     from podracer_hpc.pool.fitness import Fitness
 
-    cfg = config_of(agent, episodes)
+    cfg = config_of(agent, episodes, max_steps)
     try:
         pod = Pod(cfg, rank=0, device=device)
         policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
@@ -181,7 +201,21 @@ def main(argv: list[str] | None = None) -> int:
         "--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)"
     )
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"cut every episode after N env steps (default {DEFAULT_MAX_STEPS:,}; a note says when an agent's "
+        "env.max_episode_steps is longer): an evaluation steps its episodes together, N times at most",
+    )
     args = p.parse_args(argv)
+    if not 1 <= args.max_steps <= MAX_EPISODE_STEPS:
+        print(
+            f"podracer evaluate: error: --max-steps must be in [1, {MAX_EPISODE_STEPS:,}], got {args.max_steps}",
+            file=sys.stderr,
+        )
+        return 2
     if not 1 <= args.episodes <= 2**20:
         print(f"podracer evaluate: error: --episodes must be in [1, 1048576], got {args.episodes}", file=sys.stderr)
         return 2
@@ -198,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = []
         for a in agents:
-            rows.append(evaluate(a, args.episodes, args.seed, args.device))
+            rows.append(evaluate(a, args.episodes, args.seed, args.device, args.max_steps))
             print(f"  {a.label}: {rows[-1]['return_mean']:.1f}", file=sys.stderr, flush=True)
     except EvaluateError as e:
         print(f"podracer evaluate: error: {e}", file=sys.stderr)
