@@ -475,7 +475,6 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
             raise ConfigError(f"--set {item!r}: value is not valid YAML ({e})") from None
         except RunFileError as e:
             raise ConfigError(str(e)) from None
-
         out.append((k, val))
     return out
 
@@ -603,7 +602,6 @@ def validate(cfg: Config) -> Config:
             f"{cfg.tournament.interval_env_steps:,}: rounds would follow each other with no training between "
             f"them; set it to {batch:,} or more",
         )
-
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]
     space = set(cfg.tournament.hparam_space)
@@ -696,9 +694,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     if path is not None:
         p = job_file(path)
         if not p.exists() or p.is_dir():  # a FIFO or a device is refused by read_yaml, saying what it is
-            raise ConfigError(f"job file {str(path)!r} not found
- (jobs live in jobs/*.yaml)")
-
+            raise ConfigError(f"job file {str(path)!r} not found (jobs live in jobs/*.yaml)")
         try:  # a regular file of at most MAX_YAML_BYTES, its aliases expanded to MAX_YAML_NODES nodes at most
             data = read_yaml(p, what="job file") or {}
         except yaml.YAMLError as e:

@@ -296,7 +296,6 @@ def pod_state(p: PodStatus, total: int, ended: bool) -> str:
 def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:
     try:
         cfg = read_yaml(RunDir(run_dir).config, what="run config")
-
         if isinstance(cfg, dict):
             return cfg
     except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too

@@ -62,7 +62,6 @@ def read_records(rundir: RunDir, pods: range | list[int]) -> dict[int, dict[str,
     for i in pods:
         try:
             rec = read_json(rundir.pod_record(i), what="pod record")
-
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict) and rec.get("state") in STATES and rec.get("pod") == i:

@@ -48,7 +48,6 @@ def jobs_of(run_dir: Path) -> dict[str, str]:
             found[m.group(1)] = "template"
     try:
         pool = read_json(rd.pool_file, what="pool record")
-
         for part, job in sorted((pool.get("parts") or {}).items(), key=lambda kv: int(kv[0])):
             if job.get("executor") == "slurm" and job.get("job"):
                 found[str(job["job"])] = f"part {part} of the pool"

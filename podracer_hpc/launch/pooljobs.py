@@ -40,7 +40,6 @@ class Plan:
 def _read(rundir: RunDir) -> dict[str, Any] | None:
     try:
         d = read_json(rundir.pool_file, what="pool record")
-
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

@@ -193,7 +193,6 @@ def read_summary(run_dir: Path, stale: tuple[int, int, int] | None = None) -> di
         return None
     try:
         return read_json(RunDir(run_dir).summary, what="run summary")
-
     except (OSError, ValueError):
         return None
 

@@ -220,7 +220,6 @@ def render(
     if summary_path.exists():
         try:
             summary = read_json(summary_path, what="run summary")
-
         except (OSError, ValueError):
             summary = None  # being written: the next refresh shows it
     statuses = monitor.poll()

@@ -141,7 +141,6 @@ def check(study: Study, executor: str) -> None:
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
         d = bounded.read_json(path)
-
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) else None
