@@ -40,26 +40,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
             part=part,
         )
     except (StateFileError, TrainingError, LogError, ResumeError) as e:
-        print(f"podracer train: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _train_failed(str(e), EXIT_BAD_INPUT)
     except OSError as e:  # the run directory: read-only, full, under a file, gone
-        print(f"podracer train: error: {_os_error_text(e)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _train_failed(_os_error_text(e), EXIT_BAD_INPUT)
     except Exception:  # a bug: the other ranks would wait for this one in their next collective forever
-        from podracer_hpc.cluster.mpi import get_comm
+        from podracer_hpc.cluster.mpi import abort_world, world_position
 
-        comm = get_comm()
-        if comm.size > 1:
+        rank, size = world_position()
+        if size > 1:
             import traceback
 
             traceback.print_exc()
             print(
-                f"podracer train: rank {comm.rank} failed (the traceback above); aborting the other "
-                f"{comm.size - 1} ranks, which would wait for it forever. The last checkpoints are intact.",
+                f"podracer train: rank {rank} failed (the traceback above); aborting the other "
+                f"{size - 1} ranks, which would wait for it forever. The last checkpoints are intact.",
                 file=sys.stderr,
                 flush=True,
             )
-            comm.abort(1)
+            abort_world(1)
         raise
     ignore_from_now_on()  # the work is saved: a late warning signal must not turn this into a crash code
     from podracer_hpc.cluster.mpi import get_comm
@@ -67,6 +65,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if get_comm().rank == 0:
         print(json.dumps(result.summary), flush=True)
     return EXIT_OK if result.complete else EXIT_REQUEUE
+
+
+def _train_failed(message: str, code: int) -> int:
+    """Print a rank's clean error and return its exit code; in a world of several ranks, abort
+    it with that code: the others would wait for this rank in their next collective forever
+    (a full disk, a bad log or checkpoint on one rank only)."""
+    from podracer_hpc.cluster.mpi import abort_world, world_position
+
+    rank, size = world_position()
+    prefix = f"podracer train: rank {rank}: error" if size > 1 else "podracer train: error"
+    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    if size > 1:
+        print(
+            f"podracer train: rank {rank}: aborting the other {size - 1} ranks (exit {code}), which would "
+            "wait for it forever; the last checkpoints are intact",
+            file=sys.stderr,
+            flush=True,
+        )
+        abort_world(code)
+    return code
 
 
 def _os_error_text(e: OSError) -> str:
@@ -79,6 +97,7 @@ def _os_error_text(e: OSError) -> str:
             "the filesystem is full: free space (the last checkpoint is intact), then run the same command again"
         ),
         errno.EDQUOT: "the disk quota is exceeded: free space, then run the same command again",
+        errno.EFBIG: "a file-size limit (ulimit -f) was reached: raise it, then run the same command again",
         errno.EROFS: "the filesystem is read-only: choose a writable --run-dir",
         errno.EACCES: "no permission: choose a --run-dir you can write to",
         errno.EPERM: "no permission: choose a --run-dir you can write to",

@@ -17,7 +17,10 @@ flushed every few seconds and on every evaluation.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -130,6 +133,21 @@ class LogError(ValueError):
     """A log file is missing, unreadable or of an unknown schema version."""
 
 
+class LogWriteError(OSError):
+    """HDF5 could not write a rank's log (h5py raises RuntimeError or OSError, errno in the text):
+    an ``OSError`` whose errno is HDF5's (ENOSPC when it names none: a full disk or quota is what
+    fails a write of a log that opened), so the command prints the advice a full disk needs."""
+
+
+def write_error(path: Path, e: BaseException, doing: str) -> LogWriteError:
+    """The :class:`LogWriteError` for an h5py error raised while ``doing`` on the log at ``path``."""
+    text = str(e)
+    m = re.search(r"errno = (\d+)|\[Errno (\d+)\]", text)
+    code = int(next(g for g in m.groups() if g)) if m else errno.ENOSPC
+    reason = os.strerror(code) if m else f"HDF5 could not write ({text.splitlines()[0][:200]})"
+    return LogWriteError(code, f"{reason} while {doing} the log", str(path))
+
+
 class H5Writer:
     """Appends rows to one rank's log; reopening an existing log continues it (resume)."""
 
@@ -139,7 +157,7 @@ class H5Writer:
         attrs: dict[str, Any],
         flush_interval_s: float = 2.0,
         say: Callable[[str], None] | None = None,
-        recover: Callable[[Path], int] | None = None,
+        recover: Callable[[Path], tuple[int, str]] | None = None,
     ):
         """Open (or create) the log at ``path``. A log that a killed writer left marked open is
         rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
@@ -149,7 +167,10 @@ class H5Writer:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
-        self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
+        try:
+            self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
+        except RuntimeError as e:  # h5py's other error type for a failed create
+            raise write_error(self.path, e, "creating") from None
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
             if version not in READABLE_VERSIONS:
@@ -158,23 +179,31 @@ class H5Writer:
                     f"{self.path}: log schema version {version}, this podracer-hpc writes {SCHEMA_VERSION} "
                     f"(and continues {', '.join(map(str, READABLE_VERSIONS))}); use a new --run-dir"
                 )
-        for group, cols in GROUPS.items():
-            g = self.f.require_group(group)
-            have = [g[name].shape[0] for name in cols if name in g]
-            rows = min(have) if have else 0
-            for name, dtype in cols.items():
-                if name not in g:  # a column this version added: old rows get its empty value
-                    ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
-                    if rows:
-                        ds[...] = fill_value(dtype, rows)
-            n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
-            for name in cols:
-                if g[name].shape[0] != n:
-                    g[name].resize((n,))
-        for k, v in attrs.items():
-            self.f.attrs[k] = to_attr(v)
-        self.f.attrs["schema_version"] = SCHEMA_VERSION
-        self.f.swmr_mode = True
+        try:  # a full disk here is the advice a full disk needs, not an HDF5 traceback
+            for group, cols in GROUPS.items():
+                g = self.f.require_group(group)
+                have = [g[name].shape[0] for name in cols if name in g]
+                rows = min(have) if have else 0
+                for name, dtype in cols.items():
+                    if name not in g:  # a column this version added: old rows get its empty value
+                        ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
+                        if rows:
+                            ds[...] = fill_value(dtype, rows)
+                n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
+                for name in cols:
+                    if g[name].shape[0] != n:
+                        g[name].resize((n,))
+            for k, v in attrs.items():
+                self.f.attrs[k] = to_attr(v)
+            self.f.attrs["schema_version"] = SCHEMA_VERSION
+            self.f.swmr_mode = True
+        except (OSError, RuntimeError) as e:
+            error = write_error(self.path, e, "preparing")
+            try:
+                self.f.close()
+            except (OSError, RuntimeError):
+                pass
+            raise error from None
         self._last_flush = time.monotonic()
 
     def _open_existing(self, say: Callable[[str], None] | None) -> h5py.File:
@@ -197,7 +226,7 @@ class H5Writer:
                 "podracer_hpc.files.h5recover.open_log rebuilds it"
             )
         try:
-            rows = self._recover(self.path)
+            rows, lost = self._recover(self.path)
         except LogError as e:
             raise LogError(
                 f"{e}; it cannot be continued (opening it for writing said: {first}). "
@@ -207,6 +236,10 @@ class H5Writer:
             say(
                 f"{self.path} was left open by a killed writer: recovered {rows} rows "
                 f"(the original is kept as {self.path.name}.unclean)"
+                if not lost
+                else f"{self.path} was damaged (a write the disk refused, or a killed writer): recovered "
+                f"{rows} rows; {lost} (those rows are gone from the log; training resumes from the "
+                f"checkpoint); the original is kept as {self.path.name}.unclean"
             )
         return h5py.File(self.path, "a", libver="latest")
 
@@ -249,17 +282,21 @@ class H5Writer:
         return dropped
 
     def append(self, group: str, row: dict[str, Any], flush: bool = False) -> None:
-        """Append one row; missing columns get NaN / -1 / ''."""
+        """Append one row; missing columns get NaN / -1 / ''. A write HDF5 fails (a full disk) is a
+        :class:`LogWriteError`."""
         g = self.f[group]
         cols = GROUPS[group]
         unknown = set(row) - set(cols)
         if unknown:
             raise KeyError(f"unknown {group} columns {sorted(unknown)}; known: {list(cols)}")
-        n = g["env_steps"].shape[0]
-        for name, dtype in cols.items():
-            ds = g[name]
-            ds.resize((n + 1,))
-            ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
+        try:
+            n = g["env_steps"].shape[0]
+            for name, dtype in cols.items():
+                ds = g[name]
+                ds.resize((n + 1,))
+                ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
+        except (OSError, RuntimeError) as e:
+            raise write_error(self.path, e, f"appending a /{group} row to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
@@ -275,22 +312,41 @@ class H5Writer:
         if len(k) > 1:
             raise ValueError(f"{group} columns of different lengths: {sorted(k)}")
         k_rows = k.pop() if k else 0
-        n = g["env_steps"].shape[0]
-        for name, dtype in cols.items():
-            ds = g[name]
-            ds.resize((n + k_rows,))
-            ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
+        try:
+            n = g["env_steps"].shape[0]
+            for name, dtype in cols.items():
+                ds = g[name]
+                ds.resize((n + k_rows,))
+                ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
+        except (OSError, RuntimeError) as e:
+            raise write_error(self.path, e, f"appending /{group} rows to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
-        self.f.flush()
+        try:
+            self.f.flush()
+        except (OSError, RuntimeError) as e:
+            raise write_error(self.path, e, "flushing") from None
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        if self.f.id.valid:
+        """Flush and close; a failed flush (a full disk) still closes the file, then raises
+        :class:`LogWriteError` (what was flushed before stays readable: SWMR)."""
+        if not self.f.id.valid:
+            return
+        try:
             self.f.flush()
+        except (OSError, RuntimeError) as e:
+            error: LogWriteError | None = write_error(self.path, e, "closing")
+        else:
+            error = None
+        try:
             self.f.close()
+        except (OSError, RuntimeError) as e:
+            error = error or write_error(self.path, e, "closing")
+        if error is not None:
+            raise error
 
     def __enter__(self) -> "H5Writer":
         return self
