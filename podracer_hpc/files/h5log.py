@@ -28,7 +28,7 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
 # source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
 # rows get empty source columns, which records.read_records reads from the legacy ``source``).
@@ -37,7 +37,9 @@ SCHEMA_VERSION = 4
 # rows get NaN / -1.
 # Version 4 added the off-policy learners' columns (/train q_mean, alpha) and the
 # pod's learner (/tournament algo); older rows get NaN / ''.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# Version 5 added /tournament publish_failed (1: the pod was to publish and the write failed, a
+# full disk); older rows get -1 (not recorded).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 TRAIN_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -94,6 +96,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "margin_se": np.float64,  # the margin the rule asked for, in standard errors
     "verified": np.int64,  # 1: the candidate was evaluated again on this round's start states before it was taken
     "algo": h5py.string_dtype("utf-8"),  # the pod's learner: ppo | sac | td3 (agent.algo)
+    "publish_failed": np.int64,  # 1: this pod was to publish and could not (a full disk); 0: not; -1: older logs
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 
@@ -261,6 +264,10 @@ class H5Writer:
                     g[name].resize((keep,))
         self.flush()
         return dropped
+
+    def column(self, group: str, name: str) -> np.ndarray:
+        """The rows of one column written so far (the writer's own view)."""
+        return self.f[group][name][...]
 
     def rows(self) -> dict[str, int]:
         """Rows in each group now (a checkpoint records them: :meth:`truncate_to` on resume)."""

@@ -154,6 +154,9 @@ def assemble(
         summary["best_pod"] = best_pod
     if tournament:
         summary["rounds"] = max((int(p.get("rounds") or 0) for p in parts), default=0)
+    unpublished = {i: int(records[i].get("publish_failed") or 0) for i in sorted(records)}
+    if any(unpublished.values()):  # rounds whose winner could not write its entry (a full disk)
+        summary["publish_failed"] = {str(i): n for i, n in unpublished.items() if n}
     jobs = sorted({str(p["job"]) for p in parts if p.get("job")})
     if len(jobs) > 1:
         summary["jobs"] = jobs

@@ -134,6 +134,7 @@ class Pool:
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
+        self.publish_failed_round = -1  # the last round whose publication failed (its row says so)
         self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
         # entries collective rounds loaded since the pool last checkpointed together: a resume
         # redoes those rounds and loads them again, so no prune may take them (the run clears it)
@@ -202,9 +203,11 @@ class Pool:
             if population:
                 return self.population.publish(tensors, fitness.mean, meta)
             return self.board.publish(tensors, fitness.mean, meta, content_id=True)
-        except OSError as e:
+        except OSError as e:  # recorded in the round's row (publish_failed) and the summary, not only said
+            self.publish_failed_round = index
             self.say(
-                f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own"
+                f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their "
+                "own (logged as publish_failed)"
             )
             return None
 
@@ -313,6 +316,7 @@ class Pool:
             fs_ops() - ops0,
             compared,
             self.cfg.agent.algo,
+            publish_failed=self.publish_failed_round == index,
         )
         if self.log is not None:
             self.log.append("tournament", rec.to_row(), flush=True)

@@ -640,7 +640,17 @@ class RankRun:
             "part": str(self.part),
             "updates": self.pod.updates,
             "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None,
+            "publish_failed": self.publish_failures(),
         }
+
+    def publish_failures(self) -> int:
+        """Rounds of this pod (resumed ones too: its log's rows) whose publication failed."""
+        if self.log is None:
+            return 0
+        try:
+            return int((self.log.column("tournament", "publish_failed") == 1).sum())
+        except (OSError, RuntimeError, KeyError):
+            return 0
 
     def finish(self) -> RunResult:
         """The final verdict (a trained pod on the run's common final set), checkpoint, this pod's
