@@ -24,7 +24,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
         return 2
-    from podracer_hpc.files.h5log import LogError
+    from podracer_hpc.files.h5log import LogError, LogWriteError
     from podracer_hpc.files.rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.rank.program import TrainingError, train
@@ -42,7 +42,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except (StateFileError, TrainingError, LogError, ResumeError) as e:
         return _train_failed(str(e), EXIT_BAD_INPUT)
     except OSError as e:  # the run directory: read-only, full, under a file, gone
-        return _train_failed(_os_error_text(e), EXIT_BAD_INPUT)
+        return _train_failed(_os_error_text(e), EXIT_BAD_INPUT, hard=isinstance(e, LogWriteError))
     except Exception:  # a bug: the other ranks would wait for this one in their next collective forever
         from podracer_hpc.cluster.mpi import abort_world, world_position
 
@@ -67,10 +67,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK if result.complete else EXIT_REQUEUE
 
 
-def _train_failed(message: str, code: int) -> int:
+def _train_failed(message: str, code: int, hard: bool = False) -> int:
     """Print a rank's clean error and return its exit code; in a world of several ranks, abort
     it with that code: the others would wait for this rank in their next collective forever
-    (a full disk, a bad log or checkpoint on one rank only)."""
+    (a full disk, a bad log or checkpoint on one rank only). ``hard``: leave at once with the
+    code (os._exit): HDF5's cleanup of a log whose write failed can abort the process at exit."""
     from podracer_hpc.cluster.mpi import abort_world, world_position
 
     rank, size = world_position()
@@ -84,6 +85,9 @@ def _train_failed(message: str, code: int) -> int:
             flush=True,
         )
         abort_world(code)
+    if hard:
+        sys.stdout.flush()
+        os._exit(code)
     return code
 
 

@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -142,8 +143,47 @@ class LogWriteError(OSError):
     fails a write of a log that opened), so the command prints the advice a full disk needs."""
 
 
+def _from_h5py_dealloc(value: Any, tb: Any, where: Any = None) -> bool:
+    """Whether an error is h5py failing to free an object of a file whose write failed."""
+    names = [str(where or "")]
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return isinstance(value, RuntimeError) and any("_dealloc" in n for n in names)
+
+
+def _quiet_h5py_dealloc() -> None:
+    """After a refused write, h5py's temporary objects fail again as they are freed ("Can't
+    decrement id ref count"), and Cython prints each through ``sys.excepthook`` and
+    ``sys.unraisablehook`` with a traceback that says nothing the LogWriteError did not: drop
+    those two kinds; every other error is printed as before."""
+    if getattr(sys.excepthook, "podracer_h5", False):
+        return
+    except_before, unraisable_before = sys.excepthook, sys.unraisablehook
+
+    def excepthook(kind: Any, value: Any, tb: Any, quiet: Callable[..., bool] = _from_h5py_dealloc) -> None:
+        try:  # (``quiet`` bound now: at exit this module's names are gone)
+            dealloc = quiet(value, tb)
+        except BaseException:  # noqa: BLE001 - interpreter shutdown: say nothing rather than fail
+            return
+        if not dealloc:
+            except_before(kind, value, tb)
+
+    def unraisablehook(u: Any, quiet: Callable[..., bool] = _from_h5py_dealloc) -> None:
+        try:
+            dealloc = quiet(u.exc_value, u.exc_traceback, u.object)
+        except BaseException:  # noqa: BLE001
+            return
+        if not dealloc:
+            unraisable_before(u)
+
+    excepthook.podracer_h5 = True  # type: ignore[attr-defined]
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
 def write_error(path: Path, e: BaseException, doing: str) -> LogWriteError:
     """The :class:`LogWriteError` for an h5py error raised while ``doing`` on the log at ``path``."""
+    _quiet_h5py_dealloc()
     text = str(e)
     m = re.search(r"errno = (\d+)|\[Errno (\d+)\]", text)
     code = int(next(g for g in m.groups() if g)) if m else errno.ENOSPC
@@ -166,6 +206,7 @@ class H5Writer:
         rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
         ``say`` reports; without it such a log is a :class:`LogError`."""
         self.path = Path(path)
+        self.failed = False  # a write failed (LogWriteError): nothing more is written
         self._recover = recover
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
@@ -201,12 +242,8 @@ class H5Writer:
             self.f.attrs["schema_version"] = SCHEMA_VERSION
             self.f.swmr_mode = True
         except (OSError, RuntimeError) as e:
-            error = write_error(self.path, e, "preparing")
-            try:
-                self.f.close()
-            except (OSError, RuntimeError):
-                pass
-            raise error from None
+            self._broken()
+            raise write_error(self.path, e, "preparing") from None
         self._last_flush = time.monotonic()
 
     def _open_existing(self, say: Callable[[str], None] | None) -> h5py.File:
@@ -303,6 +340,7 @@ class H5Writer:
                 ds.resize((n + 1,))
                 ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
         except (OSError, RuntimeError) as e:
+            self._broken(g, locals().get("ds"))
             raise write_error(self.path, e, f"appending a /{group} row to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
@@ -326,6 +364,7 @@ class H5Writer:
                 ds.resize((n + k_rows,))
                 ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
         except (OSError, RuntimeError) as e:
+            self._broken(g, locals().get("ds"))
             raise write_error(self.path, e, f"appending /{group} rows to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
@@ -334,26 +373,33 @@ class H5Writer:
         try:
             self.f.flush()
         except (OSError, RuntimeError) as e:
+            self._broken()
             raise write_error(self.path, e, "flushing") from None
         self._last_flush = time.monotonic()
+
+    def _broken(self, *objects: Any) -> None:
+        """A write failed: nothing more is written; close() then only lets the file go (what was
+        flushed stays readable: the next start recovers it). HDF5's cleanup of such a file can
+        abort the process at exit: `podracer train` leaves with os._exit after a LogWriteError."""
+        self.failed = True
 
     def close(self) -> None:
         """Flush and close; a failed flush (a full disk) still closes the file, then raises
         :class:`LogWriteError` (what was flushed before stays readable: SWMR)."""
+        if self.failed:
+            try:
+                self.f.close()
+            except (OSError, RuntimeError):
+                pass
+            return
         if not self.f.id.valid:
             return
         try:
             self.f.flush()
         except (OSError, RuntimeError) as e:
-            error: LogWriteError | None = write_error(self.path, e, "closing")
-        else:
-            error = None
-        try:
-            self.f.close()
-        except (OSError, RuntimeError) as e:
-            error = error or write_error(self.path, e, "closing")
-        if error is not None:
-            raise error
+            self._broken()
+            raise write_error(self.path, e, "closing") from None
+        self.f.close()
 
     def __enter__(self) -> "H5Writer":
         return self
