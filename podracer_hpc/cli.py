@@ -95,7 +95,7 @@ def _os_error_text(e: OSError) -> str:
     """One line for a filesystem error: what failed, where, and what to do."""
     import errno
 
-    where = f" {e.filename}" if e.filename else ""
+    where = f": {e.filename}" if e.filename else ""
     advice = {
         errno.ENOSPC: (
             "the filesystem is full: free space (the last checkpoint is intact), then run the same command again"
@@ -109,7 +109,7 @@ def _os_error_text(e: OSError) -> str:
         errno.EEXIST: "a file stands where a directory is needed: choose another --run-dir",
         errno.EISDIR: "a directory stands where a file is expected: move it away or choose another --run-dir",
     }.get(e.errno or 0, "check the run directory and its filesystem")
-    return f"{e.strerror or e}:{where}; {advice}"
+    return f"{e.strerror or e}{where}; {advice}"
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:

@@ -183,7 +183,6 @@ def _quiet_h5py_dealloc() -> None:
 
 def write_error(path: Path, e: BaseException, doing: str) -> LogWriteError:
     """The :class:`LogWriteError` for an h5py error raised while ``doing`` on the log at ``path``."""
-    _quiet_h5py_dealloc()
     text = str(e)
     m = re.search(r"errno = (\d+)|\[Errno (\d+)\]", text)
     code = int(next(g for g in m.groups() if g)) if m else errno.ENOSPC
@@ -205,16 +204,20 @@ class H5Writer:
         """Open (or create) the log at ``path``. A log that a killed writer left marked open is
         rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
         ``say`` reports; without it such a log is a :class:`LogError`."""
+        _quiet_h5py_dealloc()  # before any write: a refused one frees h5py objects as it raises
         self.path = Path(path)
         self.failed = False  # a write failed (LogWriteError): nothing more is written
         self._recover = recover
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
-        try:
-            self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
-        except RuntimeError as e:  # h5py's other error type for a failed create
-            raise write_error(self.path, e, "creating") from None
+        if exists:
+            self.f = self._open_existing(say)
+        else:
+            try:
+                self.f = h5py.File(self.path, "w", libver="latest")
+            except (OSError, RuntimeError) as e:  # a full disk (h5py names no file): the advice, naming it
+                raise write_error(self.path, e, "creating") from None
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
             if version not in READABLE_VERSIONS:

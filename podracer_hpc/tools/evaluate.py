@@ -76,7 +76,7 @@ def find_agents(path: Path, top: int) -> list[Agent]:
 
     if not path.exists():
         raise EvaluateError(f"{path}: no such file or directory")
-    if path.is_file():
+    if not path.is_dir():  # a file, or what stands in for one (a FIFO, a device): load_file says what it is
         return [load_file(path)]
     run = RunDir(path)
     board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
