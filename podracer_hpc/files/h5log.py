@@ -21,6 +21,7 @@ import errno
 import json
 import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
@@ -212,6 +213,8 @@ class H5Writer:
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
         if exists:
+            if not self.path.is_dir():
+                _regular(self.path)
             self.f = self._open_existing(say)
         else:
             try:
@@ -411,6 +414,12 @@ class H5Writer:
         self.close()
 
 
+def _regular(path: Path) -> None:
+    """Refuse a log path that is not a regular file (a FIFO would block HDF5's open forever)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise LogError(f"{path}: not a regular file (a FIFO or a device), so not a log; move it away")
+
+
 def read_log(path: str | Path) -> dict[str, Any]:
     """Read a rank log (also while it is written): {'attrs': {...}, 'train': {col: array}, ...}.
 
@@ -420,6 +429,7 @@ def read_log(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path}: no such log file")
+    _regular(path)
     try:
         f = h5py.File(path, "r", libver="latest", swmr=True)
     except (OSError, RuntimeError) as e:
@@ -476,6 +486,7 @@ class LogTail:
             st = self.path.stat()
         except OSError:
             raise LogError(f"{self.path}: no such log file") from None
+        _regular(self.path)
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         empty = {g: {} for g in self.rows}
         if sig == self._sig:

@@ -11,7 +11,10 @@ JSON: ``{"results": [{"agent", "path", "task", "return_mean", "return_std", "ret
 
 The run's own verdict (summary.json's ``best_return``) is this with ``--episodes`` its
 ``final_episodes`` and ``--seed`` its ``final_eval_seed``. Stock trading is judged on a backtest
-window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message.
+window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message;
+in a run directory it is skipped with a warning. ``--max-steps`` (default 10,000) cuts every
+episode after that many env steps, with a note when an agent's stored ``env.max_episode_steps``
+is longer (a stored 10,000,000 would hold an evaluation for hours).
 """
 
 from __future__ import annotations

@@ -111,3 +111,15 @@ def test_a_write_past_a_file_size_limit_is_a_log_write_error(tmp_path):
 
 def test_log_write_error_is_an_oserror():
     assert issubclass(LogWriteError, OSError)
+
+
+def test_a_fifo_in_place_of_a_log_is_refused_at_once(tmp_path):
+    """HDF5 would open a FIFO and wait for a writer forever (status, recovery, a resumed rank)."""
+    p = tmp_path / "x_rank0.h5"
+    os.mkfifo(p)
+    t = time.monotonic()
+    with pytest.raises(LogError, match="not a regular file"):
+        read_log(p)
+    with pytest.raises(LogError, match="not a regular file"):
+        open_log(p, {})
+    assert time.monotonic() - t < 5
