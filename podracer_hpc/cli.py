@@ -24,7 +24,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
         return 2
-    from podracer_hpc.files.h5log import LogError
+    from podracer_hpc.files.h5log import LogError, LogWriteError
     from podracer_hpc.files.rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE, RunDirLocked
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.rank.program import TrainingError, train
@@ -40,27 +40,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
             part=part,
             force_final_eval=args.force_final_eval,
         )
-    except (StateFileError, TrainingError, LogError, ResumeError, RunDirLocked) as e:
+    except RunDirLocked as e:  # every rank of the world raises it: none waits for another
         print(f"podracer train: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (StateFileError, TrainingError, LogError, ResumeError) as e:
+        return _train_failed(str(e), EXIT_BAD_INPUT)
     except OSError as e:  # the run directory: read-only, full, under a file, gone
-        print(f"podracer train: error: {_os_error_text(e)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _train_failed(_os_error_text(e), EXIT_BAD_INPUT, hard=isinstance(e, LogWriteError))
     except Exception:  # a bug: the other ranks would wait for this one in their next collective forever
-        from podracer_hpc.cluster.mpi import get_comm
+        from podracer_hpc.cluster.mpi import abort_world, world_position
 
-        comm = get_comm()
-        if comm.size > 1:
+        rank, size = world_position()
+        if size > 1:
             import traceback
 
             traceback.print_exc()
             print(
-                f"podracer train: rank {comm.rank} failed (the traceback above); aborting the other "
-                f"{comm.size - 1} ranks, which would wait for it forever. The last checkpoints are intact.",
+                f"podracer train: rank {rank} failed (the traceback above); aborting the other "
+                f"{size - 1} ranks, which would wait for it forever. The last checkpoints are intact.",
                 file=sys.stderr,
                 flush=True,
             )
-            comm.abort(1)
+            abort_world(1)
         raise
     ignore_from_now_on()  # the work is saved: a late warning signal must not turn this into a crash code
     from podracer_hpc.cluster.mpi import get_comm
@@ -98,16 +99,41 @@ def _say_what_next(run_dir: str, summary: dict) -> None:
     )
 
 
+def _train_failed(message: str, code: int, hard: bool = False) -> int:
+    """Print a rank's clean error and return its exit code; in a world of several ranks, abort
+    it with that code: the others would wait for this rank in their next collective forever
+    (a full disk, a bad log or checkpoint on one rank only). ``hard``: leave at once with the
+    code (os._exit): HDF5's cleanup of a log whose write failed can abort the process at exit."""
+    from podracer_hpc.cluster.mpi import abort_world, world_position
+
+    rank, size = world_position()
+    prefix = f"podracer train: rank {rank}: error" if size > 1 else "podracer train: error"
+    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
+    if size > 1:
+        print(
+            f"podracer train: rank {rank}: aborting the other {size - 1} ranks (exit {code}), which would "
+            "wait for it forever; the last checkpoints are intact",
+            file=sys.stderr,
+            flush=True,
+        )
+        abort_world(code)
+    if hard:
+        sys.stdout.flush()
+        os._exit(code)
+    return code
+
+
 def _os_error_text(e: OSError) -> str:
     """One line for a filesystem error: what failed, where, and what to do."""
     import errno
 
-    where = f" {e.filename}" if e.filename else ""
+    where = f": {e.filename}" if e.filename else ""
     advice = {
         errno.ENOSPC: (
             "the filesystem is full: free space (the last checkpoint is intact), then run the same command again"
         ),
         errno.EDQUOT: "the disk quota is exceeded: free space, then run the same command again",
+        errno.EFBIG: "a file-size limit (ulimit -f) was reached: raise it, then run the same command again",
         errno.EROFS: "the filesystem is read-only: choose a writable --run-dir",
         errno.EACCES: "no permission: choose a --run-dir you can write to",
         errno.EPERM: "no permission: choose a --run-dir you can write to",
@@ -115,7 +141,7 @@ def _os_error_text(e: OSError) -> str:
         errno.EEXIST: "a file stands where a directory is needed: choose another --run-dir",
         errno.EISDIR: "a directory stands where a file is expected: move it away or choose another --run-dir",
     }.get(e.errno or 0, "check the run directory and its filesystem")
-    return f"{e.strerror or e}:{where}; {advice}"
+    return f"{e.strerror or e}{where}; {advice}"
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:

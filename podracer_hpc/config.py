@@ -36,6 +36,7 @@ from podracer_hpc.agents.settings import (
     mutable_hparams,
 )
 from podracer_hpc.docfield import ConfigError, F
+from podracer_hpc.files.bounded import RunFileError, loads_yaml, read_yaml
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
 # checks its memory estimate against the device before it allocates (pod.check_memory).
@@ -45,6 +46,7 @@ MAX_HIDDEN = 2**16
 MAX_EVAL_EPISODES = 2**20
 MAX_EPISODE_STEPS = 10_000_000
 MAX_TOTAL_ENV_STEPS = 10**15
+MAX_MIN_INTERVAL_S = 7 * 24 * 3600.0  # tournament.min_interval_s: a week between rounds at most
 
 # Agent hyperparameters that a pod may change while it trains (PBT explores these), per learner.
 ALGOS = ("ppo", "sac", "td3")  # agent.algo
@@ -302,9 +304,10 @@ class TournamentConfig:
             )
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
-        if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= -1):
+        if not (math.isfinite(self.min_interval_s) and -1 <= self.min_interval_s <= MAX_MIN_INTERVAL_S):
             raise ValueError(
-                f"tournament.min_interval_s must be >= 0 seconds, or -1 for auto, got {self.min_interval_s}"
+                f"tournament.min_interval_s must be in [0, {MAX_MIN_INTERVAL_S:,.0f}] seconds (a week; "
+                f"for no rounds at all use tournament.mode none), or -1 for auto, got {self.min_interval_s}"
             )
         if self.population_sample < 1:
             raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
@@ -533,9 +536,11 @@ def parse_overrides(overrides: list[str] | None) -> list[tuple[str, Any]]:
         if not k:
             raise ConfigError(f"--set {item!r}: empty key")
         try:
-            val = yaml.safe_load(v) if v.strip() else ""
+            val = loads_yaml(v, source=f"--set {k}") if v.strip() else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {item!r}: value is not valid YAML ({e})") from None
+        except RunFileError as e:
+            raise ConfigError(str(e)) from None
         out.append((k, val))
     return out
 
@@ -633,6 +638,15 @@ def validate(cfg: Config) -> Config:
             raise ConfigError(f"env.{section}.{err.key}: {err.why}") from None
     registry.verify(e, a.algo)  # the chosen task's checks that need its env (gymnasium's: make it once)
     members = [member_config(cfg, i) for i in range(len(cfg.members))] or [cfg]  # each validated
+    if cfg.tournament.mode != "none":  # refused, not rounded up: the user's cadence is the run's record
+        batch = max(m.env.num_envs * m.agent.rollout_steps for m in members)
+        need(
+            cfg.tournament.interval_env_steps >= batch,
+            "tournament.interval_env_steps",
+            f"must be at least one update's env steps (env.num_envs x agent.rollout_steps = {batch:,}), got "
+            f"{cfg.tournament.interval_env_steps:,}: rounds would follow each other with no training between "
+            f"them; set it to {batch:,} or more",
+        )
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]
     space = set(cfg.tournament.hparam_space)
@@ -724,14 +738,14 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     data: dict[str, Any] = {}
     if path is not None:
         p = job_file(path)
-        if not p.is_file():
+        if not p.exists() or p.is_dir():  # a FIFO or a device is refused by read_yaml, saying what it is
             raise ConfigError(f"job file {str(path)!r} not found (jobs live in jobs/*.yaml)")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
+        try:  # a regular file of at most MAX_YAML_BYTES, its aliases expanded to MAX_YAML_NODES nodes at most
+            data = read_yaml(p, what="job file") or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{p}: not valid YAML: {e}") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{p}: not a text file (a job file is YAML, e.g. jobs/pendulum.yaml)") from None
+        except RunFileError as e:
+            raise ConfigError(str(e)) from None
         except OSError as e:
             raise ConfigError(f"{p}: cannot read the job file ({e.strerror})") from None
         if not isinstance(data, dict):

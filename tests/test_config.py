@@ -415,3 +415,68 @@ def test_describe_lists_every_field_with_doc_and_default():
             node = node[part]
         assert default == node, key
     assert "agent.learning_rate" in keys and "env.num_envs" in keys and "log.checkpoint_interval_s" in keys
+
+
+# --- hostile job files and settings ------------------------------------------------------
+
+
+def _bomb(levels: int, width: int) -> str:
+    """A YAML alias bomb under a key a job file may hold: ``width ** (levels + 1)`` nodes expanded."""
+    lines = ["population: []", "x0: &x0 [" + ",".join(["1"] * width) + "]"]
+    lines += [f"x{i}: &x{i} [" + ",".join([f"*x{i - 1}"] * width) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_job_file_alias_bomb_is_refused_within_seconds(tmp_path):
+    import time
+
+    p = tmp_path / "bomb.yaml"
+    p.write_text(_bomb(9, 10))
+    assert p.stat().st_size < 1024
+    t = time.monotonic()
+    with pytest.raises(ConfigError, match="alias bomb"):
+        load_config(p)
+    assert time.monotonic() - t < 5
+
+
+def test_a_small_bomb_cannot_become_a_large_config(tmp_path):
+    """392 bytes once became a 2.2 MB config.yaml: what expands beyond MAX_YAML_NODES is refused."""
+    p = tmp_path / "small.yaml"
+    p.write_text(_bomb(4, 9))  # 9**5 = 59,049 nodes from a few hundred bytes
+    assert p.stat().st_size < 400
+    with pytest.raises(ConfigError, match="alias bomb"):
+        load_config(p)
+
+
+def test_an_oversized_or_non_regular_job_file_is_refused(tmp_path):
+    import os
+
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\n" + "#" * (2 << 20))
+    with pytest.raises(ConfigError, match="more than a job file can be"):
+        load_config(big)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        load_config(fifo)
+
+
+def test_an_alias_bomb_in_an_override_is_refused():
+    with pytest.raises(ConfigError, match="alias bomb"):
+        load_config(None, ["population=" + _bomb(9, 10).replace("\n", "\n")[len("population: []\n") :].strip()])
+
+
+def test_a_tournament_interval_below_one_batch_is_refused():
+    sets = ["tournament.mode=elegantrl", "env.num_envs=64", "agent.rollout_steps=16"]
+    with pytest.raises(
+        ConfigError, match=r"tournament.interval_env_steps: must be at least one update's env steps.*1,024"
+    ):
+        load_config(None, [*sets, "tournament.interval_env_steps=1000"])
+    assert load_config(None, [*sets, "tournament.interval_env_steps=1024"]).tournament.interval_env_steps == 1024
+    assert load_config(None, ["tournament.mode=none", "tournament.interval_env_steps=1"])  # no rounds: no check
+
+
+@pytest.mark.parametrize("value", ["1e308", "604801", "-2", ".inf"])
+def test_min_interval_s_out_of_range_is_a_config_error_not_an_overflow(value):
+    with pytest.raises(ConfigError, match="tournament.min_interval_s must be in"):
+        load_config(None, [f"tournament.min_interval_s={value}"])

@@ -27,9 +27,11 @@ import warnings
 from typing import Any, Callable
 
 __all__ = [
+    "abort_world",
     "Comm",
     "MeetingTimeout",
     "get_comm",
+    "world_position",
     "launcher_env",
     "stop_tree_fanout",
     "stop_tree_neighbours",
@@ -385,6 +387,34 @@ def stop_tree_neighbours(rank: int, size: int) -> list[int]:
     f = stop_tree_fanout(size)
     parent = [(rank - 1) // f] if rank > 0 else []
     return parent + list(range(f * rank + 1, min(size, f * rank + f + 1)))
+
+
+def abort_world(errorcode: int) -> tuple[int, int]:
+    """Abort every rank of the MPI world with ``errorcode`` if this process is one of several;
+    returns ``(rank, size)`` (``(0, 1)``: no MPI world, nothing aborted, the caller exits itself).
+
+    For a rank that stops on an error while the others go on to their next collective, where
+    they would wait for it forever (a full disk, a bad log or checkpoint on one rank). Makes no
+    :class:`Comm` (its construction is itself a collective the others never enter)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return 0, 1
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    if size > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        world.Abort(errorcode)
+    return rank, size
+
+
+def world_position() -> tuple[int, int]:
+    """``(rank, size)`` of this process in an initialized MPI world, ``(0, 1)`` otherwise; a
+    local query (no collective, unlike making a :class:`Comm`)."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return 0, 1
+    return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 
 
 def get_comm(mode: str | None = None) -> Comm:

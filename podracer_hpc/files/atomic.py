@@ -48,12 +48,17 @@ def atomic_write_bytes(
         fd = os.open(tmp, flags, mode)
     placed = False
     try:
-        with os.fdopen(fd, "wb") as f:
-            if mode & _UMASK:
-                os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if mode & _UMASK:
+                    os.fchmod(f.fileno(), mode)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:  # a full disk: name the file the error is about (a write names none)
+            if e.filename is not None:
+                raise
+            raise OSError(e.errno, e.strerror, str(path)) from None
         if overwrite:
             os.replace(tmp, path)
             placed = True

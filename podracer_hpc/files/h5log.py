@@ -17,8 +17,12 @@ flushed every few seconds and on every evaluation.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import stat
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,7 +34,7 @@ from podracer_hpc.files.rundir import make_dirs
 
 LOG_MODE = 0o640  # a rank's log: the owner writes, the group reads
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
 # source_id, source_rejected); a version-1 log that is continued is upgraded in place (its old
 # rows get empty source columns, which records.read_records reads from the legacy ``source``).
@@ -39,7 +43,9 @@ SCHEMA_VERSION = 4
 # rows get NaN / -1.
 # Version 4 added the off-policy learners' columns (/train q_mean, alpha) and the
 # pod's learner (/tournament algo); older rows get NaN / ''.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# Version 5 added /tournament publish_failed (1: the pod was to publish and the write failed, a
+# full disk); older rows get -1 (not recorded).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 TRAIN_COLUMNS: dict[str, Any] = {
     "update": np.int64,
@@ -96,6 +102,7 @@ TOURNAMENT_COLUMNS: dict[str, Any] = {
     "margin_se": np.float64,  # the margin the rule asked for, in standard errors
     "verified": np.int64,  # 1: the candidate was evaluated again on this round's start states before it was taken
     "algo": h5py.string_dtype("utf-8"),  # the pod's learner: ppo | sac | td3 (agent.algo)
+    "publish_failed": np.int64,  # 1: this pod was to publish and could not (a full disk); 0: not; -1: older logs
 }
 GROUPS = {"train": TRAIN_COLUMNS, "eval": EVAL_COLUMNS, "tournament": TOURNAMENT_COLUMNS}
 
@@ -135,6 +142,59 @@ class LogError(ValueError):
     """A log file is missing, unreadable or of an unknown schema version."""
 
 
+class LogWriteError(OSError):
+    """HDF5 could not write a rank's log (h5py raises RuntimeError or OSError, errno in the text):
+    an ``OSError`` whose errno is HDF5's (ENOSPC when it names none: a full disk or quota is what
+    fails a write of a log that opened), so the command prints the advice a full disk needs."""
+
+
+def _from_h5py_dealloc(value: Any, tb: Any, where: Any = None) -> bool:
+    """Whether an error is h5py failing to free an object of a file whose write failed."""
+    names = [str(where or "")]
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return isinstance(value, RuntimeError) and any("_dealloc" in n for n in names)
+
+
+def _quiet_h5py_dealloc() -> None:
+    """After a refused write, h5py's temporary objects fail again as they are freed ("Can't
+    decrement id ref count"), and Cython prints each through ``sys.excepthook`` and
+    ``sys.unraisablehook`` with a traceback that says nothing the LogWriteError did not: drop
+    those two kinds; every other error is printed as before."""
+    if getattr(sys.excepthook, "podracer_h5", False):
+        return
+    except_before, unraisable_before = sys.excepthook, sys.unraisablehook
+
+    def excepthook(kind: Any, value: Any, tb: Any, quiet: Callable[..., bool] = _from_h5py_dealloc) -> None:
+        try:  # (``quiet`` bound now: at exit this module's names are gone)
+            dealloc = quiet(value, tb)
+        except BaseException:  # noqa: BLE001 - interpreter shutdown: say nothing rather than fail
+            return
+        if not dealloc:
+            except_before(kind, value, tb)
+
+    def unraisablehook(u: Any, quiet: Callable[..., bool] = _from_h5py_dealloc) -> None:
+        try:
+            dealloc = quiet(u.exc_value, u.exc_traceback, u.object)
+        except BaseException:  # noqa: BLE001
+            return
+        if not dealloc:
+            unraisable_before(u)
+
+    excepthook.podracer_h5 = True  # type: ignore[attr-defined]
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+def write_error(path: Path, e: BaseException, doing: str) -> LogWriteError:
+    """The :class:`LogWriteError` for an h5py error raised while ``doing`` on the log at ``path``."""
+    text = str(e)
+    m = re.search(r"errno = (\d+)|\[Errno (\d+)\]", text)
+    code = int(next(g for g in m.groups() if g)) if m else errno.ENOSPC
+    reason = os.strerror(code) if m else f"HDF5 could not write ({text.splitlines()[0][:200]})"
+    return LogWriteError(code, f"{reason} while {doing} the log", str(path))
+
+
 class H5Writer:
     """Appends rows to one rank's log; reopening an existing log continues it (resume)."""
 
@@ -144,18 +204,27 @@ class H5Writer:
         attrs: dict[str, Any],
         flush_interval_s: float = 2.0,
         say: Callable[[str], None] | None = None,
-        recover: Callable[[Path], int] | None = None,
+        recover: Callable[[Path], tuple[int, str]] | None = None,
     ):
         """Open (or create) the log at ``path``. A log that a killed writer left marked open is
         rebuilt by ``recover`` (h5recover.recover: ``h5recover.open_log`` passes it), which
         ``say`` reports; without it such a log is a :class:`LogError`."""
+        _quiet_h5py_dealloc()  # before any write: a refused one frees h5py objects as it raises
         self.path = Path(path)
+        self.failed = False  # a write failed (LogWriteError): nothing more is written
         self._recover = recover
         make_dirs(self.path.parent)  # group-private, whatever the umask
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
-        self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
-        if not exists:
+        if exists:
+            if not self.path.is_dir():
+                _regular(self.path)
+            self.f = self._open_existing(say)
+        else:
+            try:
+                self.f = h5py.File(self.path, "w", libver="latest")
+            except (OSError, RuntimeError) as e:  # a full disk (h5py names no file): the advice, naming it
+                raise write_error(self.path, e, "creating") from None
             os.chmod(self.path, LOG_MODE)  # h5py creates 0o666 less the umask
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
@@ -165,23 +234,27 @@ class H5Writer:
                     f"{self.path}: log schema version {version}, this podracer-hpc writes {SCHEMA_VERSION} "
                     f"(and continues {', '.join(map(str, READABLE_VERSIONS))}); use a new --run-dir"
                 )
-        for group, cols in GROUPS.items():
-            g = self.f.require_group(group)
-            have = [g[name].shape[0] for name in cols if name in g]
-            rows = min(have) if have else 0
-            for name, dtype in cols.items():
-                if name not in g:  # a column this version added: old rows get its empty value
-                    ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
-                    if rows:
-                        ds[...] = fill_value(dtype, rows)
-            n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
-            for name in cols:
-                if g[name].shape[0] != n:
-                    g[name].resize((n,))
-        for k, v in attrs.items():
-            self.f.attrs[k] = to_attr(v)
-        self.f.attrs["schema_version"] = SCHEMA_VERSION
-        self.f.swmr_mode = True
+        try:  # a full disk here is the advice a full disk needs, not an HDF5 traceback
+            for group, cols in GROUPS.items():
+                g = self.f.require_group(group)
+                have = [g[name].shape[0] for name in cols if name in g]
+                rows = min(have) if have else 0
+                for name, dtype in cols.items():
+                    if name not in g:  # a column this version added: old rows get its empty value
+                        ds = g.create_dataset(name, shape=(rows,), maxshape=(None,), dtype=dtype, chunks=(256,))
+                        if rows:
+                            ds[...] = fill_value(dtype, rows)
+                n = min(g[name].shape[0] for name in cols)  # a writer may have died mid-row
+                for name in cols:
+                    if g[name].shape[0] != n:
+                        g[name].resize((n,))
+            for k, v in attrs.items():
+                self.f.attrs[k] = to_attr(v)
+            self.f.attrs["schema_version"] = SCHEMA_VERSION
+            self.f.swmr_mode = True
+        except (OSError, RuntimeError) as e:
+            self._broken()
+            raise write_error(self.path, e, "preparing") from None
         self._last_flush = time.monotonic()
 
     def _open_existing(self, say: Callable[[str], None] | None) -> h5py.File:
@@ -204,7 +277,7 @@ class H5Writer:
                 "podracer_hpc.files.h5recover.open_log rebuilds it"
             )
         try:
-            rows = self._recover(self.path)
+            rows, lost = self._recover(self.path)
         except LogError as e:
             raise LogError(
                 f"{e}; it cannot be continued (opening it for writing said: {first}). "
@@ -214,6 +287,10 @@ class H5Writer:
             say(
                 f"{self.path} was left open by a killed writer: recovered {rows} rows "
                 f"(the original is kept as {self.path.name}.unclean)"
+                if not lost
+                else f"{self.path} was damaged (a write the disk refused, or a killed writer): recovered "
+                f"{rows} rows; {lost} (those rows are gone from the log; training resumes from the "
+                f"checkpoint); the original is kept as {self.path.name}.unclean"
             )
         return h5py.File(self.path, "a", libver="latest")
 
@@ -236,6 +313,10 @@ class H5Writer:
         self.flush()
         return dropped
 
+    def column(self, group: str, name: str) -> np.ndarray:
+        """The rows of one column written so far (the writer's own view)."""
+        return self.f[group][name][...]
+
     def rows(self) -> dict[str, int]:
         """Rows in each group now (a checkpoint records them: :meth:`truncate_to` on resume)."""
         return {group: int(self.f[group]["env_steps"].shape[0]) for group in GROUPS}
@@ -256,17 +337,22 @@ class H5Writer:
         return dropped
 
     def append(self, group: str, row: dict[str, Any], flush: bool = False) -> None:
-        """Append one row; missing columns get NaN / -1 / ''."""
+        """Append one row; missing columns get NaN / -1 / ''. A write HDF5 fails (a full disk) is a
+        :class:`LogWriteError`."""
         g = self.f[group]
         cols = GROUPS[group]
         unknown = set(row) - set(cols)
         if unknown:
             raise KeyError(f"unknown {group} columns {sorted(unknown)}; known: {list(cols)}")
-        n = g["env_steps"].shape[0]
-        for name, dtype in cols.items():
-            ds = g[name]
-            ds.resize((n + 1,))
-            ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
+        try:
+            n = g["env_steps"].shape[0]
+            for name, dtype in cols.items():
+                ds = g[name]
+                ds.resize((n + 1,))
+                ds[n] = row[name] if name in row else fill_value(dtype, 1)[0]
+        except (OSError, RuntimeError) as e:
+            self._broken(g, locals().get("ds"))
+            raise write_error(self.path, e, f"appending a /{group} row to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
@@ -282,28 +368,61 @@ class H5Writer:
         if len(k) > 1:
             raise ValueError(f"{group} columns of different lengths: {sorted(k)}")
         k_rows = k.pop() if k else 0
-        n = g["env_steps"].shape[0]
-        for name, dtype in cols.items():
-            ds = g[name]
-            ds.resize((n + k_rows,))
-            ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
+        try:
+            n = g["env_steps"].shape[0]
+            for name, dtype in cols.items():
+                ds = g[name]
+                ds.resize((n + k_rows,))
+                ds[n:] = columns[name] if name in columns else fill_value(dtype, k_rows)
+        except (OSError, RuntimeError) as e:
+            self._broken(g, locals().get("ds"))
+            raise write_error(self.path, e, f"appending /{group} rows to") from None
         if flush or time.monotonic() - self._last_flush > self.flush_interval_s:
             self.flush()
 
     def flush(self) -> None:
-        self.f.flush()
+        try:
+            self.f.flush()
+        except (OSError, RuntimeError) as e:
+            self._broken()
+            raise write_error(self.path, e, "flushing") from None
         self._last_flush = time.monotonic()
 
+    def _broken(self, *objects: Any) -> None:
+        """A write failed: nothing more is written; close() then only lets the file go (what was
+        flushed stays readable: the next start recovers it). HDF5's cleanup of such a file can
+        abort the process at exit: `podracer train` leaves with os._exit after a LogWriteError."""
+        self.failed = True
+
     def close(self) -> None:
-        if self.f.id.valid:
+        """Flush and close; a failed flush (a full disk) still closes the file, then raises
+        :class:`LogWriteError` (what was flushed before stays readable: SWMR)."""
+        if self.failed:
+            try:
+                self.f.close()
+            except (OSError, RuntimeError):
+                pass
+            return
+        if not self.f.id.valid:
+            return
+        try:
             self.f.flush()
-            self.f.close()
+        except (OSError, RuntimeError) as e:
+            self._broken()
+            raise write_error(self.path, e, "closing") from None
+        self.f.close()
 
     def __enter__(self) -> "H5Writer":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _regular(path: Path) -> None:
+    """Refuse a log path that is not a regular file (a FIFO would block HDF5's open forever)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise LogError(f"{path}: not a regular file (a FIFO or a device), so not a log; move it away")
 
 
 def read_log(path: str | Path) -> dict[str, Any]:
@@ -315,6 +434,7 @@ def read_log(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise LogError(f"{path}: no such log file")
+    _regular(path)
     try:
         f = h5py.File(path, "r", libver="latest", swmr=True)
     except (OSError, RuntimeError) as e:
@@ -371,6 +491,7 @@ class LogTail:
             st = self.path.stat()
         except OSError:
             raise LogError(f"{self.path}: no such log file") from None
+        _regular(self.path)
         sig = (st.st_ino, st.st_mtime_ns, st.st_size)
         empty = {g: {} for g in self.rows}
         if sig == self._sig:

@@ -6,15 +6,26 @@ format that clearing its "open for write" flags needs (:func:`clear_open_flags`,
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import h5py
 import numpy as np
 
-from podracer_hpc.files.h5log import GROUPS, LOG_MODE, H5Writer, LogError, fill_value, read_log, to_attr
+from podracer_hpc.files.h5log import (
+    GROUPS,
+    LOG_MODE,
+    READABLE_VERSIONS,
+    H5Writer,
+    LogError,
+    fill_value,
+    read_attrs,
+    to_attr,
+    write_error,
+)
 
-__all__ = ["clear_open_flags", "lookup3", "open_log", "recover"]
+__all__ = ["clear_open_flags", "lookup3", "open_log", "recover", "salvage", "stored_eof"]
 
 
 def open_log(
@@ -94,38 +105,151 @@ def clear_open_flags(path: str | Path) -> bool:
     return True
 
 
-def _read_unclean(path: Path) -> dict[str, Any]:
-    """Read a log whose writer died. SWMR kept it consistent if the writer had switched to SWMR;
-    one killed before that (while creating or reopening the log) left plain "open for write"
-    flags, which no reader gets past: read a copy with the flags cleared (the original stays).
-    Whatever fails on the copy, the error raised is the reader's own, naming the log."""
+def stored_eof(path: str | Path) -> int | None:
+    """The end of file an HDF5 file's superblock (versions 2-3) records, in bytes from the file's
+    start; None for another superblock. A file shorter than this lost its end (a write that a
+    full disk refused): an SWMR reader retries such reads for minutes, a plain one fails at once."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        base = 0
+        while base + 12 <= size:
+            fh.seek(base)
+            head = fh.read(12)
+            if head[:8] == _SIGNATURE:
+                break
+            base = 512 if base == 0 else base * 2
+        else:
+            return None
+        if head[8] < 2:
+            return None
+        o = head[9]
+        fh.seek(base + 12 + 2 * o)
+        return base + int.from_bytes(fh.read(o), "little")
+
+
+def _read_column(ds: Any, size: int) -> np.ndarray:
+    """The rows of a dataset that can be read: none from a chunk past the file's end (``size``), and
+    none after the first block of rows HDF5 cannot read."""
+    limit = ds.shape[0]
     try:
-        return read_log(path)
-    except LogError as e:
-        error = e
-    copy = path.with_name(f".{path.name}.clear.tmp")
+        for i in range(ds.id.get_num_chunks()):
+            info = ds.id.get_chunk_info(i)
+            if info.byte_offset is None or info.byte_offset + info.size > size:
+                limit = min(limit, int(info.chunk_offset[0]))
+    except (OSError, RuntimeError, ValueError, AttributeError):
+        pass  # no chunk index to read: the rows themselves say how far they go
+    parts, n = [], 0
+    while n < limit:
+        try:
+            part = ds[n : min(limit, n + 256)]
+        except (OSError, RuntimeError, ValueError):
+            break
+        parts.append(part)
+        n += len(part)
+    arr = np.concatenate(parts) if parts else ds[0:0]
+    if arr.dtype.kind == "O":
+        arr = np.array([x.decode() if isinstance(x, bytes) else x for x in arr], dtype=object)
+    return arr
+
+
+def salvage(path: str | Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """What can be read of a damaged log (a killed writer, a write a full disk refused), as
+    :func:`~podracer_hpc.files.h5log.read_log` returns it, and per group ``(rows kept, rows it
+    held)``. Reads a copy whose "open for write" flags are cleared and whose lost end is padded
+    to the size the superblock records (so that HDF5 fails at once where data is missing, instead
+    of retrying): rows are kept up to the first one any column cannot give. The original is not
+    touched. :class:`LogError` if not even the file's root can be read."""
+    path = Path(path)
+    copy = path.with_name(f".{path.name}.salvage.tmp")
     try:
-        copy.write_bytes(path.read_bytes())
-        if clear_open_flags(copy):
-            return read_log(copy)
-    except LogError:  # not HDF5 at all, a superblock we do not touch, or unreadable all the same
-        pass
+        size = path.stat().st_size
+        shutil.copyfile(path, copy)
+        try:
+            clear_open_flags(copy)
+            eof = stored_eof(copy)
+        except LogError:
+            eof = None
+        if eof is not None and size < eof < size + (1 << 40):
+            os.truncate(copy, eof)  # sparse zeros where the disk refused the end
+        try:
+            f = h5py.File(copy, "r", libver="latest")
+        except (OSError, RuntimeError) as e:
+            raise LogError(f"{path}: not a readable HDF5 log ({e})") from None
+        with f:
+            version = f.attrs.get("schema_version")
+            version = version.item() if isinstance(version, np.generic) else version
+            if version not in READABLE_VERSIONS:
+                raise LogError(f"{path}: log schema version {version}, this podracer-hpc reads {READABLE_VERSIONS}")
+            try:
+                attrs = read_attrs(f)
+            except (OSError, RuntimeError):
+                attrs = {"schema_version": version}
+            log: dict[str, Any] = {"attrs": attrs}
+            lost: dict[str, tuple[int, int]] = {}
+            for group in GROUPS:
+                cols: dict[str, np.ndarray] = {}
+                held = 0
+                try:
+                    g = f.get(group)
+                    names = list(g) if g is not None else []
+                except (OSError, RuntimeError, KeyError):
+                    g, names = None, []
+                for name in names:
+                    try:
+                        ds = g[name]
+                    except (OSError, RuntimeError, KeyError):
+                        cols[name] = np.zeros(0)
+                        continue
+                    held = max(held, ds.shape[0])
+                    cols[name] = _read_column(ds, size)
+                n = min((len(a) for a in cols.values()), default=0)
+                log[group] = {k: a[:n] for k, a in cols.items()}
+                lost[group] = (n, held)
+            return log, lost
+    except OSError as e:
+        raise LogError(f"{path}: cannot be read to recover it ({e.strerror or e})") from None
     finally:
         copy.unlink(missing_ok=True)
-    raise error from None
 
 
-def recover(path: str | Path) -> int:
-    """Rebuild the log at ``path`` from what a reader sees (its rows up to the last flush).
+def _lost_text(log: dict[str, Any], lost: dict[str, tuple[int, int]]) -> str:
+    """``/train rows 1025-1499 lost (after update 1024), ...`` or "" when every row was kept."""
+    parts = []
+    for group, (kept, held) in lost.items():
+        if held > kept:
+            upd = log[group].get("update")
+            after = f", after update {int(upd[-1])}" if upd is not None and len(upd) else ""
+            parts.append(f"/{group} rows {kept + 1}-{held} lost{after}")
+    return "; ".join(parts)
+
+
+def recover(path: str | Path) -> tuple[int, str]:
+    """Rebuild the log at ``path`` from what can be read of it (:func:`salvage`: its rows up to
+    the last flush, or up to the first row a full disk damaged).
 
     Used when a killed writer left the file marked open (in SWMR mode, or before it switched
-    to it). The rebuilt file replaces ``path`` atomically; the original is kept beside it as
-    ``<name>.unclean``. Returns the number of rows kept; raises :class:`LogError` if the file
-    cannot be read at all.
+    to it) or a refused write left it shorter than its superblock says. The rebuilt file
+    replaces ``path`` atomically; the original is kept beside it as ``<name>.unclean``. Returns
+    the number of rows kept and what was lost ("" if nothing); raises :class:`LogError` if the
+    file cannot be read at all.
     """
     path = Path(path)
-    log = _read_unclean(path)
+    log, lost = salvage(path)
     tmp = path.with_name(f".{path.name}.recover.tmp")
+    try:
+        _write_rebuilt(tmp, log)
+    except (OSError, RuntimeError) as e:  # a disk still full: the advice, and no half file left behind
+        tmp.unlink(missing_ok=True)
+        raise write_error(path, e, "rebuilding") from None
+    unclean = path.with_name(path.name + ".unclean")
+    unclean.unlink(missing_ok=True)
+    os.link(path, unclean)  # the log's name always holds a whole file, the old one or the new one
+    os.replace(tmp, path)
+    return sum(kept for kept, _ in lost.values()), _lost_text(log, lost)
+
+
+def _write_rebuilt(tmp: Path, log: dict[str, Any]) -> None:
+    """Write ``log`` (read_log's form) as a fresh log file at ``tmp``, fsynced."""
     with h5py.File(tmp, "w", libver="latest") as f:
         for k, v in log["attrs"].items():
             f.attrs[k] = to_attr(v)
@@ -148,8 +272,3 @@ def recover(path: str | Path) -> int:
     with open(tmp, "rb+") as fh:
         os.fchmod(fh.fileno(), LOG_MODE)
         os.fsync(fh.fileno())
-    unclean = path.with_name(path.name + ".unclean")
-    unclean.unlink(missing_ok=True)
-    os.link(path, unclean)  # the log's name always holds a whole file, the old one or the new one
-    os.replace(tmp, path)
-    return sum(len(next(iter(log[g].values()), [])) for g in GROUPS if log.get(g))

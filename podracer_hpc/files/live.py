@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from podracer_hpc.files import heartbeat
+from podracer_hpc.files.bounded import read_yaml
 from podracer_hpc.files.h5log import LogError, LogTail, read_log
 from podracer_hpc.files.records import Source, read_records
 from podracer_hpc.files.rundir import PoolPart, RunDir, job_id, lock_owner, owner_alive
@@ -434,9 +435,7 @@ def checkpoint_updates(path: Path) -> int | None:
 
 def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:
     try:
-        import yaml
-
-        cfg = yaml.safe_load(RunDir(run_dir).config.read_text())
+        cfg = read_yaml(RunDir(run_dir).config, what="run config")
         if isinstance(cfg, dict):
             return cfg
     except Exception:  # noqa: BLE001 - missing, being written, not YAML: the logs carry the config too

@@ -106,6 +106,7 @@ class RoundRecord:
     fs_ops: int = -1  # leaderboard filesystem operations of this pod in the round (-1: not counted)
     compared: Comparison = field(default_factory=lambda: Comparison())  # the numbers the decision used
     algo: str = ""  # the pod's learner (agent.algo); "" in a log of an older schema
+    publish_failed: bool = False  # this pod was to publish and could not (a full disk): not skipped silently
 
     def to_row(self) -> dict[str, Any]:
         """The HDF5 columns (h5log.TOURNAMENT_COLUMNS)."""
@@ -133,6 +134,7 @@ class RoundRecord:
             "margin_se": c.margin_se,
             "verified": int(c.verified),
             "algo": self.algo,
+            "publish_failed": int(self.publish_failed),
         }
 
 
@@ -173,6 +175,11 @@ def read_records(columns: Mapping[str, Sequence[Any]]) -> list[RoundRecord]:
                 fs_ops=int(columns["fs_ops"][i]) if "fs_ops" in columns and len(columns["fs_ops"]) == n else -1,
                 compared=_comparison(columns, i, n),
                 algo=str(columns["algo"][i]) if "algo" in columns and len(columns["algo"]) == n else "",
+                publish_failed=bool(
+                    "publish_failed" in columns
+                    and len(columns["publish_failed"]) == n
+                    and int(columns["publish_failed"][i]) == 1
+                ),
             )
         )
     return out

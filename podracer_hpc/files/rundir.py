@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from podracer_hpc.files.bounded import read_json
+
 __all__ = [
     "DIR_MODE",
     "EXIT_BAD_INPUT",
@@ -177,8 +179,8 @@ def git_revision(environ: Mapping[str, str] | None = None) -> str:
     snap = pkg.parent / "SNAPSHOT.json"
     if snap.is_file():
         try:
-            return str(json.loads(snap.read_text())["revision"])
-        except (OSError, ValueError, KeyError):
+            return str(read_json(snap, what="snapshot record")["revision"])
+        except (OSError, ValueError, KeyError, TypeError):
             pass
     try:
         rev = subprocess.run(

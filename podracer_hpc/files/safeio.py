@@ -11,7 +11,9 @@ file whose header metadata carries:
   anywhere in the payload is caught before anything is used.
 
 Writers write to a temporary name in the same directory, fsync, then rename: a reader sees the
-old file or the new one, never half a file.
+old file or the new one, never half a file. Readers (:func:`load`) open only regular files and
+read no more than the file's own header declares (:func:`declared_size`): a FIFO, a device, a
+sparse 20 GB file or one larger than the memory available are refused before any allocation.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes  # re-exported: the state files' writer
+from podracer_hpc.files.bounded import RunFileError, loads_json, open_regular, read_slice
 
 if TYPE_CHECKING:  # torch and safetensors load where tensors are read or written: a status reader needs neither
     import torch
@@ -33,6 +36,41 @@ FORMAT = "podracer-hpc"
 
 class StateFileError(ValueError):
     """A state file is missing, truncated, corrupt, foreign or of the wrong kind."""
+
+
+MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
+
+
+def available_memory() -> int | None:
+    """The host's MemAvailable in bytes (None where /proc/meminfo does not say)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def declared_size(head: bytes, source: str) -> int:
+    """The whole size of a safetensors file as its header declares it (8 + header + the end of the
+    last tensor), from the file's first bytes (``head``: at least the 8-byte length and the
+    header it announces). Raises :class:`StateFileError` if the header is unreadable."""
+    if len(head) < 8:
+        raise StateFileError(f"{source}: {len(head)} bytes, shorter than a safetensors header (truncated or corrupt)")
+    (n,) = struct.unpack("<Q", head[:8])
+    if n > MAX_HEADER_BYTES or n > len(head) - 8:
+        raise StateFileError(
+            f"{source}: its header claims {n:,} bytes, but {len(head) - 8:,} follow "
+            "(truncated or corrupt, or not a state file)"
+        )
+    try:
+        header = loads_json(head[8 : 8 + n], source)
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (RunFileError, TypeError, KeyError, IndexError, ValueError, AttributeError) as e:
+        raise StateFileError(f"{source}: not a readable podracer-hpc state file ({e}); it is corrupt") from None
+    return 8 + n + end
 
 
 def _digest(meta_json: str, payload: bytes) -> str:
@@ -49,7 +87,9 @@ def _split(blob: bytes) -> tuple[dict[str, Any], bytes]:
     (n,) = struct.unpack("<Q", blob[:8])
     if n > len(blob) - 8:
         raise ValueError(f"header claims {n} bytes but only {len(blob) - 8} follow (truncated?)")
-    header = json.loads(blob[8 : 8 + n])
+    header = loads_json(blob[8 : 8 + n], "header")
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
     return header, blob[8 + n :]
 
 
@@ -71,12 +111,14 @@ def loads(
     """Parse and verify a blob written by :func:`dumps`; returns (tensors, meta, version)."""
     try:
         header, payload = _split(blob)
-    except (ValueError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:
         raise StateFileError(
             f"{source}: not a readable podracer-hpc state file ({e}). It is truncated or corrupt: "
             "delete it or restore it from a backup; the previous checkpoint (if any) is kept as *.prev."
         ) from None
     md = header.get("__metadata__") or {}
+    if not isinstance(md, dict):
+        md = {}
     if md.get("format") != FORMAT:
         raise StateFileError(
             f"{source}: a safetensors file, but not one written by podracer-hpc (format={md.get('format')!r}). "
@@ -94,7 +136,7 @@ def loads(
 
     try:
         tensors = st_load(blob)
-        meta = json.loads(meta_json)
+        meta = loads_json(meta_json, source)
     except Exception as e:  # safetensors raises its own error types
         raise StateFileError(f"{source}: corrupt tensor data ({e}).") from None
     if str(device) != "cpu":
@@ -119,14 +161,50 @@ def save(
 def load(
     path: str | os.PathLike, kind: str, device: str | torch.device = "cpu"
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any], int]:
-    """Read and verify a state file written by :func:`save`."""
+    """Read and verify a state file written by :func:`save` (:func:`read_state_bytes` first)."""
+    return loads(read_state_bytes(path), kind, source=str(path), device=device)
+
+
+def read_state_bytes(path: str | os.PathLike, expected_size: int | None = None) -> bytes:
+    """The bytes of a state file, read only if it is a regular file of the size its header
+    declares (or ``expected_size``, a leaderboard sidecar's word) and that size fits in memory:
+    a FIFO, a device, a sparse or padded file is refused before anything is allocated."""
     path = Path(path)
     try:
-        blob = path.read_bytes()
+        fd = open_regular(path, "state file")
     except FileNotFoundError:
         raise StateFileError(f"{path}: no such state file.") from None
     except IsADirectoryError:
         raise StateFileError(f"{path}: is a directory, not a state file; move it away.") from None
+    except RunFileError as e:
+        raise StateFileError(str(e)) from None
     except OSError as e:
         raise StateFileError(f"{path}: cannot be read ({e.strerror}).") from None
-    return loads(blob, kind, source=str(path), device=device)
+    try:
+        size = os.fstat(fd).st_size
+        head = read_slice(fd, 0, 8)
+        if len(head) == 8:
+            n = struct.unpack("<Q", head)[0]
+            head += read_slice(fd, 8, min(n, MAX_HEADER_BYTES, size))
+        want = declared_size(head, str(path))
+        if want != size or (expected_size is not None and expected_size != size):
+            raise StateFileError(
+                f"{path}: {size:,} bytes, but its header declares {want:,}"
+                + (f" and its sidecar {expected_size:,}" if expected_size is not None else "")
+                + ": truncated, padded or not a state file. Nothing was loaded; delete it or restore it "
+                "(the previous checkpoint, if any, is kept as *.prev)."
+            )
+        free = available_memory()
+        if free is not None and size > free:
+            raise StateFileError(
+                f"{path}: {size:,} bytes, more than the {free:,} bytes of memory available; "
+                "load it on a machine with more memory"
+            )
+        blob = read_slice(fd, 0, size)
+    except OSError as e:
+        raise StateFileError(f"{path}: cannot be read ({e.strerror}).") from None
+    finally:
+        os.close(fd)
+    if len(blob) != size:
+        raise StateFileError(f"{path}: shrank while it was read (being replaced?); try again")
+    return blob

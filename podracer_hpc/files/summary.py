@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.rundir import RunDir, make_dirs
 
 __all__ = ["assemble", "clear_record", "describe_missing", "read_records", "write_record"]
@@ -60,7 +61,7 @@ def read_records(rundir: RunDir, pods: range | list[int]) -> dict[int, dict[str,
     out: dict[int, dict[str, Any]] = {}
     for i in pods:
         try:
-            rec = json.loads(rundir.pod_record(i).read_text())
+            rec = read_json(rundir.pod_record(i), what="pod record")
         except (OSError, ValueError):
             continue
         if isinstance(rec, dict) and rec.get("state") in STATES and rec.get("pod") == i:
@@ -153,6 +154,9 @@ def assemble(
         summary["best_pod"] = best_pod
     if tournament:
         summary["rounds"] = max((int(p.get("rounds") or 0) for p in parts), default=0)
+    unpublished = {i: int(records[i].get("publish_failed") or 0) for i in sorted(records)}
+    if any(unpublished.values()):  # rounds whose winner could not write its entry (a full disk)
+        summary["publish_failed"] = {str(i): n for i, n in unpublished.items() if n}
     jobs = sorted({str(p["job"]) for p in parts if p.get("job")})
     if len(jobs) > 1:
         summary["jobs"] = jobs

@@ -15,7 +15,6 @@ A pending job cannot take a signal: ``--requeue`` leaves it queued.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from podracer_hpc.cluster import jobstate
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.launch.errors import LaunchError
 from podracer_hpc.launch.watch import still_active
@@ -47,7 +47,7 @@ def jobs_of(run_dir: Path) -> dict[str, str]:
         if m:
             found[m.group(1)] = "template"
     try:
-        pool = json.loads(rd.pool_file.read_text())
+        pool = read_json(rd.pool_file, what="pool record")
         for part, job in sorted((pool.get("parts") or {}).items(), key=lambda kv: int(kv[0])):
             if job.get("executor") == "slurm" and job.get("job"):
                 found[str(job["job"])] = f"part {part} of the pool"

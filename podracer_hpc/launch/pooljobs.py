@@ -18,6 +18,7 @@ from typing import Any
 
 from podracer_hpc.cluster import jobstate
 from podracer_hpc.files.atomic import atomic_write_bytes
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.rundir import (
     PoolPart,
     RunDir,
@@ -44,7 +45,7 @@ class Plan:
 
 def _read(rundir: RunDir) -> dict[str, Any] | None:
     try:
-        d = json.loads(rundir.pool_file.read_text())
+        d = read_json(rundir.pool_file, what="pool record")
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

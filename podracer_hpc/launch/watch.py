@@ -4,7 +4,6 @@ error naming its state and log; a requeued job is waited for)."""
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from podracer_hpc.cluster import jobstate
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir
 from podracer_hpc.launch.errors import JobError
 
@@ -192,7 +192,7 @@ def read_summary(run_dir: Path, stale: tuple[int, int, int] | None = None) -> di
     if sig is None or sig == stale:
         return None
     try:
-        return json.loads(RunDir(run_dir).summary.read_text())
+        return read_json(RunDir(run_dir).summary, what="run summary")
     except (OSError, ValueError):
         return None
 

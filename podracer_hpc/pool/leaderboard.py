@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from podracer_hpc.files import safeio
+from podracer_hpc.files.bounded import RunFileError, read_json
 from podracer_hpc.pool.entryfiles import (
     LeaderboardWarning,
     count_op,
@@ -254,7 +255,8 @@ class Leaderboard:
         """Whether the sidecar of ``entry_id`` describes this content (False if absent or unreadable)."""
         count_op("open")
         try:
-            return json.loads(self.sidecar_path(entry_id).read_bytes()).get("content_sha256") == digest
+            side = read_json(self.sidecar_path(entry_id), what="leaderboard sidecar")
+            return side.get("content_sha256") == digest
         except (OSError, ValueError, AttributeError):
             return False
 
@@ -334,15 +336,13 @@ class Leaderboard:
         path = self.sidecar_path(entry_id)
         count_op("open")
         try:
-            raw = path.read_bytes()
+            d = read_json(path, what="leaderboard sidecar")  # a regular file of a sane size
         except FileNotFoundError:
             raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
         except OSError as e:
             raise EntryCorrupt(f"leaderboard entry {entry_id}: cannot read {path} ({e})") from None
-        try:
-            d = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise EntryCorrupt(f"leaderboard entry {entry_id}: {path} is not valid JSON ({e})") from None
+        except RunFileError as e:
+            raise EntryCorrupt(f"leaderboard entry {entry_id}: {e}") from None
         if not isinstance(d, dict) or d.get("format") != SIDECAR_FORMAT:
             raise EntryCorrupt(f"{path}: not a podracer-hpc leaderboard sidecar (foreign file)")
         if d.get("version") not in SIDECAR_VERSIONS_READ:
@@ -394,10 +394,15 @@ class Leaderboard:
         expected = info.sha256
         path = self.tensors_path(entry_id)
         count_op("open")
-        try:
-            blob = path.read_bytes()
-        except FileNotFoundError:
-            raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+        if not os.path.lexists(path):
+            raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist")
+        try:  # a regular file of the size its header declares, or nothing is read
+            blob = safeio.read_state_bytes(path)
+        except safeio.StateFileError as e:
+            if not os.path.lexists(path):
+                raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+            self.quarantine(entry_id)
+            raise EntryCorrupt(f"leaderboard entry {entry_id}: {e}") from None
         actual = hashlib.sha256(blob).hexdigest()
         if actual != expected:
             self.quarantine(entry_id)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.records import parse_entry_id
 from podracer_hpc.pool.entryfiles import count_op, make_private_dir, warn, write_new
 from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, sanitize, validate_entry_id
@@ -65,7 +66,7 @@ class Population:
         for _ in range(2):
             count_op("open")
             try:
-                d = json.loads(path.read_bytes())
+                d = read_json(path, what="population layout")
                 b = int(d["buckets"])
                 if b < 1:
                     raise ValueError(b)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from podracer_hpc.cluster.mpi import Comm
 from podracer_hpc.config import Config
 from podracer_hpc.files import safeio
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.records import Comparison, RoundRecord, Source
 from podracer_hpc.files.rundir import RunDir
@@ -137,6 +138,7 @@ class Pool:
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
         self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
+        self.publish_failed_round = -1  # the last round whose publication failed (its row says so)
         self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
         # entries collective rounds loaded since the pool last checkpointed together: a resume
         # redoes those rounds and loads them again, so no prune may take them (the run clears it)
@@ -186,7 +188,7 @@ class Pool:
         """
         path = self.rundir.round_listing(index, self.part)
         try:
-            return [Listed.from_json(e) for e in json.loads(path.read_text())]
+            return [Listed.from_json(e) for e in read_json(path, what="round listing")]
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, KeyError) as e:
@@ -207,9 +209,11 @@ class Pool:
             if population:
                 return self.population.publish(tensors, fitness.mean, meta)
             return self.board.publish(tensors, fitness.mean, meta, content_id=True)
-        except OSError as e:
+        except OSError as e:  # recorded in the round's row (publish_failed) and the summary, not only said
+            self.publish_failed_round = index
             self.say(
-                f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their own"
+                f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their "
+                "own (logged as publish_failed)"
             )
             return None
 
@@ -318,6 +322,7 @@ class Pool:
             fs_ops() - ops0,
             compared,
             self.cfg.agent.algo,
+            publish_failed=self.publish_failed_round == index,
         )
         if self.log is not None:
             self.log.append("tournament", rec.to_row(), flush=True)

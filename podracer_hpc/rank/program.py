@@ -54,7 +54,7 @@ from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.config import Config, for_rank, renamed_keys, to_dict
+from podracer_hpc.config import Config, for_rank, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
@@ -84,7 +84,6 @@ from podracer_hpc.rank.vigil import Vigil
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
 # Keys that may differ between a run and its resumption; anything else must match.
-RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
 
 
 class TrainingError(RuntimeError):
@@ -347,9 +346,7 @@ class RankRun:
         """Load the checkpoint (read once: verified, config compared, restored) of the epochs that
         ``resume.agree`` found it and its .prev in."""
         tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
-        written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
-        written = renamed_keys(written, warn=False)
-        diffs = _diff_config(written, to_dict(self.run_cfg), to_dict(Config()))
+        diffs = resume.config_changes(self.rundir.config, meta.get("config", {}), to_dict(self.run_cfg))
         if diffs:
             raise ConfigError(
                 f"{self.rundir.root} holds a run with another config; it cannot be resumed with this one:\n  "
@@ -717,7 +714,17 @@ class RankRun:
             "part": str(self.part),
             "updates": self.pod.updates,
             "verdict": (self.verdict.mean, self.verdict.se, self.verdict.ci95()) if self.verdict else None,
+            "publish_failed": self.publish_failures(),
         }
+
+    def publish_failures(self) -> int:
+        """Rounds of this pod (resumed ones too: its log's rows) whose publication failed."""
+        if self.log is None:
+            return 0
+        try:
+            return int((self.log.column("tournament", "publish_failed") == 1).sum())
+        except (OSError, RuntimeError, KeyError):
+            return 0
 
     def finish(self) -> RunResult:
         """The final verdict (a trained pod on the run's common final set), checkpoint, this pod's
@@ -791,27 +798,3 @@ class RankRun:
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
-def _run_config(path: Path) -> dict[str, Any] | None:
-    """The run's config.yaml (written once, at the run's first start), or None if unreadable."""
-    try:
-        d = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return d if isinstance(d, dict) else None
-
-
-def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
-    """Keys whose values differ between a checkpoint's config and this run's. A key the checkpoint
-    does not have (added to podracer-hpc since) is no difference if this run has its default."""
-    out = []
-    for k in sorted(set(old) | set(new)):
-        if not prefix and k in RESUMABLE_KEYS:
-            continue
-        a, b, d = old.get(k), new.get(k), (defaults or {}).get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff_config(a, b, d if isinstance(d, dict) else {}, prefix + k + ".")
-        elif k not in old and b == d:
-            continue
-        elif a != b:
-            out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
-    return out

@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
+from podracer_hpc.config import Config, renamed_keys, to_dict
 from podracer_hpc.files import safeio
+from podracer_hpc.files.bounded import read_yaml
 
 STATE_KIND = "pod-state"
 
@@ -237,3 +241,41 @@ def agree(
 def _set_aside(p: Path, why: str) -> None:
     """Rename a file that will not be used to ``<name>.<why>`` (kept as evidence, never deleted)."""
     os.replace(p, p.with_name(f"{p.name}.{why}"))
+
+
+# Keys a resumed run may change (what it trains to, how it logs and evaluates, where it runs).
+RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
+
+
+def config_changes(run_config: Path, checkpoint_config: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between the config a run directory holds (its config.yaml, written once at the
+    run's first start, else the checkpoint's) and this start's (``to_dict`` of it), one line per
+    key; old key names read as today's; keys a resume may change (:data:`RESUMABLE_KEYS`) left out."""
+    written = renamed_keys(_run_config(run_config) or checkpoint_config, warn=False)
+    return _diff_config(written, new, to_dict(Config()))
+
+
+def _run_config(path: Path) -> dict[str, Any] | None:
+    """The run's config.yaml (written once, at the run's first start), or None if unreadable."""
+    try:
+        d = read_yaml(path, what="run config")
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, Any], prefix: str = "") -> list[str]:
+    """Keys whose values differ between a checkpoint's config and this run's. A key the checkpoint
+    does not have (added to podracer-hpc since) is no difference if this run has its default."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if not prefix and k in RESUMABLE_KEYS:
+            continue
+        a, b, d = old.get(k), new.get(k), (defaults or {}).get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _diff_config(a, b, d if isinstance(d, dict) else {}, prefix + k + ".")
+        elif k not in old and b == d:
+            continue
+        elif a != b:
+            out.append(f"{prefix}{k}: checkpoint has {a!r}, this run has {b!r}")
+    return out

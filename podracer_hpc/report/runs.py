@@ -3,13 +3,13 @@ its summary and resources; folders of run directories expanded; labels that name
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from podracer_hpc.files import rundir
+from podracer_hpc.files.bounded import read_json, read_yaml
 from podracer_hpc.files.h5log import read_log
 
 __all__ = ["Run", "RunDirError", "expand_run_dirs", "is_run_dir", "job_id", "load_run", "load_runs"]
@@ -136,22 +136,23 @@ def load_run(path: str | Path, label: str | None = None, run_id: str | None = No
     logs = {r: read_log(p) for r, p in rundir.RunDir(path).rank_logs().items()}
     config: dict[str, Any] = {}
     if (path / "config.yaml").exists():
-        import yaml
-
-        config = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        try:
+            config = read_yaml(path / "config.yaml", what="run config") or {}
+        except (OSError, ValueError) as e:
+            raise RunDirError(f"{path / 'config.yaml'}: unreadable ({e})") from None
     elif logs:
         config = logs[min(logs)]["attrs"].get("config") or {}
     summary = None
     if (path / "summary.json").exists():
         try:
-            summary = json.loads((path / "summary.json").read_text())
-        except ValueError:
+            summary = read_json(path / "summary.json", what="run summary")
+        except (OSError, ValueError):
             summary = None
     point: dict[str, Any] = {}
     if (path / "resources.json").exists():
         try:
-            point = json.loads((path / "resources.json").read_text())
-        except ValueError:
+            point = read_json(path / "resources.json", what="resources record")
+        except (OSError, ValueError):
             point = {}
     system = label or str(config.get("name") or path.name)
     return Run(

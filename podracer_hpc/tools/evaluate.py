@@ -11,7 +11,10 @@ JSON: ``{"results": [{"agent", "path", "task", "return_mean", "return_std", "ret
 
 The run's own verdict (summary.json's ``best_return``) is this with ``--episodes`` its
 ``final_episodes`` and ``--seed`` its ``final_eval_seed``. Stock trading is judged on a backtest
-window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message.
+window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message;
+in a run directory it is skipped with a warning. ``--max-steps`` (default 10,000) cuts every
+episode after that many env steps, with a note when an agent's stored ``env.max_episode_steps``
+is longer (a stored 10,000,000 would hold an evaluation for hours).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from podracer_hpc.config import Config, from_dict
+from podracer_hpc.config import MAX_EPISODE_STEPS, Config, from_dict
 from podracer_hpc.docfield import ConfigError
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
 DEFAULT_SEED = 20261201  # a set no run uses for training or rounds (those derive theirs from fitness.eval_seed)
+DEFAULT_MAX_STEPS = 10_000  # env steps an evaluation's episodes take at most (--max-steps); tasks end far sooner
 
 
 class EvaluateError(RuntimeError):
@@ -79,7 +83,7 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None) -> list[
 
     if not path.exists():
         raise EvaluateError(f"{path}: no such file or directory")
-    if path.is_file():
+    if not path.is_dir():  # a file, or what stands in for one (a FIFO, a device): load_file says what it is
         return [load_file(path)]
     skipped = [] if skipped is None else skipped
     run = RunDir(path)
@@ -96,6 +100,8 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None) -> list[
             agents.append(load_file(p))
         except EvaluateError as e:
             skipped.append(str(e))
+    if not agents and skipped:
+        raise EvaluateError(f"{path}: none of its {len(skipped)} agent file(s) could be read: {'; '.join(skipped)}")
     if not agents:
         why = f" ({len(skipped)} could not be read: {skipped[0]})" if skipped else ""
         raise EvaluateError(
@@ -109,14 +115,18 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     """The run's ``tournament.leaderboard_dir`` (its config.yaml), "" for the run's own."""
     import yaml
 
+    from podracer_hpc.files.bounded import read_yaml
+
     try:
-        d = yaml.safe_load(config_yaml.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        d = read_yaml(config_yaml, what="run config") or {}
+    except (OSError, ValueError, yaml.YAMLError):
         return ""
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
-def config_of(agent: Agent, episodes: int) -> Config:
+def config_of(agent: Agent, episodes: int, max_steps: int = 0) -> Config:
+    """The config an agent is evaluated with: its own, on one training env and the CPU, with
+    ``episodes`` evaluation episodes cut after ``max_steps`` env steps (0: as stored)."""
     d = agent.meta.get("config")
     if not isinstance(d, dict):
         raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
@@ -129,22 +139,31 @@ def config_of(agent: Agent, episodes: int) -> Config:
             f"{agent.path}: a stock-trading agent is judged on a backtest window, not on episodes from "
             f"start states: podracer backtest {agent.path}"
         )
+    steps = cfg.env.max_episode_steps
+    if max_steps and steps > max_steps:  # a stored 10,000,000 must not hold `evaluate` for hours
+        print(
+            f"  note: {agent.label}: its config says env.max_episode_steps {steps:,}; its episodes are cut "
+            f"after {max_steps:,} steps (--max-steps)",
+            file=sys.stderr,
+            flush=True,
+        )
+        steps = max_steps
     # one training env is enough (it is never stepped); the evaluation gets its own, of `episodes`
     return dataclasses.replace(
         cfg,
-        env=dataclasses.replace(cfg.env, num_envs=1),
+        env=dataclasses.replace(cfg.env, num_envs=1, max_episode_steps=steps),
         eval=dataclasses.replace(cfg.eval, episodes=episodes),
         device="cpu",
     )
 
 
-def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, Any]:
-    """One agent's row: its episodes on the start states of ``seed``."""
+def evaluate(agent: Agent, episodes: int, seed: int, device: str, max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, Any]:
+    """One agent's row: its episodes on the start states of ``seed``, each cut after ``max_steps``."""
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.pod import Pod
     from podracer_hpc.pool.fitness import Fitness
 
-    cfg = config_of(agent, episodes)
+    cfg = config_of(agent, episodes, max_steps)
     try:
         pod = Pod(cfg, rank=0, device=device)
         policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
@@ -194,7 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         "--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)"
     )
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help=f"cut every episode after N env steps (default {DEFAULT_MAX_STEPS:,}; a note says when an agent's "
+        "env.max_episode_steps is longer): an evaluation steps its episodes together, N times at most",
+    )
     args = p.parse_args(argv)
+    if not 1 <= args.max_steps <= MAX_EPISODE_STEPS:
+        print(
+            f"podracer evaluate: error: --max-steps must be in [1, {MAX_EPISODE_STEPS:,}], got {args.max_steps}",
+            file=sys.stderr,
+        )
+        return 2
     if not 1 <= args.episodes <= 2**20:
         print(f"podracer evaluate: error: --episodes must be in [1, 1048576], got {args.episodes}", file=sys.stderr)
         return 2
@@ -215,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for a in agents:
             try:
-                rows.append(evaluate(a, args.episodes, args.seed, args.device))
+                rows.append(evaluate(a, args.episodes, args.seed, args.device, args.max_steps))
             except EvaluateError as e:
                 if len(agents) == 1:
                     raise

@@ -200,6 +200,17 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
             f"--out {out}: the run directory itself or its logs or checkpoints; choose another folder "
             f"(e.g. {run_dir / 'tensorboard'})"
         )
+    try:  # TensorBoard's writer encodes its paths as UTF-8: a name that is not would end in a traceback
+        os.fsencode(out.resolve()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ExportError(
+            f"--out {ascii(str(out))}: a path that is not UTF-8, which TensorBoard cannot write to; "
+            "choose a folder whose name is UTF-8"
+        ) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"--out {out}: cannot be created ({e.strerror}); choose a folder you can write to") from None
     try:
         read = {r: read_log(p) for r, p in logs.items()}
     except LogError as e:
@@ -220,14 +231,19 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
     texts = skipped = n_events = 0
     for r, log in read.items():
         d = out / f"rank{r}"
-        d.mkdir(parents=True, exist_ok=True)
-        for p in stale[r]:
-            p.unlink()
         events, counts, t, s = _rank_events(log, t0)
-        writer = EventFileWriter(str(d), max_queue_size=1024, flush_secs=3600)
-        for step, _, _, wall, values in events:
-            writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=values)))
-        writer.close()
+        try:  # a read-only, full or vanished --out: one line, not the writer's traceback
+            d.mkdir(parents=True, exist_ok=True)
+            for p in stale[r]:
+                p.unlink()
+            writer = EventFileWriter(str(d), max_queue_size=1024, flush_secs=3600)
+            for step, _, _, wall, values in events:
+                writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=values)))
+            writer.close()
+        except OSError as e:
+            raise ExportError(
+                f"--out {out}: cannot write {d} ({e.strerror or e}); choose a folder you can write to"
+            ) from None
         files += [str(p) for p in sorted(d.glob("*tfevents*"))]
         for g in totals:
             totals[g] += counts[g]

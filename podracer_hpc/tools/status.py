@@ -29,6 +29,7 @@ import numpy as np
 
 from podracer_hpc.cluster.jobstate import slurm_job_states
 from podracer_hpc.files import heartbeat
+from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.live import (
     STALE_S,
     Monitor,
@@ -340,7 +341,7 @@ def render(
     summary_path = RunDir(run_dir).summary
     if summary_path.exists():
         try:
-            summary = json.loads(summary_path.read_text())
+            summary = read_json(summary_path, what="run summary")
         except (OSError, ValueError):
             summary = None  # being written: the next refresh shows it
     statuses = monitor.poll()

@@ -121,7 +121,7 @@ def test_env_section_is_the_dict_checkpoints_stored_before_the_registry():
     keys and defaults (the fixture was written by the config before the registry)."""
     old = json.loads((REPO / "tests/golden/config/env_sections_v1.json").read_text())
     # options added since, each at the default that gives the old behaviour (resume compares with
-    # the defaults filled in, run.py's _diff_config); sections of tasks added since
+    # the defaults filled in, rank/resume.py's config_changes); sections of tasks added since
     added = {"trading": {"actions": "shares"}}
     new_sections = {
         "gymnasium": {"id": "", "kwargs": {}, "vectorization": "sync"},

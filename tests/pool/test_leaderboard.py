@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from podracer_hpc.files import safeio
+from podracer_hpc.pool import entryfiles
 from podracer_hpc.pool import leaderboard as lb_mod
 from podracer_hpc.pool.entryfiles import LeaderboardWarning
 from podracer_hpc.pool.leaderboard import (
@@ -440,7 +441,7 @@ def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard,
     real = lb_mod.write_new
     calls = []
 
-    def stalled(path, data, mode=lb_mod.FILE_MODE, sync_dir=True):
+    def stalled(path, data, mode=entryfiles.FILE_MODE, sync_dir=True):
         if path.suffix == ".json" and not calls:
             calls.append(path)
             assert lb.prune(top_k=10, stale_after_s=0) == []  # what another rank's prune does meanwhile
@@ -463,9 +464,9 @@ def test_prune_on_a_listing_the_caller_made_keeps_what_it_did_not_see(lb: Leader
     ids = [lb.publish(state(s), s, meta(pod=int(s))) for s in (1.0, 2.0, 3.0)]
     seen = lb.list()
     newer = lb.publish(state(0.5), 0.5, meta(pod=9))  # published after the caller listed
-    before = dict(lb_mod.FS_OPS)
+    before = dict(entryfiles.FS_OPS)
     assert lb.prune(top_k=1, listing=seen) == [ids[1], ids[0]]
-    assert lb_mod.FS_OPS.get("open", 0) == before.get("open", 0)  # no sidecar was read again
+    assert entryfiles.FS_OPS.get("open", 0) == before.get("open", 0)  # no sidecar was read again
     assert {e.id for e in lb.list()} == {ids[2], newer}
 
 
@@ -522,9 +523,9 @@ def test_a_sample_reads_a_bounded_number_of_files_whatever_the_pool_size(tmp_pat
     for pods in (16, 256):
         pop = Population(tmp_path / str(pods), pool_size=pods)
         fill(pop, pods)
-        before = dict(lb_mod.FS_OPS)
+        before = dict(entryfiles.FS_OPS)
         s = pop.sample(np.random.default_rng(1), 8, exclude=("77", 0))
-        costs[pods] = {k: lb_mod.FS_OPS.get(k, 0) - before.get(k, 0) for k in ("open", "scandir")}
+        costs[pods] = {k: entryfiles.FS_OPS.get(k, 0) - before.get(k, 0) for k in ("open", "scandir")}
         assert len(s) == 8
     assert costs[256]["open"] == costs[16]["open"] == 8
     assert costs[256]["scandir"] <= 2 and costs[16]["scandir"] == 1

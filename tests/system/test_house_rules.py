@@ -305,7 +305,6 @@ ELSEWHERE = {
     "envs/jax_adapter.py": "tests/envs/test_jax_task.py",
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
-    "files/h5recover.py": "tests/files/test_h5log.py (a killed writer's log)",
     "cluster/mpich.py": "tests/cluster/test_mpi.py",
     "pool/population.py": "tests/pool/test_rounds_async.py",
     "files/live.py": "tests/tools/test_status.py (status reads the pods through it)",

@@ -161,3 +161,46 @@ def test_a_run_directory_with_bad_agents_is_evaluated_past_them_and_never_writte
     r = run_cli("evaluate", str(copy), "--episodes", "2")
     assert r.returncode == 0, r.stderr
     assert not (copy / "leaderboard").exists()
+
+
+@pytest.mark.mpi
+def test_a_stored_ten_million_step_episode_is_cut_by_max_steps_with_a_note(tmp_path, run_dir):
+    """A checkpoint whose config says env.max_episode_steps 10,000,000 (pendulum never ends an
+    episode itself): `evaluate --episodes 2` ends within seconds at the default cap, and says so."""
+    import time
+
+    tensors, meta, _ = safeio.load(run_dir / "checkpoints" / "rank0.safetensors", "pod-state")
+    meta["config"]["env"]["max_episode_steps"] = 10_000_000
+    long = tmp_path / "long.safetensors"
+    safeio.save(long, tensors, meta, "pod-state")
+    t = time.monotonic()
+    r = run_cli("evaluate", str(long), "--episodes", "2", timeout=120)
+    assert time.monotonic() - t < 90
+    (row,) = results(r)
+    assert row["episodes"] == 2 and "cut after 10,000 steps (--max-steps)" in r.stderr, r.stderr
+    short = run_cli("evaluate", str(long), "--episodes", "2", "--max-steps", "200")
+    assert "cut after 200 steps" in short.stderr
+    plain = run_cli("evaluate", str(run_dir / "checkpoints" / "rank0.safetensors"), "--episodes", "2")
+    assert results(short)[0]["return_mean"] == results(plain)[0]["return_mean"]  # pendulum's own 200 steps
+    assert "--max-steps" not in plain.stderr
+    bad = run_cli("evaluate", str(long), "--max-steps", "0")
+    assert bad.returncode == 2 and "--max-steps must be in" in bad.stderr
+
+
+@pytest.mark.mpi
+def test_a_bad_file_in_a_run_directory_is_skipped_with_a_warning(tmp_path, run_dir):
+    """A run directory copied with one checkpoint damaged and a FIFO planted as an entry: the other
+    agents are still evaluated; the bad ones are named on stderr, nothing hangs."""
+    import os
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    ck = copy / "checkpoints" / "rank1.safetensors"
+    ck.write_bytes(ck.read_bytes()[:-10])
+    os.mkfifo(copy / "leaderboard" / "entries" / "planted-0-0-000000000000.json")
+    r = run_cli("evaluate", str(copy), "--episodes", "2", "--top", "1", timeout=120)
+    rows = results(r)
+    assert [x["agent"] for x in rows][0] == "rank 0 checkpoint" and len(rows) == 2, r.stderr
+    assert "skipped" in r.stderr and "rank1.safetensors" in r.stderr
+    assert "FIFO" in r.stderr and "Traceback" not in r.stderr

@@ -479,3 +479,39 @@ def test_train_scalars_stay_finite_or_are_left_out(tournament_run, tmp_path):
     assert said["missing_values_left_out"] > 0
     ea = _accumulator(tmp_path / "tb" / "rank0")
     assert all(math.isfinite(e.value) for t in ea.Tags()["scalars"] for e in ea.Scalars(t))
+
+
+def _small_run(root) -> str:
+    """A run directory named with a byte that is not UTF-8, holding one rank log of two rows."""
+    import os
+
+    from podracer_hpc.files.h5log import H5Writer
+
+    d = os.fsdecode(os.fsencode(os.path.join(str(root), "run")) + b"\xff")
+    with H5Writer(os.path.join(d, "logs", "x_rank0.h5"), {"config": {"name": "x"}, "created": 1.0}) as w:
+        for i in (1, 2):
+            w.append("train", {"update": i, "env_steps": 10 * i, "wall_s": float(i), "return_mean": 2.0})
+    return d
+
+
+@pytest.mark.parametrize("where", ["not utf-8", "under a file", "in /proc", "fine"])
+def test_tensorboard_with_an_odd_run_name_or_an_unwritable_out(tmp_path, where):
+    """A run directory whose name is not UTF-8 exports; an --out that is not UTF-8 or cannot be
+    written exits 2 with a message, never the event writer's traceback."""
+    import os
+
+    pytest.importorskip("tensorboard", reason="podracer export tensorboard needs tensorboard (the export extra)")
+    run = _small_run(tmp_path)
+    (tmp_path / "afile").write_text("")
+    out = {
+        "not utf-8": os.fsdecode(os.fsencode(str(tmp_path / "out")) + b"\xfe"),
+        "under a file": str(tmp_path / "afile" / "out"),
+        "in /proc": "/proc/self/podracer-out",
+        "fine": str(tmp_path / "tb"),
+    }[where]
+    r = run_cli("export", "tensorboard", run, "--out", out, timeout=120)
+    if where == "fine":
+        assert r.returncode == 0, r.stderr
+        assert last_json(r.stdout)["events"] == 2 and list((tmp_path / "tb" / "rank0").glob("*tfevents*"))
+    else:
+        refused(r, "not UTF-8" if where == "not utf-8" else "choose a folder you can write to")

@@ -18,6 +18,7 @@ import yaml
 from podracer_hpc import launch
 from podracer_hpc.config import Config, HParamRange, load_config
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.files import bounded
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.pool.hparams import effective_space, prior_draw
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError
@@ -193,7 +194,7 @@ def check(study: Study, executor: str, planning: bool = False) -> dict[str, str]
 
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        d = json.loads(path.read_text())
+        d = bounded.read_json(path)
     except (OSError, ValueError):
         return None
     return d if isinstance(d, dict) else None

@@ -14,6 +14,7 @@ import yaml
 from podracer_hpc.config import describe, from_dict, parse_overrides, to_dict
 from podracer_hpc.docfield import ConfigError, F
 from podracer_hpc.files import shipped
+from podracer_hpc.files.bounded import read_yaml
 from podracer_hpc.report.aggregate import METRICS, DeviceModel  # what a target is a value of; device time
 
 __all__ = [
@@ -345,9 +346,11 @@ def _read(path: Path, sets: Sequence[str]) -> dict[str, Any]:
     if not path.is_file():
         raise StudyError(f"study file {path} not found (studies live in jobs/studies/*.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = read_yaml(path, what="study file") or {}
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise StudyError(f"{path}: not valid YAML: {e}") from None
+    except (OSError, ValueError) as e:  # not a regular file, too large, an alias bomb
+        raise StudyError(str(e)) from None
     if not isinstance(raw, dict):
         raise StudyError(
             f"{path}: a study file is a mapping of keys (see `podracer study --keys`), got {type(raw).__name__}"
