@@ -17,12 +17,14 @@ import torch
 from safetensors.torch import save_file
 
 from podracer_hpc.files import safeio
+from podracer_hpc.pool import entryfiles
 from podracer_hpc.pool import leaderboard as lb_mod
 from podracer_hpc.pool.entryfiles import LeaderboardWarning
 from podracer_hpc.pool.leaderboard import (
     EntryCorrupt,
     EntryGone,
     EntryInfo,
+    EntryRefused,
     InvalidEntryId,
     Leaderboard,
     make_entry_id,
@@ -155,7 +157,9 @@ def _install_foreign(lb: Leaderboard, eid: str, write) -> None:
 
     write(lb.tensors_path(eid))
     sha = hashlib.sha256(lb.tensors_path(eid).read_bytes()).hexdigest()
-    sidecar = {"format": lb_mod.SIDECAR_FORMAT, "version": 1, "id": eid, "score": 99.0, "sha256": sha}
+    sidecar = {"format": lb_mod.SIDECAR_FORMAT, "version": 3, "id": eid, "score": 99.0, "sha256": sha}
+    sidecar["hmac"] = lb_mod._sidecar_hmac(lb.secret(create=True), sidecar)  # a group member, who has the secret
+    sidecar["sidecar_sha256"] = lb_mod._sidecar_digest(sidecar)
     lb.sidecar_path(eid).write_text(json.dumps(sidecar))
 
 
@@ -210,6 +214,7 @@ def test_nan_scores(lb: Leaderboard):
     p.write_text(p.read_text().replace('"score": 1.0', '"score": NaN'))  # ...with a NaN score
     null_id = lb.publish(state(0), 1.0, meta())
     rewrite_sidecar(lb, null_id, score=None, version=1, sidecar_sha256=None)
+    lb = Leaderboard(lb.root, accept_unkeyed=True)  # legacy sidecars are read only when asked for
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a NaN entry is skipped quietly: not a candidate, not an error
         assert [e.id for e in lb.list()] == [ok]
@@ -394,27 +399,52 @@ def test_an_edited_score_never_ranks_and_is_quarantined(lb: Leaderboard):
         lb.load(forged)
 
 
-def test_an_edited_score_with_a_recomputed_digest_is_refused_on_load(lb: Leaderboard):
-    """Whoever also recomputes the sidecar digest is caught by the checksummed copy in the tensor file."""
+def test_an_edited_score_with_a_recomputed_digest_is_refused(lb: Leaderboard):
+    """Whoever also recomputes the (unkeyed) sidecar digest is caught by the keyed one: the entry
+    never ranks nor loads, and its files stay as they are (evidence)."""
+    honest = lb.publish(state(1.0), 1.0, meta())
     forged = lb.publish(state(2.0), 2.0, meta())
     p = lb.sidecar_path(forged)
     d = json.loads(p.read_text())
     d["score"] = 1e9
     d["sidecar_sha256"] = lb_mod._sidecar_digest(d)
     p.write_text(json.dumps(d))
-    assert lb.list()[0].score == 1e9  # it ranks (the digest matches)...
+    with pytest.warns(LeaderboardWarning, match="forged or from another leaderboard"):
+        assert [e.id for e in lb.list()] == [honest]
+    with pytest.raises(EntryRefused, match="forged or from another leaderboard"):
+        lb.load(forged)
+    assert p.exists()  # refused, not quarantined
+
+
+def test_an_unkeyed_sidecar_with_a_recomputed_digest_is_refused_on_load(lb: Leaderboard):
+    """A reader that accepts unkeyed (older) entries still has the checksummed copy of the
+    score in the tensor file: an edited score ranks but is never loaded."""
+    forged = lb.publish(state(2.0), 2.0, meta())
+    p = lb.sidecar_path(forged)
+    d = json.loads(p.read_text())
+    d.update(score=1e9, version=2)
+    del d["hmac"]
+    d["sidecar_sha256"] = lb_mod._sidecar_digest(d)
+    p.write_text(json.dumps(d))
+    with pytest.warns(LeaderboardWarning, match="written before entries were keyed"):
+        assert lb.list() == []  # refused by default
+    old = Leaderboard(lb.root, accept_unkeyed=True)
+    assert old.list()[0].score == 1e9  # it ranks (the digest matches)...
     with pytest.raises(EntryCorrupt, match="score differ"):
-        lb.load(forged)  # ...but is never loaded, and leaves the listing
-    assert forged not in {e.id for e in lb.list()}
+        old.load(forged)  # ...but is never loaded, and leaves the listing
+    assert forged not in {e.id for e in old.list()}
 
 
-def test_version_1_sidecars_still_load_and_their_score_is_checked(lb: Leaderboard):
+def test_version_1_sidecars_load_only_when_asked_for_and_their_score_is_checked(lb: Leaderboard):
     old = lb.publish(state(1.0), 1.0, meta())
     p = lb.sidecar_path(old)
     d = json.loads(p.read_text())
     d["version"] = 1
-    del d["sidecar_sha256"]
+    del d["sidecar_sha256"], d["hmac"]
     p.write_text(json.dumps(d))
+    with pytest.raises(EntryRefused, match="--accept-unkeyed"):
+        lb.load(old)
+    lb = Leaderboard(lb.root, accept_unkeyed=True)
     assert [e.id for e in lb.list()] == [old]
     tensors, m = lb.load(old)
     assert torch.equal(tensors["actor.weight"], state(1.0)["actor.weight"]) and m["pod"] == 0
@@ -440,7 +470,7 @@ def test_a_publisher_stalled_past_stale_after_s_keeps_its_entry(lb: Leaderboard,
     real = lb_mod.write_new
     calls = []
 
-    def stalled(path, data, mode=lb_mod.FILE_MODE, sync_dir=True):
+    def stalled(path, data, mode=entryfiles.FILE_MODE, sync_dir=True):
         if path.suffix == ".json" and not calls:
             calls.append(path)
             assert lb.prune(top_k=10, stale_after_s=0) == []  # what another rank's prune does meanwhile
@@ -463,9 +493,9 @@ def test_prune_on_a_listing_the_caller_made_keeps_what_it_did_not_see(lb: Leader
     ids = [lb.publish(state(s), s, meta(pod=int(s))) for s in (1.0, 2.0, 3.0)]
     seen = lb.list()
     newer = lb.publish(state(0.5), 0.5, meta(pod=9))  # published after the caller listed
-    before = dict(lb_mod.FS_OPS)
+    before = dict(entryfiles.FS_OPS)
     assert lb.prune(top_k=1, listing=seen) == [ids[1], ids[0]]
-    assert lb_mod.FS_OPS.get("open", 0) == before.get("open", 0)  # no sidecar was read again
+    assert entryfiles.FS_OPS.get("open", 0) == before.get("open", 0)  # no sidecar was read again
     assert {e.id for e in lb.list()} == {ids[2], newer}
 
 
@@ -522,9 +552,9 @@ def test_a_sample_reads_a_bounded_number_of_files_whatever_the_pool_size(tmp_pat
     for pods in (16, 256):
         pop = Population(tmp_path / str(pods), pool_size=pods)
         fill(pop, pods)
-        before = dict(lb_mod.FS_OPS)
+        before = dict(entryfiles.FS_OPS)
         s = pop.sample(np.random.default_rng(1), 8, exclude=("77", 0))
-        costs[pods] = {k: lb_mod.FS_OPS.get(k, 0) - before.get(k, 0) for k in ("open", "scandir")}
+        costs[pods] = {k: entryfiles.FS_OPS.get(k, 0) - before.get(k, 0) for k in ("open", "scandir")}
         assert len(s) == 8
     assert costs[256]["open"] == costs[16]["open"] == 8
     assert costs[256]["scandir"] <= 2 and costs[16]["scandir"] == 1

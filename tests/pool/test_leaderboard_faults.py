@@ -355,13 +355,15 @@ def _payload_offset(blob: bytes) -> int:
 
 
 def forge_sidecar(board: Leaderboard, eid: str) -> None:
-    """Make the sidecar's sha256 match whatever the tensors file now holds, and its own digest
-    match the edited sidecar (a deliberate forgery that gets past the listing's check)."""
-    from podracer_hpc.pool.leaderboard import _sidecar_digest
+    """Make the sidecar's sha256 match whatever the tensors file now holds, and its own digests
+    match the edited sidecar (a deliberate forgery by someone who holds the leaderboard's secret,
+    a group member, that gets past the listing's checks: the tensor file's own are left)."""
+    from podracer_hpc.pool.leaderboard import _sidecar_digest, _sidecar_hmac
 
     p = board.sidecar_path(eid)
     d = json.loads(p.read_text())
     d["sha256"] = hashlib.sha256(board.tensors_path(eid).read_bytes()).hexdigest()
+    d["hmac"] = _sidecar_hmac(board.secret(), d)
     d["sidecar_sha256"] = _sidecar_digest(d)
     p.write_text(json.dumps(d))
 
