@@ -12,6 +12,11 @@ JSON: ``{"results": [{"agent", "path", "task", "return_mean", "return_std", "ret
 The run's own verdict (summary.json's ``best_return``) is this with ``--episodes`` its
 ``final_episodes`` and ``--seed`` its ``final_eval_seed``. Stock trading is judged on a backtest
 window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message.
+
+The env is built from the task registry and the agent's stored config; an option of it that names
+code (``env.jax.factory``, ...) is used only when it equals that of ``--config JOB.yaml`` or with
+``--trust-config``; files owned by outsiders and unkeyed entries are refused unless
+``--allow-foreign-files`` / ``--accept-unkeyed`` (tools/trust.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 from podracer_hpc.config import Config, from_dict
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.tools.trust import Trust, UntrustedConfig, add_arguments, from_args
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
@@ -47,19 +53,23 @@ class Agent:
     meta: dict
 
 
-def load_file(path: Path) -> Agent:
+def load_file(path: Path, trust: Trust = Trust()) -> Agent:
     """A checkpoint or a leaderboard entry file (its .safetensors or its .json sidecar)."""
     from podracer_hpc.files import safeio
+    from podracer_hpc.files.owner import check_owner, group_of
     from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
 
     if path.suffix == ".json" or path.parent.name == "entries":
-        board, eid = Leaderboard(path.parent.parent), path.name.split(".", 1)[0]
+        board = Leaderboard(path.parent.parent, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign)
+        eid = path.name.split(".", 1)[0]
         try:
             tensors, meta = board.load(eid)
         except (EntryGone, EntryCorrupt, InvalidEntryId) as e:
             raise EvaluateError(str(e)) from None
         return Agent(f"entry {eid}", path, tensors, meta)
     try:
+        if not trust.allow_foreign:  # the run's group: the run directory's (a checkpoint's grandparent)
+            check_owner(path, group_of(path.parent.parent if path.parent.name == "checkpoints" else path.parent))
         tensors, meta, _ = safeio.load(path, "pod-state")
     except safeio.StateFileError as e:
         raise EvaluateError(
@@ -68,7 +78,7 @@ def load_file(path: Path) -> Agent:
     return Agent(f"rank {meta.get('rank', '?')} checkpoint", path, tensors, meta)
 
 
-def find_agents(path: Path, top: int) -> list[Agent]:
+def find_agents(path: Path, top: int, trust: Trust = Trust()) -> list[Agent]:
     """The agents PATH names (see the module doc); raises EvaluateError when there are none."""
     from podracer_hpc.files.rundir import RunDir
     from podracer_hpc.pool.leaderboard import Leaderboard
@@ -76,12 +86,16 @@ def find_agents(path: Path, top: int) -> list[Agent]:
     if not path.exists():
         raise EvaluateError(f"{path}: no such file or directory")
     if path.is_file():
-        return [load_file(path)]
+        return [load_file(path, trust)]
     run = RunDir(path)
-    agents = [load_file(run.checkpoint(r)) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
-    board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)))
+    agents = [load_file(run.checkpoint(r), trust) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
+    board = Leaderboard(
+        run.leaderboard(_shared_leaderboard(run.config)),
+        accept_unkeyed=trust.accept_unkeyed,
+        allow_foreign=trust.allow_foreign,
+    )
     for e in board.list()[: max(top, 0)]:
-        agents.append(load_file(board.tensors_path(e.id)))
+        agents.append(load_file(board.tensors_path(e.id), trust))
     if not agents:
         raise EvaluateError(
             f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
@@ -101,13 +115,18 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
-def config_of(agent: Agent, episodes: int) -> Config:
+def config_of(agent: Agent, episodes: int, trust: Trust = Trust()) -> Config:
+    """The agent's stored config, for a one-env CPU pod with an evaluation of ``episodes``; raises
+    EvaluateError when it does not fit, or names code the user did not (:class:`Trust`)."""
     d = agent.meta.get("config")
     if not isinstance(d, dict):
         raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
     try:
         cfg = from_dict(Config, d)
-    except ConfigError as e:
+        trust.check_config(cfg, agent.path)
+    except (ConfigError, ValueError) as e:
+        if isinstance(e, UntrustedConfig):
+            raise EvaluateError(str(e)) from None
         raise EvaluateError(f"{agent.path}: its config does not fit this podracer-hpc ({e})") from None
     if cfg.env.name == "stock_trading":
         raise EvaluateError(
@@ -123,18 +142,20 @@ def config_of(agent: Agent, episodes: int) -> Config:
     )
 
 
-def evaluate(agent: Agent, episodes: int, seed: int, device: str) -> dict[str, Any]:
+def evaluate(agent: Agent, episodes: int, seed: int, device: str, trust: Trust = Trust()) -> dict[str, Any]:
     """One agent's row: its episodes on the start states of ``seed``."""
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.pod import Pod
     from podracer_hpc.pool.fitness import Fitness
 
-    cfg = config_of(agent, episodes)
+    cfg = config_of(agent, episodes, trust)
     try:
         pod = Pod(cfg, rank=0, device=device)
         policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
     except (StateFileError, MemoryError) as e:
         raise EvaluateError(str(e)) from None
+    except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here
+        raise EvaluateError(f"{agent.path}: cannot build its task's env ({cfg.env.name}): {e}") from None
     fit = Fitness(tuple(pod.evaluate(seed, agent=policy).cpu().tolist()), seed)
     r = list(fit.returns)
     std = math.sqrt(sum((x - fit.mean) ** 2 for x in r) / len(r)) if r else math.nan
@@ -179,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "--top", type=int, default=4, help="a run directory: also its leaderboard's best N entries (default 4)"
     )
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
+    add_arguments(p)
     args = p.parse_args(argv)
     if not 1 <= args.episodes <= 2**20:
         print(f"podracer evaluate: error: --episodes must be in [1, 1048576], got {args.episodes}", file=sys.stderr)
@@ -187,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"podracer evaluate: error: --seed must be in [0, 2**31), got {args.seed}", file=sys.stderr)
         return 2
     try:
-        agents = find_agents(Path(args.path), args.top)
+        trust = from_args(args)
+        agents = find_agents(Path(args.path), args.top, trust)
         print(
             f"{len(agents)} agent(s) from {args.path}: {args.episodes} episodes each on the start states of seed "
             f"{args.seed}",
@@ -196,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = []
         for a in agents:
-            rows.append(evaluate(a, args.episodes, args.seed, args.device))
+            rows.append(evaluate(a, args.episodes, args.seed, args.device, trust))
             print(f"  {a.label}: {rows[-1]['return_mean']:.1f}", file=sys.stderr, flush=True)
-    except EvaluateError as e:
+    except (EvaluateError, ConfigError) as e:
         print(f"podracer evaluate: error: {e}", file=sys.stderr)
         return 2
     print(table(rows))
