@@ -123,7 +123,9 @@ class Pool:
         self.offset = self.index - comm.rank  # pool index of this world's rank 0
         self.tcfg = cfg.tournament
         self.rundir = rundir
-        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
+        self.board = Leaderboard(
+            rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True, accept_unkeyed=self.tcfg.accept_unkeyed
+        )
         # async PBT: every pod's latest agent, read a bounded sample at a time (population.Population)
         self.population = (
             Population(self.board.root, self.pool_size, self.tcfg.population_buckets)

@@ -72,7 +72,8 @@ from podracer_hpc.rank.state import RankState
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
 # Keys that may differ between a run and its resumption; anything else must match.
-RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
+# config keys a resume may change (a section, or a dotted key of one)
+RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name", "tournament.accept_unkeyed")
 
 
 class TrainingError(RuntimeError):
@@ -720,7 +721,7 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
     does not have (added to podracer-hpc since) is no difference if this run has its default."""
     out = []
     for k in sorted(set(old) | set(new)):
-        if not prefix and k in RESUMABLE_KEYS:
+        if prefix + k in RESUMABLE_KEYS:
             continue
         a, b, d = old.get(k), new.get(k), (defaults or {}).get(k)
         if isinstance(a, dict) and isinstance(b, dict):
