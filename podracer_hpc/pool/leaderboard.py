@@ -4,9 +4,9 @@ Layout (``root/entries/``, group-private)::
 
     <id>.safetensors   the pod state (safeio kind "leaderboard-entry"), written first
     <id>.json          the sidecar: score, env_steps, pod, job, round, hparams, created, sha256
-                       of the .safetensors file, caller meta, ``hmac`` (keyed, below) and
-                       ``sidecar_sha256``, the digest of all of that; written second. Its
-                       presence means the entry is complete.
+                       of the .safetensors file, caller meta, ``sidecar_sha256``, the digest
+                       of all of that, and ``hmac``, that digest keyed (below); written second.
+                       Its presence means the entry is complete.
     ../leaderboard.key the leaderboard's secret (made by the first publisher, mode 0o640)
 
 Integrity: what decisions use (the score, env steps, hyperparameters in the sidecar) is covered
@@ -15,7 +15,7 @@ the copy of the score and meta inside the tensor file, covered by that file's ch
 compared with the sidecar on :meth:`load`.
 
 Keyed: a sha256 anyone can recompute, so the sidecar also carries ``hmac``, an HMAC-SHA256 of its
-fields (the tensor file's sha256 among them) with the leaderboard's secret
+digest (so of all its fields, the tensor file's sha256 among them) with the leaderboard's secret
 (``root/leaderboard.key``, readable by the group only: entryfiles.secret). An entry whose HMAC does
 not match, or that no secret can check, is refused (:class:`EntryRefused`: "forged or from another
 leaderboard") and never ranks or loads; so is a file owned by an outsider (files/owner.py).
@@ -246,8 +246,8 @@ class Leaderboard:
         }
         if digest:
             sidecar["content_sha256"] = digest
-        sidecar["hmac"] = _sidecar_hmac(self.secret(create=True), sidecar)
         sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
+        sidecar["hmac"] = _keyed(self.secret(create=True), sidecar["sidecar_sha256"])  # (the digest covers the rest)
         side = json.dumps(sidecar, sort_keys=True, allow_nan=False).encode()
         # Tensors first, then the sidecar: the sidecar's presence means the entry is complete
         # (its directory fsync makes both names durable). The same content published again (a
@@ -392,11 +392,13 @@ class Leaderboard:
                 f"{path}: sidecar version {d.get('version')!r}, this code reads "
                 f"{', '.join(map(str, SIDECAR_VERSIONS_READ))}"
             )
+        digest = None
         if d.get("version", 1) >= 2:
             try:
-                ok = d.get("sidecar_sha256") == _sidecar_digest(d)
+                digest = _sidecar_digest(d)
             except (TypeError, ValueError):
-                ok = False
+                pass
+            ok = digest is not None and d.get("sidecar_sha256") == digest
             if not ok:
                 self.quarantine(entry_id)
                 raise EntryCorrupt(
@@ -404,7 +406,7 @@ class Leaderboard:
                     "after it was written (its score, steps or hyperparameters cannot be trusted); "
                     "quarantined, nothing was loaded"
                 )
-        self._check_keyed(entry_id, path, d)
+        self._check_keyed(entry_id, path, d, digest)
         if d.get("id") != entry_id:
             raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
         if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
@@ -425,9 +427,10 @@ class Leaderboard:
         except (TypeError, ValueError) as e:
             raise EntryCorrupt(f"{path}: malformed sidecar ({e})") from None
 
-    def _check_keyed(self, entry_id: str, path: Path, d: dict[str, Any]) -> None:
-        """Raise :class:`EntryRefused` unless the sidecar's HMAC matches this leaderboard's secret
-        (an unkeyed sidecar of an older version passes only with ``accept_unkeyed``)."""
+    def _check_keyed(self, entry_id: str, path: Path, d: dict[str, Any], digest: str | None) -> None:
+        """Raise :class:`EntryRefused` unless the sidecar's HMAC (of ``digest``, its checked
+        :func:`_sidecar_digest`) matches this leaderboard's secret (an unkeyed sidecar of an older
+        version passes only with ``accept_unkeyed``)."""
         if d.get("version", 1) < KEYED_VERSION:
             if self.accept_unkeyed:
                 return
@@ -445,10 +448,7 @@ class Leaderboard:
                 f"leaderboard entry {entry_id}: cannot be checked: the leaderboard has no secret "
                 f"({self.root / 'leaderboard.key'} is missing); forged or from another leaderboard"
             )
-        try:
-            ok = hmac.compare_digest(str(d.get("hmac", "")), _sidecar_hmac(key, d))
-        except (TypeError, ValueError):
-            ok = False
+        ok = digest is not None and hmac.compare_digest(str(d.get("hmac", "")), _keyed(key, digest))
         if not ok:
             raise EntryRefused(
                 f"leaderboard entry {entry_id}: its keyed checksum (hmac) does not match this leaderboard's "
@@ -654,17 +654,21 @@ def plan_prune(
 
 
 def _sidecar_digest(d: dict[str, Any]) -> str:
-    """sha256 of a sidecar's fields other than the digest itself (canonical JSON)."""
-    body = {k: v for k, v in d.items() if k != "sidecar_sha256"}
+    """sha256 of a sidecar's fields other than the digest and the hmac (canonical JSON)."""
+    body = {k: v for k, v in d.items() if k not in ("sidecar_sha256", "hmac")}
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
 
 
+def _keyed(key: bytes, digest: str) -> str:
+    return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
+
+
 def _sidecar_hmac(key: bytes | None, d: dict[str, Any]) -> str:
-    """HMAC-SHA256 with the leaderboard's secret of a sidecar's fields but its digests (canonical JSON)."""
+    """HMAC-SHA256 with the leaderboard's secret of the sidecar's digest (:func:`_sidecar_digest`,
+    which covers every other field): a reader checks both with one canonical JSON of the sidecar."""
     if key is None:
         raise SecretError("no leaderboard secret to sign with")
-    body = {k: v for k, v in d.items() if k not in ("hmac", "sidecar_sha256")}
-    return hmac.new(key, json.dumps(body, sort_keys=True, allow_nan=False).encode(), hashlib.sha256).hexdigest()
+    return _keyed(key, _sidecar_digest(d))
 
 
 def _content_digest(tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any]) -> str:
