@@ -11,6 +11,13 @@ Prints a table, then one JSON line: the time per poll at each length and the rat
 long/short (incremental should stay near 1, full grows with the log).
 
     python bench/status_poll.py [--ranks 4] [--short 1000] [--long 100000] [--repeats 5]
+
+``--pods 1024,4096``: a poll of a pool of that many simulated pods (a short log each), before
+and after the parts' aggregates: ``logs`` (no aggregate: every changed log is opened), and
+``aggregates`` (parts of ``--per-part`` pods, each written as its rank 0 writes
+``parts/part<k>.json``: a poll reads one file per part).
+
+    python bench/status_poll.py --pods 1024,4096 [--per-part 512]
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from podracer_hpc.files import heartbeat
 from podracer_hpc.files.h5log import H5Writer, read_log
 from podracer_hpc.files.live import Monitor
+from podracer_hpc.files.rundir import RunDir
 
 CFG = {"name": "bench", "total_env_steps": 10**9, "env": {"name": "pendulum"}, "tournament": {"mode": "elegantrl"}}
 
@@ -102,13 +111,106 @@ def measure(rows: int, ranks: int, repeats: int, k: int = 5) -> dict[str, float]
     }
 
 
+def beat_of(pod: int, per_part: int, update: int) -> dict:
+    """A pod's heartbeat as the rank program writes it (the fields status shows)."""
+    return {
+        "pod": pod,
+        "rank": pod % per_part,
+        "part": pod // per_part,
+        "host": f"node{pod // 8:04d}",
+        "device": f"cuda:{pod % 8}",
+        "pid": 10_000 + pod,
+        "job": str(900 + pod // per_part),
+        "seed": pod,
+        "algo": "ppo",
+        "total": 10**9,
+        "state": "running",
+        "wait": -1,
+        "doing": "training",
+        "t": time.time(),
+        "update": update,
+        "env_steps": update * 2048,
+        "wall_s": update * 0.1,
+        "steps_per_s": 2e4,
+        "rounds": update // 100,
+        "last_eval": -500.0,
+        "best_eval": -400.0,
+        "last_action": "r3: keep",
+    }
+
+
+def write_aggregates(root: Path, pods: int, per_part: int, update: int) -> None:
+    rd = RunDir(root)
+    for k in range(0, pods, per_part):
+        part = k // per_part
+        beats = [beat_of(p, per_part, update) for p in range(k, min(pods, k + per_part))]
+        heartbeat.write_aggregate(
+            rd,
+            part,
+            {"job": str(900 + part), "pool_size": pods, "state": "running", "hosts": [], "pods": beats},
+        )
+
+
+def measure_pool(pods: int, per_part: int, repeats: int, rows: int = 100) -> dict[str, float]:
+    """One poll of ``pods`` simulated pods after each appended rows (logs) or its rank 0 rewrote
+    its aggregate (aggregates)."""
+    with tempfile.TemporaryDirectory(prefix="status_pool_") as tmp:
+        root = Path(tmp)
+        (root / "config.yaml").write_text(json.dumps(CFG))
+        paths = build(root, pods, rows)
+        m = Monitor(root)
+        m.poll()
+        logs = []
+        for rep in range(repeats):
+            append(paths, rows + rep * 5, 5)
+            t0 = time.perf_counter()
+            m.poll()
+            logs.append(time.perf_counter() - t0)
+        write_aggregates(root, pods, per_part, rows)
+        m = Monitor(root)
+        m.poll()
+        agg = []
+        for rep in range(repeats):
+            append(paths, rows + (repeats + rep) * 5, 5)  # the logs grow too: a poll must not read them
+            write_aggregates(root, pods, per_part, rows + rep)
+            t0 = time.perf_counter()
+            st = m.poll()
+            agg.append(time.perf_counter() - t0)
+        assert len(st) == pods and st[-1].updates == rows + repeats - 1, "the aggregates were not what was read"
+    return {"logs_s": statistics.median(logs), "aggregates_s": statistics.median(agg)}
+
+
+def main_pool(sizes: list[int], per_part: int, repeats: int) -> int:
+    res = {n: measure_pool(n, per_part, repeats) for n in sizes}
+    print(f"one incremental poll of a pool of simulated pods (median of {repeats}; parts of {per_part} pods)")
+    print(f"{'pods':>6}  {'logs s':>8}  {'aggregates s':>12}")
+    for n, r in res.items():
+        print(f"{n:>6,}  {r['logs_s']:>8.3f}  {r['aggregates_s']:>12.3f}")
+    print(
+        json.dumps({"bench": "status_poll_pool", "per_part": per_part, "results": {str(n): r for n, r in res.items()}})
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--short", type=int, default=1000)
     ap.add_argument("--long", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--pods", default="", help="comma-separated pool sizes: time a poll of that many pods")
+    ap.add_argument("--per-part", type=int, default=512, help="pods per part (one aggregate each) with --pods")
     a = ap.parse_args(argv)
+    if a.pods:
+        try:
+            sizes = [int(x) for x in a.pods.split(",")]
+        except ValueError:
+            print(f"status_poll: --pods takes comma-separated numbers, got {a.pods!r}", file=sys.stderr)
+            return 2
+        if min(sizes) < 1 or a.per_part < 1 or a.repeats < 1:
+            print("status_poll: --pods, --per-part and --repeats must be >= 1", file=sys.stderr)
+            return 2
+        return main_pool(sizes, a.per_part, a.repeats)
     if min(a.ranks, a.short, a.long, a.repeats) < 1:
         print("status_poll: --ranks, --short, --long and --repeats must be >= 1", file=sys.stderr)
         return 2

@@ -25,7 +25,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"podracer train: error: {e}", file=sys.stderr)
         return 2
     from podracer_hpc.files.h5log import LogError
-    from podracer_hpc.files.rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE
+    from podracer_hpc.files.rundir import EXIT_BAD_INPUT, EXIT_OK, EXIT_REQUEUE, RunDirLocked
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.rank.program import TrainingError, train
     from podracer_hpc.rank.resume import ResumeError
@@ -39,7 +39,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             stop=stop,
             part=part,
         )
-    except (StateFileError, TrainingError, LogError, ResumeError) as e:
+    except (StateFileError, TrainingError, LogError, ResumeError, RunDirLocked) as e:
         print(f"podracer train: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as e:  # the run directory: read-only, full, under a file, gone

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
@@ -26,7 +27,6 @@ from typing import Any, Mapping, NamedTuple
 import yaml
 
 from podracer_hpc.agents.settings import (
-    COMPILE_MODES,
     MUTABLE_HPARAMS,
     SAC_MUTABLE,
     TD3_MUTABLE,
@@ -40,7 +40,6 @@ from podracer_hpc.docfield import ConfigError, F
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
 # checks its memory estimate against the device before it allocates (pod.check_memory).
 MAX_NUM_ENVS = 2**24
-MAX_ROLLOUT_STEPS = 2**16
 MAX_BATCH = 2**31 - 1
 MAX_HIDDEN = 2**16
 MAX_EVAL_EPISODES = 2**20
@@ -133,6 +132,9 @@ class LogConfig:
         "every rank prints its progress lines, not only rank 0 (4,096 ranks every 10 s: 410 lines/s into one job log)",
     )
     checkpoint_interval_s: float = F(300.0, "seconds between checkpoints (also at the end and on signals)")
+    aggregate_interval_s: float = F(
+        30.0, "seconds between a world's rank 0 rewrites of parts/part<k>.json, its pods' heartbeats in one file"
+    )
     round_checkpoints: str = F(
         "auto",
         "every: each tournament round checkpoints | due: a round checkpoints once "
@@ -144,8 +146,7 @@ class LogConfig:
 # ------------------------------------------------------------------------------------------
 # The tournament section (its rules are podracer_hpc/pool/rules.py, which reads this)
 # ------------------------------------------------------------------------------------------
-MODES = ("elegantrl", "pbt", "none")
-NETWORKS = ("mlp", "per_asset")  # agent.network
+MODES = ("elegantrl", "pbt", "dexpbt", "none")
 SYNC_MODES = ("collective", "async")
 ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
 
@@ -184,7 +185,11 @@ def normalize_space(space: Mapping[str, Any]) -> dict[str, HParamRange]:
 class TournamentConfig:
     """Tournament settings (section ``tournament`` of the run config)."""
 
-    mode: str = F("none", "selection rule: elegantrl | pbt | none (independent pods)")
+    mode: str = F(
+        "none",
+        "selection rule: elegantrl | pbt | dexpbt (Isaac Lab's: only pods beyond mean +- k std act) | "
+        "none (independent pods)",
+    )
     sync: str = F(
         "collective",
         "collective: pods meet at each round (allgather; identical decisions, reproducible) | "
@@ -224,6 +229,19 @@ class TournamentConfig:
         "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
         "3: a new learning rate needs 50-75k Pendulum steps to show, bench/RESULTS.md)",
     )
+    threshold_std: float = F(
+        0.1,
+        "dexpbt: leaders score above max(mean + threshold_std x std, mean + threshold_abs) of the pool's "
+        "fitness, underperformers below min(mean - threshold_std x std, mean - threshold_abs)",
+    )
+    threshold_abs: float = F(0.0, "dexpbt: the least distance from the pool's mean fitness of a cut, in return units")
+    mutation_rate: float = F(
+        0.25, "dexpbt: probability that each hyperparameter of the space changes when an underperformer acts"
+    )
+    change_range: tuple[float, ...] = F(
+        (1.1, 1.5),
+        "dexpbt: a changed hyperparameter is multiplied or divided by a factor drawn uniformly in [min, max]",
+    )
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
     accept_unkeyed: bool = F(
         False,
@@ -239,6 +257,11 @@ class TournamentConfig:
         0,
         "async pbt: directories the population is hashed over; 0 = auto (~16 pods each, "
         "from the first job's pod count; set it when later jobs grow the pool a lot)",
+    )
+    meeting_timeout_s: float = F(
+        0.0,
+        "deadline of a wait for every rank (rounds, the end, a stop): a rank absent and silent (no heartbeat) "
+        "this long ends the world with exit 76, named; 0 = max(300, 3 x the pod's longest round)",
     )
 
     def __post_init__(self) -> None:
@@ -266,6 +289,22 @@ class TournamentConfig:
         if not (math.isfinite(self.margin_se) and self.margin_se >= 0):
             raise ValueError(f"tournament.margin_se must be a number >= 0, got {self.margin_se}")
         self.hparam_space = normalize_space(self.hparam_space)
+        if not (math.isfinite(self.threshold_std) and self.threshold_std >= 0):
+            raise ValueError(f"tournament.threshold_std must be a number >= 0, got {self.threshold_std}")
+        if not (math.isfinite(self.threshold_abs) and self.threshold_abs >= 0):
+            raise ValueError(f"tournament.threshold_abs must be a number >= 0 (return units), got {self.threshold_abs}")
+        if not 0.0 <= self.mutation_rate <= 1.0:
+            raise ValueError(f"tournament.mutation_rate must be in [0, 1], got {self.mutation_rate}")
+        self.change_range = tuple(float(f) for f in self.change_range)
+        if len(self.change_range) != 2 or not 1.0 <= self.change_range[0] <= self.change_range[1] < math.inf:
+            raise ValueError(
+                f"tournament.change_range must be [min, max] with 1 <= min <= max, got {list(self.change_range)}"
+            )
+        if self.mode == "dexpbt" and self.sync != "collective":
+            raise ValueError(
+                "tournament.mode dexpbt compares the whole pool at each round: it runs with tournament.sync "
+                "collective (asynchronous PBT: tournament.mode pbt)"
+            )
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
         if not (math.isfinite(self.min_interval_s) and self.min_interval_s >= -1):
@@ -274,6 +313,10 @@ class TournamentConfig:
             )
         if self.population_sample < 1:
             raise ValueError(f"tournament.population_sample must be >= 1, got {self.population_sample}")
+        if not (math.isfinite(self.meeting_timeout_s) and self.meeting_timeout_s >= 0):
+            raise ValueError(
+                f"tournament.meeting_timeout_s must be >= 0 seconds (0 = derived), got {self.meeting_timeout_s}"
+            )
         if self.population_buckets < 0:
             raise ValueError(f"tournament.population_buckets must be >= 0 (0 = auto), got {self.population_buckets}")
 
@@ -295,10 +338,11 @@ class Config:
     eval: EvalConfig = F(EvalConfig, "evaluation")
     log: LogConfig = F(LogConfig, "logging and checkpoints")
     tournament: TournamentConfig = F(TournamentConfig, "the training pool's tournament (ranks of one MPI world)")
-    population: list = F(
+    members: list = F(
         [],
         "mixed pools: a list of overrides (agent.* and env.num_envs keys); rank i applies "
-        "entry i mod len; an entry that changes agent.algo starts from that learner's defaults",
+        "entry i mod len; an entry that changes agent.algo starts from that learner's defaults "
+        "(was `population:`, still read)",
     )
 
 
@@ -396,6 +440,8 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping of keys, got {data!r}")
     cls = env_config_class() if cls is EnvConfig else cls
+    if cls is Config:
+        data = renamed_keys(data)
     hints = _field_types(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
@@ -429,6 +475,26 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         return cls(**kwargs)
     except (ValueError, TypeError, KeyError) as e:
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {e}") from None
+
+
+RENAMED_KEYS = {"population": "members"}  # old top-level key -> today's (job files and stored configs)
+
+
+def renamed_keys(data: dict[str, Any], warn: bool = True) -> dict[str, Any]:
+    """``data`` (a job file's or a stored config's top level) with old key names read as today's
+    (:data:`RENAMED_KEYS`); ``warn``: say to rename a key that holds something."""
+    data = dict(data)
+    for old, new in RENAMED_KEYS.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise ConfigError(f"{old}: the old name of {new}; give {new} only")
+        value = data.pop(old)
+        if value and warn:
+            msg = f"{old}: is now {new}: (the mixed pool's per-rank overrides); rename it in the job file"
+            warnings.warn(msg, FutureWarning, stacklevel=3)
+        data[new] = value
+    return data
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -518,14 +584,8 @@ def validate(cfg: Config) -> Config:
         "agent.hidden_sizes",
         f"must be a list of 1 to 16 integers in [1, {MAX_HIDDEN:,}], got {a.hidden_sizes!r}",
     )
+    a.validate()  # the agent's own checks; then what depends on the task and the batch
     if a.algo == "ppo":
-        need(
-            0 < a.learning_rate < float("inf"),
-            "agent.learning_rate",
-            f"must be a finite number > 0, got {a.learning_rate}",
-        )
-        within(a.rollout_steps, 1, MAX_ROLLOUT_STEPS, "agent.rollout_steps")
-        within(a.update_epochs, 1, 10_000, "agent.update_epochs")
         batch = a.rollout_steps * e.num_envs
         need(
             batch <= MAX_BATCH,
@@ -537,28 +597,12 @@ def validate(cfg: Config) -> Config:
             "agent.num_minibatches",
             f"must divide the batch of rollout_steps x num_envs = {batch}, got {a.num_minibatches}",
         )
-        need(0 < a.gamma <= 1, "agent.gamma", f"must be in (0, 1], got {a.gamma}")
-        need(0 <= a.gae_lambda <= 1, "agent.gae_lambda", f"must be in [0, 1], got {a.gae_lambda}")
-        need(a.clip_coef > 0, "agent.clip_coef", f"must be > 0, got {a.clip_coef}")
-        need(a.ent_coef >= 0, "agent.ent_coef", f"must be >= 0, got {a.ent_coef}")
-        need(a.vf_coef >= 0, "agent.vf_coef", f"must be >= 0, got {a.vf_coef}")
-        need(a.max_grad_norm > 0, "agent.max_grad_norm", f"must be > 0, got {a.max_grad_norm}")
-        need(a.target_kl >= 0, "agent.target_kl", f"must be >= 0, got {a.target_kl}")
-        need(a.clip_obs > 0, "agent.clip_obs", f"must be > 0, got {a.clip_obs}")
-        need(
-            a.activation in ("tanh", "relu", "elu", "silu"),
-            "agent.activation",
-            f"must be tanh, relu, elu or silu, got {a.activation!r}",
-        )
-        need(a.compile in COMPILE_MODES, "agent.compile", f"must be {' | '.join(COMPILE_MODES)}, got {a.compile!r}")
-        need(a.network in NETWORKS, "agent.network", f"must be {' or '.join(NETWORKS)}, got {a.network!r}")
         need(
             a.network != "per_asset" or (e.name in tasks and registry.get(e.name).assets),
             "agent.network",
             f"per_asset needs a task whose observation is per asset (stock_trading); {e.name!r} is not: use mlp",
         )
-    else:  # sac | td3: the agent's own checks, then what depends on the task and the batch
-        a.validate()
+    else:  # sac | td3
         need(
             e.name not in tasks or not registry.get(e.name).discrete,
             "agent.algo",
@@ -575,6 +619,7 @@ def validate(cfg: Config) -> Config:
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
+    need(cfg.log.aggregate_interval_s > 0, "log.aggregate_interval_s", "must be > 0 seconds")
     need(
         cfg.log.round_checkpoints in ROUND_CHECKPOINTS,
         "log.round_checkpoints",
@@ -592,7 +637,7 @@ def validate(cfg: Config) -> Config:
         except registry.OptionError as err:
             raise ConfigError(f"env.{section}.{err.key}: {err.why}") from None
     registry.verify(e, a.algo)  # the chosen task's checks that need its env (gymnasium's: make it once)
-    members = [population_member(cfg, i) for i in range(len(cfg.population))] or [cfg]  # each validated
+    members = [member_config(cfg, i) for i in range(len(cfg.members))] or [cfg]  # each validated
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]
     space = set(cfg.tournament.hparam_space)
@@ -615,10 +660,10 @@ def validate(cfg: Config) -> Config:
 
 
 # ------------------------------------------------------------------------------------------
-# The agent section: its class is chosen by agent.algo; mixed pools (population)
+# The agent section: its class is chosen by agent.algo; mixed pools (members)
 # ------------------------------------------------------------------------------------------
 AGENT_CLASSES: dict[str, type] = {"ppo": PPOConfig, "sac": SACConfig, "td3": TD3Config}
-POPULATION_KEYS = ("agent.*", "env.num_envs")  # what a population entry may set
+MEMBER_KEYS = ("agent.*", "env.num_envs")  # what a member of a mixed pool may set
 
 
 def agent_class(algo: Any, key: str = "agent.algo") -> type:
@@ -628,13 +673,13 @@ def agent_class(algo: Any, key: str = "agent.algo") -> type:
     return AGENT_CLASSES[algo]
 
 
-def population_member(cfg: Config, index: int) -> Config:
-    """The config of the pods that take ``population[index]`` (ranks ``index``, ``index + len``,
+def member_config(cfg: Config, index: int) -> Config:
+    """The config of the pods that take ``members[index]`` (ranks ``index``, ``index + len``,
     ...): the entry's ``agent.*``/``env.num_envs`` overrides on the job's settings, validated,
-    with an empty population. An entry that sets another ``agent.algo`` than the job's starts
+    with no members. An entry that sets another ``agent.algo`` than the job's starts
     from that learner's defaults (PPO's keys would not fit SAC). ConfigError names the entry."""
-    where = f"population[{index}]"
-    entry = cfg.population[index]
+    where = f"members[{index}]"
+    entry = cfg.members[index]
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping of overrides such as {{agent.algo: sac}}, got {entry!r}")
     over: dict[str, Any] = {}
@@ -648,11 +693,11 @@ def population_member(cfg: Config, index: int) -> Config:
     ]
     if extra or not isinstance(over.get("agent", {}), dict):
         raise ConfigError(
-            f"{where}: a population entry sets {' and '.join(POPULATION_KEYS)} only (every pod shares "
+            f"{where}: a member sets {' and '.join(MEMBER_KEYS)} only (every pod shares "
             f"the rest of the run), got {', '.join(extra) or 'agent: ' + repr(over['agent'])}"
         )
     data = to_dict(cfg)
-    data["population"] = []
+    data["members"] = []
     agent = over.get("agent") or {}
     if "algo" in agent and agent["algo"] != data["agent"]["algo"]:
         data["agent"] = {}
@@ -666,8 +711,8 @@ def population_member(cfg: Config, index: int) -> Config:
 
 
 def for_rank(cfg: Config, rank: int) -> Config:
-    """The config of rank ``rank``'s pod: ``cfg`` itself, or its population entry ``rank mod len``."""
-    return population_member(cfg, rank % len(cfg.population)) if cfg.population else cfg
+    """The config of rank ``rank``'s pod: ``cfg`` itself, or its member ``rank mod len``."""
+    return member_config(cfg, rank % len(cfg.members)) if cfg.members else cfg
 
 
 def job_file(path: str | os.PathLike) -> Path:

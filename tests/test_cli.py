@@ -112,7 +112,7 @@ def test_config_lists_every_key_with_a_doc(cli):
     assert r.returncode == 0
     lines = r.stdout.splitlines()
     keys = [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
-    for k in ("seed", "total_env_steps", "env.name", "env.num_envs", "agent.learning_rate", "device", "population"):
+    for k in ("seed", "total_env_steps", "env.name", "env.num_envs", "agent.learning_rate", "device", "members"):
         assert k in keys
     # every learner's agent section is listed under its own heading, each key with a doc
     heads = [i for i, line in enumerate(lines) if line.startswith("# agent.algo:")]

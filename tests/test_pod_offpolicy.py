@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import pytest
 import torch
@@ -90,39 +91,39 @@ def test_podracer_config_documents_every_learner(cli):
     assert r.returncode == 0
     for algo in ("sac", "td3"):
         assert f"# agent.algo: {algo}" in r.stdout
-    for key in ("agent.num_minibatches", "agent.n_step", "agent.autotune", "agent.policy_delay", "population"):
+    for key in ("agent.num_minibatches", "agent.n_step", "agent.autotune", "agent.policy_delay", "members"):
         assert key in r.stdout
     keys = {k for k, _, _ in describe(algo="td3")}
     assert {"agent.policy_delay", "agent.buffer_size"} <= keys and "agent.num_minibatches" not in keys
 
 
-def test_population_entries_apply_to_ranks_in_turn():
+def test_members_apply_to_ranks_in_turn():
     cfg = load_config("jobs/pendulum_mixed.yaml")
     algos = [for_rank(cfg, r).agent.algo for r in range(6)]
     assert algos == ["ppo", "sac"] * 3
     ppo, sac = for_rank(cfg, 0), for_rank(cfg, 1)
-    assert ppo.agent == cfg.agent and ppo.population == [] and sac.agent.buffer_size == 200_000
+    assert ppo.agent == cfg.agent and ppo.members == [] and sac.agent.buffer_size == 200_000
     assert sac.agent.tau == SACConfig().tau and sac.agent.alpha_lr == SACConfig().alpha_lr  # unset: its own defaults
     assert sac.env == cfg.env and sac.tournament == cfg.tournament  # the rest is the run's
-    over = load_config(None, ["population=[{agent.learning_rate: 0.01}, {env.num_envs: 32}]"])
+    over = load_config(None, ["members=[{agent.learning_rate: 0.01}, {env.num_envs: 32}]"])
     assert for_rank(over, 0).agent.learning_rate == 0.01 and for_rank(over, 1).env.num_envs == 32
     assert agent_kind(to_dict(ppo)["agent"]) != agent_kind(to_dict(sac)["agent"])
 
 
 @pytest.mark.parametrize(
-    "population,message",
+    "members,message",
     [
-        ("[{seed: 3}]", "population[0]: a population entry sets agent.* and env.num_envs only"),
+        ("[{seed: 3}]", "members[0]: a member sets agent.* and env.num_envs only"),
         ("[{}, {env.name: cartpole}]", "the rest of the run), got env.name"),
-        ("[5]", "population[0]: expected a mapping of overrides"),
-        ("[{}, {agent.algo: sac, agent.tau: 2}]", "population[1]: agent.tau: must be in (0, 1]"),
+        ("[5]", "members[0]: expected a mapping of overrides"),
+        ("[{}, {agent.algo: sac, agent.tau: 2}]", "members[1]: agent.tau: must be in (0, 1]"),
     ],
 )
-def test_a_bad_population_entry_is_refused_before_anything_runs(population, message, cli, tmp_path):
+def test_a_bad_member_is_refused_before_anything_runs(members, message, cli, tmp_path):
     with pytest.raises(ConfigError) as e:
-        load_config(None, [f"population={population}"])
+        load_config(None, [f"members={members}"])
     assert message in str(e.value)
-    r = cli("train", "jobs/quickstart.yaml", "--run-dir", str(tmp_path / "run"), "--set", f"population={population}")
+    r = cli("train", "jobs/quickstart.yaml", "--run-dir", str(tmp_path / "run"), "--set", f"members={members}")
     assert r.returncode == 2 and message in r.stderr and not (tmp_path / "run").exists()
 
 
@@ -354,3 +355,20 @@ def test_a_sac_trading_checkpoint_backtests_through_its_exported_policy(tmp_path
     assert export.main(["policy", str(ck), "--out", str(out)]) == 0, capsys.readouterr().err
     result = backtest(str(out), None, "2015-06-01", "2015-08-31", synthetic={"stocks": 6})
     assert result["agent"]
+
+
+def test_the_old_population_key_reads_as_members_with_a_warning(tmp_path):
+    """``population:`` (the mixed pool's old key) still loads, as ``members``, and says to rename it;
+    a stored config with an empty one (every run directory written before) loads silently."""
+    job = tmp_path / "mixed.yaml"
+    job.write_text("population:\n  - {agent.learning_rate: 0.01}\n  - {env.num_envs: 32}\n")
+    with pytest.warns(FutureWarning, match="population: is now members:"):
+        cfg = load_config(job)
+    assert len(cfg.members) == 2 and for_rank(cfg, 1).env.num_envs == 32
+    job.write_text("population: []\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_config(job).members == []
+    job.write_text("population: []\nmembers: []\n")
+    with pytest.raises(ConfigError, match="old name of members"):
+        load_config(job)

@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 from podracer_hpc.files.h5log import H5Writer
+from podracer_hpc.files.rundir import git_revision
 
 TASKS = {
     "pendulum": "Pendulum-v1",
@@ -417,28 +418,6 @@ def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Pat
     torch.jit.save(traced, str(tmp), _extra_files={"podracer.json": json.dumps(meta)})
     os.replace(tmp, path)
     return path
-
-
-def git_revision() -> str:
-    """As podracer_hpc.rank.program.git_revision (that module needs mpi4py, which .venv-rllib lacks)."""
-    import subprocess
-
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        if rev:
-            dirty = subprocess.run(
-                ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                capture_output=True,
-                text=True,
-                timeout=5,
-            ).stdout.strip()
-            return rev + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
 
 
 def train(

@@ -1,4 +1,5 @@
-"""MLPs' forward and backward passes written out: autograd's own kernels, without a graph.
+"""The agents' MLPs: built (:func:`mlp`), and their forward and backward passes written out with
+autograd's own kernels, without a graph.
 
 On a CPU a small network's update is mostly per-op overhead (autograd nodes, module calls), so
 the agents' updates run the chain rule themselves: :func:`mlp_saved_forward` keeps each layer's
@@ -9,6 +10,8 @@ tests/agents/test_ppo.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn as nn
@@ -22,6 +25,26 @@ ACTIVATION_GRADS = {
     "elu": lambda g, z, h: _aten.elu_backward(g, 1.0, 1.0, 1.0, True, h),
     "silu": lambda g, z, h: _aten.silu_backward(g, z),
 }
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float | None = None) -> nn.Sequential:
+    """An MLP of ``nn.Linear`` layers with ``activation`` between them. ``out_gain`` None keeps
+    PyTorch's default initialization (as CleanRL's SAC and TD3); a number gives PPO's: orthogonal
+    weights, hidden gain sqrt(2), output gain ``out_gain``, zero biases."""
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        lin = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        if out_gain is not None:
+            nn.init.orthogonal_(lin.weight, out_gain if last else math.sqrt(2))
+            nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if not last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
 
 
 def linears(body: nn.Sequential) -> list[nn.Linear]:

@@ -9,7 +9,7 @@ Nothing here loops over environments or reads a value back to the host: metrics 
 tensors. The update is cheap on a CPU, where small networks cost per op, not per flop: the twin
 critics are one batched ensemble (:class:`TwinQ`), the critic's and actor's backward passes are
 written out (:meth:`TwinQ.backward`, :func:`.mlp_math.mlp_backward`: autograd's kernels without a graph),
-Adam is one fused kernel per optimizer (:class:`.compiled.FusedAdam`) and the targets follow in
+Adam is one fused kernel per optimizer (:class:`.optimizer.FusedAdam`) and the targets follow in
 one ``_foreach_lerp_`` (bench/offpolicy_update.py measures it against the autograd version). The replay buffer
 (:mod:`.replay`) stores raw observations; the agent normalizes the
 sampled batch with its current statistics at update time, so changing statistics never leave
@@ -25,27 +25,16 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.compiled import Compiled, FusedAdam, compiled
-from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS
+from podracer_hpc.agents.compiled import Compiled, compiled
+from podracer_hpc.agents.mlp_math import ACTIVATION_FNS, ACTIVATION_GRADS, mlp
+from podracer_hpc.agents.optimizer import FusedAdam
 from podracer_hpc.agents.ppo import RunningMeanStd
 from podracer_hpc.agents.settings import OffPolicyConfig
-
-ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
 
 
 # ----------------------------------------------------------------------------------------
 # Networks
 # ----------------------------------------------------------------------------------------
-def mlp(sizes: list[int], activation: str) -> nn.Sequential:
-    """A plain MLP with PyTorch's default initialization (as CleanRL's SAC and TD3)."""
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2:
-            layers.append(ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
-
-
 class TwinQ(nn.Module):
     """Two independent critics ``Q1(s, a), Q2(s, a)`` (the clipped double-Q pair) as one batched
     ensemble: layer ``l`` of both is one ``torch.baddbmm`` on stacked weights ``w{l}``

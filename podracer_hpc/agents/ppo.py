@@ -15,7 +15,9 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.compiled import Compiled, FusedAdam, clip_grads, compiled
+from podracer_hpc.agents.compiled import Compiled, compiled
+from podracer_hpc.agents.mlp_math import ACTIVATIONS, mlp
+from podracer_hpc.agents.optimizer import FusedAdam, clip_grads
 from podracer_hpc.agents.ppo_grads import LOG_2PI, gaussian_mlp_grads
 from podracer_hpc.agents.settings import MUTABLE_HPARAMS, PPOConfig
 
@@ -96,21 +98,6 @@ class RewardScaler(nn.Module):
 # ----------------------------------------------------------------------------------------
 # Networks
 # ----------------------------------------------------------------------------------------
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
-
-
-def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
-    """An MLP with orthogonal init: hidden gain sqrt(2), output gain ``out_gain``, zero biases."""
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        lin = nn.Linear(sizes[i], sizes[i + 1])
-        last = i == len(sizes) - 2
-        nn.init.orthogonal_(lin.weight, out_gain if last else math.sqrt(2))
-        nn.init.zeros_(lin.bias)
-        layers.append(lin)
-        if not last:
-            layers.append(_ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
 
 
 class ActorCritic(nn.Module):
@@ -184,7 +171,7 @@ class PerAssetActorCritic(ActorCritic):
         h = hs[-1]
         self.register_buffer("asset_columns", asset_columns.long().clone())
         self.register_buffer("global_columns", global_columns.long().clone())
-        act = _ACTIVATIONS[cfg.activation]
+        act = ACTIVATIONS[cfg.activation]
         self.actor_enc = nn.Sequential(mlp([F + G, *hs], cfg.activation, math.sqrt(2)), act())
         self.actor_head = mlp([2 * h, h, 1], cfg.activation, 0.01)
         self.critic_enc = nn.Sequential(mlp([F + G, *hs], cfg.activation, math.sqrt(2)), act())

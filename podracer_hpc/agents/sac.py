@@ -15,8 +15,8 @@ import math
 import torch
 import torch.nn as nn
 
-from podracer_hpc.agents.mlp_math import linears, mlp_backward, mlp_forward, mlp_saved_forward
-from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy, mlp
+from podracer_hpc.agents.mlp_math import linears, mlp, mlp_backward, mlp_forward, mlp_saved_forward
+from podracer_hpc.agents.offpolicy import OffPolicyAgent, TwinQ, ensemble_target, frozen_copy
 from podracer_hpc.agents.replay import ReplayBuffer
 from podracer_hpc.agents.settings import SAC_MUTABLE, SACConfig
 

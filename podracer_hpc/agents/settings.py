@@ -14,7 +14,9 @@ from podracer_hpc.docfield import ConfigError, F
 __all__ = [
     "ACTIVATION_NAMES",
     "COMPILE_MODES",
+    "MAX_ROLLOUT_STEPS",
     "MUTABLE_HPARAMS",
+    "NETWORKS",
     "OffPolicyConfig",
     "PPOConfig",
     "SACConfig",
@@ -31,6 +33,8 @@ _COMPILE_DOC = (
     "torch.compile the update, the torch env step and (on a GPU) the rollout's policy step: off | on | "
     "cudagraphs (CUDA graphs too, on a GPU; as on elsewhere); eager with a notice where it cannot compile"
 )
+NETWORKS = ("mlp", "per_asset")  # agent.network of PPO
+MAX_ROLLOUT_STEPS = 2**16
 # PPO's hyperparameters that a pod may change while it trains (PBT explores these)
 MUTABLE_HPARAMS = ("learning_rate", "ent_coef", "clip_coef", "gae_lambda", "vf_coef", "max_grad_norm")
 
@@ -62,6 +66,38 @@ class PPOConfig:
     activation: str = F("tanh", "hidden activation: tanh | relu | elu | silu (tanh is slow on some CPU builds)")
     init_log_std: float = F(0.0, "initial log std of the Gaussian policy (continuous actions)")
     compile: str = F("off", _COMPILE_DOC)
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first field out of range (the checks that need the
+        task or the batch, ``num_minibatches`` and ``network: per_asset``, are config.validate's)."""
+
+        def need(ok: bool, key: str, msg: str) -> None:
+            if not ok:
+                raise ConfigError(f"agent.{key}: {msg}")
+
+        def within(value: int, low: int, high: int, key: str) -> None:
+            need(low <= value <= high, key, f"must be in [{low:,}, {high:,}], got {value:,}")
+
+        need(
+            0 < self.learning_rate < math.inf, "learning_rate", f"must be a finite number > 0, got {self.learning_rate}"
+        )
+        within(self.rollout_steps, 1, MAX_ROLLOUT_STEPS, "rollout_steps")
+        within(self.update_epochs, 1, 10_000, "update_epochs")
+        need(0 < self.gamma <= 1, "gamma", f"must be in (0, 1], got {self.gamma}")
+        need(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1], got {self.gae_lambda}")
+        need(self.clip_coef > 0, "clip_coef", f"must be > 0, got {self.clip_coef}")
+        need(self.ent_coef >= 0, "ent_coef", f"must be >= 0, got {self.ent_coef}")
+        need(self.vf_coef >= 0, "vf_coef", f"must be >= 0, got {self.vf_coef}")
+        need(self.max_grad_norm > 0, "max_grad_norm", f"must be > 0, got {self.max_grad_norm}")
+        need(self.target_kl >= 0, "target_kl", f"must be >= 0, got {self.target_kl}")
+        need(self.clip_obs > 0, "clip_obs", f"must be > 0, got {self.clip_obs}")
+        need(
+            self.activation in ACTIVATION_NAMES,
+            "activation",
+            f"must be tanh, relu, elu or silu, got {self.activation!r}",
+        )
+        need(self.compile in COMPILE_MODES, "compile", f"must be {' | '.join(COMPILE_MODES)}, got {self.compile!r}")
+        need(self.network in NETWORKS, "network", f"must be {' or '.join(NETWORKS)}, got {self.network!r}")
 
 
 @dataclass

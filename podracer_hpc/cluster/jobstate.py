@@ -28,6 +28,7 @@ class SlurmJobState:
     restarts: int = 0
     exit_code: str = ""
     source: str = ""  # scontrol | sacct
+    nodes: str = ""  # the nodes it runs on (scontrol's NodeList; "" when none yet, or from sacct)
 
 
 def _scontrol_fields(text: str) -> dict[str, str]:
@@ -64,7 +65,12 @@ def parse_scontrol(text: str) -> dict[str, SlurmJobState]:
             continue
         restarts = int(f["Restarts"]) if f.get("Restarts", "").isdigit() else 0
         st = SlurmJobState(
-            f.get("JobState", "UNKNOWN"), f.get("Reason", ""), restarts, f.get("ExitCode", ""), "scontrol"
+            f.get("JobState", "UNKNOWN"),
+            f.get("Reason", ""),
+            restarts,
+            f.get("ExitCode", ""),
+            "scontrol",
+            "" if f.get("NodeList", "(null)") == "(null)" else f.get("NodeList", ""),
         )
         array, tasks = f.get("ArrayJobId", ""), f.get("ArrayTaskId", "")
         if array and tasks and array != "(null)":

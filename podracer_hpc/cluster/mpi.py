@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 __all__ = [
     "Comm",
+    "MeetingTimeout",
     "get_comm",
     "launcher_env",
     "stop_tree_fanout",
@@ -57,16 +58,16 @@ def launcher_env(environ: dict[str, str] | None = None) -> tuple[str | None, int
     env = os.environ if environ is None else environ
     for rank_var, size_var in _LAUNCHER_VARS:
         if rank_var in env:
-            return rank_var, _int_or_none(env.get(size_var)) if size_var else None
+            return rank_var, _env_int(env.get(size_var)) if size_var else None
     # srun without an MPI plugin still starts N tasks: MPI then tells whether they can talk.
     if "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
-        n = _int_or_none(env.get("SLURM_STEP_NUM_TASKS"))
+        n = _env_int(env.get("SLURM_STEP_NUM_TASKS"))
         if n is not None and n > 1:
             return "SLURM_STEP_NUM_TASKS", n
     return None, None
 
 
-def _int_or_none(s: str | None) -> int | None:
+def _env_int(s: str | None) -> int | None:
     try:
         return int(s) if s is not None else None
     except ValueError:
@@ -93,6 +94,23 @@ def _import_mpi() -> Any:
     return MPI
 
 
+class MeetingTimeout(RuntimeError):
+    """A wait for every rank missed its deadline (:attr:`Comm.watch` said so).
+
+    ``what``: the wait (``meeting``, ``allgather``, ``bcast``, ``barrier``, ``allreduce``,
+    ``notices``); ``seq``: its number on this rank (:attr:`Comm.waits`); ``waited_s``: how long it
+    waited. The world is left as it is: the caller names the absent ranks and ends it
+    (:meth:`Comm.abort`)."""
+
+    def __init__(self, what: str, seq: int, waited_s: float):
+        super().__init__(f"{what} {seq}: not every rank came within {waited_s:.0f} s")
+        self.what, self.seq, self.waited_s = what, seq, waited_s
+
+
+# (seconds waited so far, the wait's number) -> whether the wait is overdue (then MeetingTimeout)
+Watch = Callable[[float, int], bool]
+
+
 class Comm:
     """A communicator: MPI ``COMM_WORLD`` or a world of one.
 
@@ -111,6 +129,11 @@ class Comm:
         notice_hops: the hop count of the first notice this rank heard (1: from the rank that
             announced; None while it has heard none).
         notified: the ranks this rank sent its notice to (at most once each).
+        watch: None (waits have no deadline), or what decides that a wait for every rank is
+            overdue: called with the seconds waited and the wait's number while a rank waits (at
+            a meeting, before every collective, for the last stop notices); when it says so the
+            wait raises :class:`MeetingTimeout`. The rank program's watch reads the heartbeats.
+        waits: the number of waits for every rank this rank has begun (the watch's second argument).
 
     Besides collectives, ranks can tell each other to stop without waiting for anyone
     (:meth:`announce_stop`, :meth:`stop_announced`, :meth:`settle_notices`): small point-to-point
@@ -141,6 +164,8 @@ class Comm:
         self.notices_received = 0
         self.notice_hops: int | None = None
         self.notified: tuple[int, ...] = ()
+        self.watch: Watch | None = None
+        self.waits = 0
         self._MPI: Any = None
         if mpi_comm is None:
             self.rank, self.size = 0, 1
@@ -223,12 +248,27 @@ class Comm:
         """
         if self._notices is not None:
             self._count("ibarrier")
-            req, nap = self._comm.Ibarrier(), 1e-4
-            while not req.Test():
-                self._poll()
-                time.sleep(nap)
-                nap = min(2 * nap, self._WAIT_SLEEP_S)
-        return self.allgather(make())
+            self._await_all("meeting")
+        return self._allgather(make())
+
+    def _await_all(self, what: str) -> None:
+        """A non-blocking barrier, polled with short naps (stop notices passed on meanwhile); with a
+        :attr:`watch`, asked while waiting whether the wait is overdue (then :class:`MeetingTimeout`)."""
+        self.waits += 1
+        req, nap, t0 = self._comm.Ibarrier(), 1e-4, time.monotonic()
+        while not req.Test():
+            self._poll()
+            if self.watch is not None and self.watch(time.monotonic() - t0, self.waits):
+                raise MeetingTimeout(what, self.waits, time.monotonic() - t0)
+            time.sleep(nap)
+            nap = min(2 * nap, self._WAIT_SLEEP_S)
+
+    def _guard(self, what: str) -> None:
+        """Before a blocking collective: with a :attr:`watch`, every rank must first come to a
+        watched barrier, so a rank that never comes ends the wait at its deadline (not counted
+        in :attr:`calls`: it is the collective's own wait)."""
+        if self.watch is not None and self._comm is not None:
+            self._await_all(what)
 
     def settle_notices(self, notified: list[tuple[int, ...]]) -> None:
         """After the ranks' last meeting (``notified[r]``: the ranks rank r sent notices to, as
@@ -237,8 +277,14 @@ class Comm:
         if self._notices is None:
             return
         expected = sum(1 for dests in notified if self.rank in dests)
+        self.waits += 1
+        t0, tag, anyone = time.monotonic(), self.STOP_TAG, self._MPI.ANY_SOURCE
         while self.notices_received < expected:
-            sender, hops = self._notices.recv(source=self._MPI.ANY_SOURCE, tag=self.STOP_TAG)
+            while not self._notices.iprobe(source=anyone, tag=tag):
+                if self.watch is not None and self.watch(time.monotonic() - t0, self.waits):
+                    raise MeetingTimeout("notices", self.waits, time.monotonic() - t0)
+                time.sleep(self._WAIT_SLEEP_S)
+            sender, hops = self._notices.recv(source=anyone, tag=tag)
             self.notices_received += 1
             self._heard_from.add(sender)
             if self.notice_hops is None:
@@ -257,6 +303,10 @@ class Comm:
 
     def allgather(self, obj: Any) -> list[Any]:
         """Gather one small picklable object from every rank; the list is indexed by rank."""
+        self._guard("allgather")
+        return self._allgather(obj)
+
+    def _allgather(self, obj: Any) -> list[Any]:
         self._count("allgather")
         if self._comm is None:
             return [_copy(obj)]
@@ -269,12 +319,15 @@ class Comm:
             if root != 0:
                 raise ValueError(f"root={root} in a world of one")
             return _copy(obj)
+        self._guard("bcast")
         return self._comm.bcast(obj, root=root)
 
     def barrier(self) -> None:
         """Wait until every rank gets here."""
         self._count("barrier")
-        if self._comm is not None:
+        if self._comm is not None and self.watch is not None:
+            self._await_all("barrier")
+        elif self._comm is not None:
             self._comm.Barrier()
 
     def allreduce_sum(self, value: float | int) -> float | int:
@@ -290,6 +343,7 @@ class Comm:
         if self._comm is None:
             return fallback([value])
         MPI = _import_mpi()
+        self._guard("allreduce")
         return self._comm.allreduce(value, op=getattr(MPI, op))
 
     def abort(self, errorcode: int = 1) -> None:

@@ -9,6 +9,8 @@ import os
 import secrets
 from pathlib import Path
 
+from podracer_hpc.files.rundir import make_dirs
+
 __all__ = ["atomic_write_bytes"]
 
 
@@ -42,7 +44,7 @@ def atomic_write_bytes(
     try:
         fd = os.open(tmp, flags, mode)
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)  # group-private, whatever the umask
         fd = os.open(tmp, flags, mode)
     placed = False
     try:

@@ -18,12 +18,17 @@ flushed every few seconds and on every evaluation.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import h5py
 import numpy as np
+
+from podracer_hpc.files.rundir import make_dirs
+
+LOG_MODE = 0o640  # a rank's log: the owner writes, the group reads
 
 SCHEMA_VERSION = 4
 # Versions this code reads. Version 2 added the typed tournament source columns (source_kind,
@@ -146,10 +151,12 @@ class H5Writer:
         ``say`` reports; without it such a log is a :class:`LogError`."""
         self.path = Path(path)
         self._recover = recover
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.path.parent)  # group-private, whatever the umask
         self.flush_interval_s = flush_interval_s
         exists = self.path.exists()
         self.f = self._open_existing(say) if exists else h5py.File(self.path, "w", libver="latest")
+        if not exists:
+            os.chmod(self.path, LOG_MODE)  # h5py creates 0o666 less the umask
         if exists:
             version = _scalar(self.f.attrs.get("schema_version"))
             if version not in READABLE_VERSIONS:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-from podracer_hpc.files.h5log import GROUPS, H5Writer, LogError, fill_value, read_log, to_attr
+from podracer_hpc.files.h5log import GROUPS, LOG_MODE, H5Writer, LogError, fill_value, read_log, to_attr
 
 __all__ = ["clear_open_flags", "lookup3", "open_log", "recover"]
 
@@ -146,6 +146,7 @@ def recover(path: str | Path) -> int:
                     chunks=(256,),
                 )
     with open(tmp, "rb+") as fh:
+        os.fchmod(fh.fileno(), LOG_MODE)
         os.fsync(fh.fileno())
     unclean = path.with_name(path.name + ".unclean")
     unclean.unlink(missing_ok=True)

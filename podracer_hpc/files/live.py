@@ -1,12 +1,18 @@
-"""A run's pods read live from their logs: the per-rank HDF5 logs opened as SWMR readers, so a
-run can be watched while it trains, and each poll reads only the rows appended since the last
-(:class:`Monitor`). ``podracer status`` renders what it finds; ``podracer submit --wait`` prints
-a progress line from it. Reads only; writes nothing, takes no lock.
+"""A run's pods read live: from the parts' aggregates (``parts/part<k>.json``, each world's
+rank 0 gathers its pods' heartbeats there every ``log.aggregate_interval_s``: a few files for
+thousands of pods), and, for pods no aggregate covers (a run of an older version, a part that has
+not written one yet), from the per-rank HDF5 logs opened as SWMR readers, each poll reading only
+the rows appended since the last (:class:`Monitor`). ``podracer status`` renders what it finds;
+``podracer submit --wait`` prints a progress line from it. Reads only; writes nothing, takes no lock.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import stat
+import struct
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -15,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from podracer_hpc.files import heartbeat
 from podracer_hpc.files.h5log import LogError, LogTail, read_log
 from podracer_hpc.files.records import Source, read_records
-from podracer_hpc.files.rundir import RunDir, job_id
+from podracer_hpc.files.rundir import PoolPart, RunDir, job_id, lock_owner, owner_alive
+from podracer_hpc.files.summary import read_records as read_pod_records
 
 # The columns a status reads (LogTail reads only these, and only the rows appended since its last poll).
 STATUS_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -45,6 +53,7 @@ __all__ = [
     "PodStatus",
     "Monitor",
     "find_rank_logs",
+    "pod_fates",
     "pod_state",
     "pod_statuses",
     "check_run_dir",
@@ -54,6 +63,10 @@ __all__ = [
 RATE_WINDOW = 10  # train rows over which a pod's steps/s is measured
 
 READ_TRIES = 3  # a log caught mid-flush is read again after a short pause
+
+# from this many pods on, a pod's state is read from its part's aggregate (up to two
+# log.aggregate_interval_s old) rather than from its log; a smaller pool's logs are cheap and exact
+AGGREGATES_FROM = 64
 
 STALE_S = 600.0  # no rank log written for this long and no summary: the run is probably not running
 
@@ -88,7 +101,37 @@ class PodStatus:
     last_action: str = ""
     age_s: float = math.nan  # seconds since the log file last changed
     error: str = ""  # why the log could not be read (the row shows it instead of values)
+    pool_part: str = "0/1"  # which part of a pool of several jobs writes it (its log's pool_part)
     hparams: dict[str, Any] = field(default_factory=dict)
+    part: int | None = None  # the part of the pool it runs in (known from an aggregate)
+    ended: str = ""  # how the pod ended, as its heartbeat says (done | stopped | hung); "" while it runs
+
+
+def _beat_status(pod: int, b: dict[str, Any], path: Path, now: float) -> PodStatus:
+    """A pod's state from its heartbeat (as a part's aggregate holds it)."""
+
+    def num(k: str) -> float:
+        v = b.get(k)
+        return float(v) if isinstance(v, (int, float)) else math.nan
+
+    rounds = b.get("rounds")
+    return PodStatus(
+        rank=pod,
+        path=path,
+        seed=b.get("seed") if isinstance(b.get("seed"), int) else None,
+        algo=str(b.get("algo") or ""),
+        env_steps=int(b.get("env_steps") or 0),
+        updates=int(b.get("update") or 0),
+        wall_s=num("wall_s"),
+        steps_per_s=num("steps_per_s"),
+        rounds=int(rounds) if isinstance(rounds, int) else None,
+        last_eval=num("last_eval"),
+        best_eval=num("best_eval"),
+        last_action=str(b.get("last_action") or ""),
+        age_s=heartbeat.age(b, now),
+        part=b.get("part") if isinstance(b.get("part"), int) else None,
+        ended="" if b.get("state") in (None, "running") else str(b.get("state")),
+    )
 
 
 def find_rank_logs(run_dir: Path) -> dict[int, Path]:
@@ -125,6 +168,8 @@ def check_run_dir(run_dir: Path) -> None:
 def _only_empty_run_folders(run_dir: Path) -> bool:
     """Nothing in ``run_dir`` but (empty) folders a starting run creates."""
     for p in run_dir.iterdir():
+        if RunDir.is_lock(p.name):  # a starting writer takes its lock first
+            continue
         if p.name not in ("logs", "checkpoints", "leaderboard") or not p.is_dir():
             return False
         if any(q.is_file() for q in p.rglob("*")):
@@ -184,6 +229,7 @@ class _Tracker:
         attrs = self.tail.attrs or {}
         cfg = attrs.get("config") or {}
         st.seed = attrs.get("seed")
+        st.pool_part = str(attrs.get("pool_part") or "0/1")
         st.algo = str((cfg.get("agent") or {}).get("algo", "ppo"))
         tr, ev, to = rows["train"], rows["eval"], rows["tournament"]
         n = len(tr.get("env_steps", ()))
@@ -243,20 +289,47 @@ class Monitor:
         self.run_dir = Path(run_dir)
         self.trackers: dict[int, _Tracker] = {}
         self.config: dict[str, Any] = {}
+        self.parts: dict[int, dict[str, Any]] = {}  # the parts' aggregates at the last poll
+        self.memo: dict[str, Any] = {}  # what a reader keeps between polls (status: Slurm's last answer)
 
     def poll(self) -> list[PodStatus]:
-        """Every rank's state now (a rank whose log appeared since the last poll is added)."""
+        """Every pod's state now: from the parts' aggregates, and from the logs of the pods no
+        aggregate covers (their directory is listed only then; a log that appeared is added)."""
         check_run_dir(self.run_dir)
         now = time.time()
-        out = []
-        for r, p in find_rank_logs(self.run_dir).items():
-            t = self.trackers.get(r)
-            if t is None or t.path != p:
-                t = self.trackers[r] = _Tracker(r, p)
-            out.append(t.poll(now))
+        rd = RunDir(self.run_dir)
+        self.parts = heartbeat.read_aggregates(rd)
+        big = max([int(a.get("pool_size") or 0) for a in self.parts.values()], default=0) >= AGGREGATES_FROM
+        from_beats = {
+            int(b["pod"]): _beat_status(int(b["pod"]), b, rd.heartbeat(int(b["pod"])), now)
+            for agg in self.parts.values()
+            for b in agg["pods"]
+            if big and isinstance(b, dict) and isinstance(b.get("pod"), int)
+        }
+        size = self.pool_size
+        covered = size > 0 and all(i in from_beats for i in range(size))
+        out = dict(from_beats)
+        if not covered:
+            for r, p in find_rank_logs(self.run_dir).items():
+                if r in from_beats:
+                    continue
+                t = self.trackers.get(r)
+                if t is None or t.path != p:
+                    t = self.trackers[r] = _Tracker(r, p)
+                out[r] = t.poll(now)
         if not self.config:
             self.config = _load_config(self.run_dir, self)
-        return out
+        return [out[r] for r in sorted(out)]
+
+    @property
+    def pool_size(self) -> int:
+        """The pool's pods (all its parts), as the aggregates and the logs read so far say (0: unknown)."""
+        sizes = [int(a.get("pool_size") or 0) for a in self.parts.values()]
+        sizes += [
+            int((t.tail.attrs or {}).get("pool_size") or (t.tail.attrs or {}).get("world_size") or 0)
+            for t in self.trackers.values()
+        ]
+        return max(sizes, default=0)
 
     @property
     def rows_read(self) -> int:
@@ -266,7 +339,7 @@ class Monitor:
 
     def job_ids(self) -> list[str]:
         """The Slurm job ids the ranks' logs name (their latest start), ``<array>_<task>`` for an array task."""
-        ids = []
+        ids = [str(a["job"]) for a in self.parts.values() if a.get("job") and a.get("job") != "local"]
         for t in self.trackers.values():
             ids_ = (t.tail.attrs or {}).get("slurm") or {}
             if isinstance(ids_, dict) and ids_.get("SLURM_JOB_ID"):
@@ -279,17 +352,84 @@ def pod_statuses(run_dir: str | Path) -> list[PodStatus]:
     return Monitor(run_dir).poll()
 
 
-def pod_state(p: PodStatus, total: int, ended: bool) -> str:
-    """``unreadable`` (its log), ``done`` (trained its budget), ``stalled`` (no log write for
-    STALE_S and the run has not ended), ``stopped`` (the run ended before it was done) or
-    ``running``."""
+def pod_state(p: PodStatus, total: int, ended: bool, fate: str = "") -> str:
+    """``unreadable`` (its log), ``done`` (trained its budget), ``stalled`` (no log write or
+    heartbeat for STALE_S and its run or part has not ended), ``hung`` (its part ended on a missed
+    deadline), ``stopped`` (its run or part ended before it was done), ``killed`` (its writer is
+    gone without ending it: :func:`pod_fates`) or ``running``."""
     if p.error:
         return "unreadable"
-    if total and p.env_steps >= total:
+    if (total and p.env_steps >= total) or p.ended == "done":
         return "done"
-    if ended:
+    if p.ended in ("stopped", "hung"):
+        return p.ended
+    if fate and fate != "running":
+        return fate.split(" ", 1)[0]
+    if ended and not fate:
         return "stopped"
     return "stalled" if p.age_s > STALE_S else "running"
+
+
+def pod_fates(run_dir: Path, pods: list[PodStatus], ended: bool | set[int]) -> dict[int, str]:
+    """How each pod's last start ended, where the run directory can tell: ``done`` or ``stopped``
+    (its record: it checkpointed and ended), ``running`` (the writer holding its lock runs), or
+    ``killed (resumes from update N)``: no record and its writer is gone (the lock of a process
+    that no longer runs, or no lock once the run ended), so its log rows after the checkpoint's
+    update N are redone by the next start. "" where nothing can tell (another host's writer).
+    ``ended``: whether the run has ended, or the pods whose run or part has ended."""
+    rd = RunDir(run_dir)
+    records = read_pod_records(rd, [p.rank for p in pods])
+    owners: dict[tuple[Path, bool], bool | None] = {}
+    out: dict[int, str] = {}
+    for p in pods:
+        if p.rank in records:
+            out[p.rank] = str(records[p.rank]["state"])
+            continue
+        if p.ended:  # its part's aggregate says how it ended (done, stopped, hung)
+            out[p.rank] = p.ended
+            continue
+        lock = rd.lock_file(_part_of(p))
+        pod_ended = ended if isinstance(ended, bool) else p.rank in ended
+        if (lock, pod_ended) not in owners:
+            rec = lock_owner(lock)
+            owners[lock, pod_ended] = owner_alive(rec) if rec is not None else (False if pod_ended else None)
+        alive = owners[lock, pod_ended]
+        if alive:
+            out[p.rank] = "running"
+        elif alive is False and not p.error:
+            n = checkpoint_updates(rd.checkpoint(p.rank))
+            out[p.rank] = "killed (" + (f"resumes from update {n})" if n is not None else "starts over: no checkpoint)")
+        else:
+            out[p.rank] = ""
+    return out
+
+
+def _part_of(p: PodStatus) -> PoolPart:
+    try:
+        return PoolPart.parse(str(p.pool_part or "0/1"))
+    except ValueError:
+        return PoolPart()
+
+
+def checkpoint_updates(path: Path) -> int | None:
+    """The update a checkpoint holds (its header only: no torch, no checksum; None when it cannot
+    tell). Opens only a regular file, without blocking."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+        if n > 1 << 24:
+            return None
+        head = json.loads(os.pread(fd, n, 8))
+        return int(json.loads(head["__metadata__"]["meta"])["updates"])
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        return None
+    finally:
+        os.close(fd)
 
 
 def _load_config(run_dir: Path, monitor: "Monitor") -> dict[str, Any]:

@@ -13,33 +13,73 @@
     checkpoints/rank<r>.safetensors   pod r's state (+ .prev, the one before)
     leaderboard/                      the default leaderboard (tournament.leaderboard_dir overrides)
     rounds/<i>.json                   the leaderboard listing round i decided on (exact redo)
+    rounds/part<k>/<i>.json           the same, of part k of a pool of several jobs (each part decides its own)
+    heartbeats/pod<i>.json            pod i's heartbeat: host, device, what it does, its last update (heartbeat.py)
+    parts/part<k>.json                part k's aggregate: its pods' heartbeats, written by its rank 0 every
+                                      log.aggregate_interval_s (podracer status reads these, not every log)
+    parts/part<k>.hung.json           part k missed a meeting's deadline: the ranks that did not come, named
     slurm/<job id>/                   submitit's per-task stdout/stderr
     code/<id>/                        the code snapshot a submitted job runs (launch/snapshot.py)
     launch.log                        a local run's mpiexec output (podracer submit --executor local)
     launch-part<i>.log                the same, of part i of a local pool of several jobs (--pods-per-job)
     task<i>/                          array task i's own run directory (podracer submit --array)
+    writer.lock                       who writes the run now (host, pid, start time, job): one writer per
+                                      run directory (:func:`take_lock`); writer-part<i>.lock: part i of a pool
+                                      of several jobs (each part writes its own pods)
+
+Directories are made group-private (0o750, :func:`make_dirs`), whatever the umask.
 
 Nothing here imports torch, h5py or MPI.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import socket
 import subprocess
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "EXIT_REQUEUE", "PoolPart", "RunDir", "git_revision", "job_id", "slurm_ids"]
+__all__ = [
+    "DIR_MODE",
+    "EXIT_BAD_INPUT",
+    "EXIT_HUNG",
+    "EXIT_OK",
+    "EXIT_REQUEUE",
+    "PoolPart",
+    "RunDir",
+    "RunDirLocked",
+    "RunLock",
+    "describe_owner",
+    "git_revision",
+    "job_id",
+    "lock_owner",
+    "locked_message",
+    "make_dirs",
+    "owner_alive",
+    "process_alive",
+    "process_start",
+    "slurm_ids",
+    "take_lock",
+]
 
 _LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
+_LOCK_RE = re.compile(r"^writer(-part\d+)?\.lock$")
+
+DIR_MODE = 0o750  # run directories and their folders: the owner writes, the group reads, nobody else
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # config, checkpoint, log or run directory is wrong; the message says what to do
 EXIT_REQUEUE = 75  # EX_TEMPFAIL: stopped early with every rank checkpointed; run again to resume
+# a rank missed a meeting's deadline (tournament.meeting_timeout_s): it is named in parts/part<k>.hung.json
+# and on stderr, the world was ended; the checkpoints are intact, so the part can be retried alone
+EXIT_HUNG = 76
 
 
 def job_id(environ: dict[str, str] | None = None) -> str:
@@ -244,8 +284,32 @@ class RunDir:
         """The leaderboard directory: ``shared_dir`` if given, else ``<run>/leaderboard``."""
         return Path(shared_dir) if shared_dir else self.root / "leaderboard"
 
-    def round_listing(self, index: int) -> Path:
-        return self.root / "rounds" / f"{index}.json"
+    def round_listing(self, index: int, part: int | None = None) -> Path:
+        """The listing collective round ``index`` decided on; ``part``: of that part of a pool of
+        several jobs (each part is its own world and holds its own rounds: never another's listing)."""
+        if part is None:
+            return self.root / "rounds" / f"{index}.json"
+        return self.root / "rounds" / f"part{part}" / f"{index}.json"
+
+    @property
+    def heartbeats_dir(self) -> Path:
+        return self.root / "heartbeats"
+
+    def heartbeat(self, pod: int) -> Path:
+        """Pod ``pod``'s heartbeat (files/heartbeat.py): rewritten while it runs."""
+        return self.heartbeats_dir / f"pod{pod}.json"
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.root / "parts"
+
+    def part_aggregate(self, part: int) -> Path:
+        """Part ``part``'s aggregate of its pods' heartbeats, written by its world's rank 0."""
+        return self.parts_dir / f"part{part}.json"
+
+    def part_hang(self, part: int) -> Path:
+        """Part ``part``'s record of a missed meeting deadline (the ranks that did not come)."""
+        return self.parts_dir / f"part{part}.hung.json"
 
     @property
     def slurm_folder(self) -> Path:
@@ -270,3 +334,308 @@ class RunDir:
     def task(self, index: int) -> Path:
         """Array task ``index``'s own run directory."""
         return self.root / f"task{index}"
+
+    def lock_file(self, part: "PoolPart | None" = None) -> Path:
+        """The writer lock of a whole run (``writer.lock``) or of part i of a pool of several jobs
+        (``writer-part<i>.lock``: each part writes only its own pods)."""
+        if part is None or part.count == 1:
+            return self.root / "writer.lock"
+        return self.root / f"writer-part{part.index}.lock"
+
+    @staticmethod
+    def is_lock(name: str) -> bool:
+        """Whether a file name in the run directory is a writer lock."""
+        return bool(_LOCK_RE.match(name))
+
+    def debris(self, pods: range | list[int], before: float) -> list[Path]:
+        """Temporary files that writers of ``pods`` left when killed mid-write, last modified before
+        ``before`` (a live writer's temporary is younger than its lock): checkpoint writes
+        (``.rank<r>.safetensors.<hex>.tmp``, ``rank<r>.prev.tmp``), pod records and log rebuilds."""
+        want = []
+        for p in pods:
+            want += [
+                (self.checkpoints_dir, f".rank{p}.safetensors.*.tmp"),
+                (self.checkpoints_dir, f"rank{p}.prev.tmp"),
+                (self.pods_dir, f".pod{p}.json.*.tmp"),
+                (self.logs_dir, f".*_rank{p}.h5.recover.tmp"),
+            ]
+        out = []
+        for folder, pattern in want:
+            for f in folder.glob(pattern):
+                try:
+                    if f.is_file() and not f.is_symlink() and f.stat().st_mtime < before:
+                        out.append(f)
+                except OSError:
+                    continue
+        return sorted(out)
+
+    def sweep_debris(self, pods: range | list[int], before: float) -> tuple[int, int]:
+        """Remove :meth:`debris`; returns how many files and how many bytes went."""
+        count = size = 0
+        for f in self.debris(pods, before):
+            try:
+                n = f.stat().st_size
+                f.unlink()
+            except OSError:
+                continue
+            count, size = count + 1, size + n
+        return count, size
+
+
+def make_dirs(path: str | os.PathLike, mode: int = DIR_MODE) -> Path:
+    """``mkdir -p``, each folder it creates given exactly ``mode`` (group-private, whatever the
+    umask: under ``umask 000`` a plain mkdir makes folders anyone may write into). Folders that
+    exist are left as they are."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:
+            if not d.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "a file stands where a directory is needed", str(d)) from None
+            continue
+        os.chmod(d, mode)
+    return path
+
+
+# ------------------------------------------------------------------------------------------
+# One writer per run directory
+# ------------------------------------------------------------------------------------------
+class RunDirLocked(RuntimeError):
+    """Another live process writes this run directory (the message names it and what to do)."""
+
+
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF}
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> str:
+    """When process ``pid`` of this host started (boot id and clock ticks since boot, from
+    ``/proc``), or "" where that cannot be told: with the pid, it names one process for good (a
+    pid alone is reused by the next process the system starts)."""
+    try:
+        ticks = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+    return f"{_boot_id()}:{ticks}"
+
+
+def process_alive(pid: int, start: str = "") -> bool:
+    """Whether process ``pid`` runs on this host (a zombie nobody reaped yet does not) and, given
+    the ``start`` that :func:`process_start` recorded for it, is still that process (not another
+    that reuses its pid)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        pass  # another user's process: it exists
+    except OSError:
+        return False
+    try:
+        if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+            return False
+    except (OSError, IndexError):
+        return True  # no /proc: it answered the signal
+    now = process_start(pid)
+    return not (start and now and now != start)
+
+
+def lock_owner(path: str | os.PathLike) -> dict | None:
+    """The owner a writer lock names (host, pid, start, since, job, part), None if there is none
+    (no file, an empty one, or not a lock's record). Reads only."""
+    try:
+        raw = Path(path).read_bytes()[:65536]
+        rec = json.loads(raw) if raw.strip() else None
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and "pid" in rec and "host" in rec else None
+
+
+def owner_alive(rec: dict) -> bool | None:
+    """Whether a lock's owner runs: True or False on its own host (pid and start time), None from
+    another host (only its filesystem lock, or Slurm, can tell)."""
+    if rec.get("host") != socket.gethostname():
+        return None
+    try:
+        pid = int(rec.get("pid", 0))
+    except (TypeError, ValueError):
+        return False
+    return process_alive(pid, str(rec.get("start") or ""))
+
+
+def describe_owner(rec: dict) -> str:
+    """``host pid 123 (job 456, part 1/2), writing since 2026-... (5 min ago)``."""
+    since = rec.get("since")
+    when = ""
+    if isinstance(since, (int, float)):
+        ago = max(0.0, time.time() - since)
+        span = f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200 else f"{ago / 3600:.1f} h"
+        when = f", writing since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))} ({span} ago)"
+    extra = [f"job {rec['job']}"] if rec.get("job") not in (None, "", "local") else []
+    if rec.get("part") not in (None, "", "0/1"):
+        extra.append(f"part {rec['part']}")
+    return f"{rec.get('host')} pid {rec.get('pid')}" + (f" ({', '.join(extra)})" if extra else "") + when
+
+
+class RunLock:
+    """A run directory's writer lock, held by this process until :meth:`release` (or its death).
+
+    The lock file names its owner (host, pid, the process's start time, since when, the job); the
+    file is also ``flock``-ed where the filesystem supports it (a lock the kernel drops when its
+    owner dies, on any host that shares the filesystem's locks). Liveness, as pools of several
+    jobs check it: the flock first; without one, the pid and its start time on the owner's host,
+    and a Slurm job's requeued run takes over its own earlier run's lock."""
+
+    def __init__(self, path: Path, fd: int, record: dict):
+        self.path, self.fd, self.record = path, fd, record
+
+    def release(self) -> None:
+        """Remove the lock file (if it still names this process) and drop the flock."""
+        if self.fd < 0:
+            return
+        try:
+            if lock_owner(self.path) == self.record:
+                self.path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _open_locked(path: Path) -> tuple[int, bool | None]:
+    """Open (create) the lock file and try its flock: (fd, True) held, (fd, False) someone holds
+    it, (fd, None) the filesystem has no flock. Retries when the file was replaced meanwhile
+    (its owner released it: the name now holds another file)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(20):
+        fd = os.open(path, flags, 0o640)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held: bool | None = True
+        except BlockingIOError:
+            return fd, False
+        except ImportError:
+            return fd, None
+        except OSError as e:
+            if e.errno in _NO_FLOCK:
+                return fd, None
+            os.close(fd)
+            raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, held
+        os.close(fd)
+    raise RunDirLocked(f"{path}: the lock file keeps being replaced; another writer is starting: try again")
+
+
+def take_lock(
+    rundir: RunDir, part: PoolPart, pods: range, environ: Mapping[str, str] | None = None
+) -> tuple[RunLock, str]:
+    """Become the one writer of ``rundir`` (of ``part``'s ``pods`` for a pool of several jobs).
+
+    Returns the lock and a note ("" or which dead writer's lock was taken over); raises
+    :class:`RunDirLocked` naming the live writer and what to do, OSError when the directory
+    cannot be written at all."""
+    env = os.environ if environ is None else environ
+    make_dirs(rundir.root)
+    path = rundir.lock_file(part)
+    fd, held = _open_locked(path)
+    try:
+        old = lock_owner(path)
+        me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "start": process_start(os.getpid()),
+            "since": time.time(),
+            "job": job_id(dict(env)),
+            "restart": str(env.get("SLURM_RESTART_COUNT", "0")),
+            "part": str(part),
+            "pods": [pods.start, pods.stop],
+        }
+        why = _live_reason(old, me, held)
+        if why:
+            raise RunDirLocked(locked_message(rundir, path, old, why))
+        for other in _sibling_locks(rundir, part):
+            rec = lock_owner(other)
+            if rec is not None and owner_alive(rec):
+                raise RunDirLocked(locked_message(rundir, other, rec, "it runs"))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+        os.fchmod(fd, 0o640)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    note = ""
+    if old is not None and not (old.get("host") == me["host"] and old.get("pid") == me["pid"]):
+        note = f"took over the writer lock of {describe_owner(old)}: that process is gone ({path})"
+    return RunLock(path, fd, me), note
+
+
+def _live_reason(old: dict | None, me: dict, held: bool | None) -> str:
+    """Why the lock's recorded owner must be taken for a live writer ("" when it is gone)."""
+    if held is False:
+        return "it holds the lock file's flock"
+    if old is None:
+        return ""
+    if old.get("host") == me["host"] and old.get("pid") == me["pid"] and old.get("start") == me["start"]:
+        return ""  # this process's own earlier lock (a train() that ended without releasing it)
+    alive = owner_alive(old)
+    if alive is not None:
+        return "it runs" if alive else ""
+    if (
+        old.get("job") not in (None, "", "local")
+        and old.get("job") == me["job"]
+        and old.get("restart") != me["restart"]
+    ):
+        return ""  # this Slurm job's run before its requeue: Slurm ended every process of it
+    if held:
+        return ""  # the flock was free: its owner is gone (the kernel drops a dead process's flock)
+    return "this filesystem has no flock, and its host is another: nothing here can tell whether it still runs"
+
+
+def _sibling_locks(rundir: RunDir, part: PoolPart) -> list[Path]:
+    """The locks that a writer of ``part`` must also find free: a whole run's and a pool part's
+    exclude each other (their pods overlap); the parts of one pool do not."""
+    if part.count > 1:
+        return [rundir.lock_file()]
+    try:
+        return sorted(p for p in rundir.root.glob("writer-part*.lock") if rundir.is_lock(p.name))
+    except OSError:
+        return []
+
+
+def locked_message(rundir: RunDir, path: Path, old: dict | None, why: str) -> str:
+    """Why a second writer does not start: who writes (host, pid, since when), how to stop it, and
+    the lock file to delete only when that process is surely gone."""
+    who = describe_owner(old) if old is not None else "another process (it is taking the lock now)"
+    pid = old.get("pid") if old else None
+    stop = f"kill -USR2 {pid} on {old.get('host')} stops it with a checkpoint" if pid else "stop it"
+    if old and old.get("job") not in (None, "", "local"):
+        stop = f"scancel --signal=USR2 {old['job']} stops it with a checkpoint"
+    return (
+        f"{rundir.root} is being written by another podracer process: {who} ({why}; {path}). "
+        "Two writers would overwrite each other's checkpoints, logs and summary, so this one does not start. "
+        f"Wait for it to end, or stop it ({stop}) and run this again to resume; or use another --run-dir. "
+        f"Only if you are sure that process is gone, delete {path}."
+    )

@@ -25,14 +25,14 @@ import time
 from typing import Any
 
 from podracer_hpc.files.atomic import atomic_write_bytes
-from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.rundir import RunDir, make_dirs
 
 __all__ = ["assemble", "clear_record", "describe_missing", "read_records", "write_record"]
 
 STATES = ("done", "stopped")
 
 
-def _finite(x: Any) -> float | None:
+def finite_or_none(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
@@ -41,12 +41,12 @@ def write_record(rundir: RunDir, pod: int, record: dict[str, Any]) -> None:
     Non-finite numbers are written as null (JSON has no NaN)."""
     if record.get("state") not in STATES:
         raise ValueError(f"a pod record's state must be one of {STATES}, got {record.get('state')!r}")
-    clean = {k: (_finite(v) if isinstance(v, float) else v) for k, v in record.items()}
+    clean = {k: (finite_or_none(v) if isinstance(v, float) else v) for k, v in record.items()}
     if isinstance(clean.get("verdict"), (list, tuple)):
         mean, se, (lo, hi) = clean["verdict"]
-        clean["verdict"] = [_finite(mean), _finite(se), [_finite(lo), _finite(hi)]]
+        clean["verdict"] = [finite_or_none(mean), finite_or_none(se), [finite_or_none(lo), finite_or_none(hi)]]
     clean.update(pod=pod, written=time.time())
-    rundir.pods_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(rundir.pods_dir)
     atomic_write_bytes(rundir.pod_record(pod), (json.dumps(clean) + "\n").encode(), mode=0o644, sync_dir=False)
 
 

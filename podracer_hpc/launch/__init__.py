@@ -26,7 +26,7 @@ from typing import Any
 from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_job_states
 from podracer_hpc.config import Config
 from podracer_hpc.docfield import ConfigError
-from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.rundir import RunDir, locked_message
 from podracer_hpc.launch import local, pooljobs
 from podracer_hpc.launch.checks import validate
 from podracer_hpc.launch.errors import JobError, LaunchError, SlurmUnreachable
@@ -115,6 +115,8 @@ def submit_slurm(req: Request, cfg: Config) -> Launched:
     import importlib
 
     plan = _pool_plan(req, cfg)
+    if plan is None:
+        _refuse_live_writers(req, cfg)
     if plan is not None and not plan.start:
         return Launched("slurm", [], pool_jobs=req.jobs)
     jobs, dirs, snap, stale = importlib.import_module(f"{__name__}.slurm").submit(
@@ -140,6 +142,7 @@ def submit_local(req: Request, cfg: Config) -> Launched:
     several jobs: the parts it needs, at once)."""
     plan = _pool_plan(req, cfg)
     if plan is None:
+        _refuse_live_writers(req, cfg)
         return local.submit(req, cfg)
     if not plan.start:
         return Launched("local", [], pool_jobs=req.jobs)
@@ -152,6 +155,16 @@ def submit_local(req: Request, cfg: Config) -> Launched:
         {g: pooljobs.local_job(p.pid) for g, p in zip(plan.start, launched.procs)},
     )
     return launched
+
+
+def _refuse_live_writers(req: Request, cfg: Config) -> None:
+    """Nothing starts into a run directory that a live process writes (its writer lock): the job
+    would be refused there anyway, after its queue wait, and a local one's launch.log appended to."""
+    for t in req.array or [None]:
+        rundir = RunDir(task_overrides(req, cfg, t)[1])
+        writer = pooljobs.live_writer(rundir)
+        if writer is not None:
+            raise LaunchError(locked_message(rundir, rundir.lock_file(), writer, "it runs"))
 
 
 def _pods(req: Request, part: int) -> range:

@@ -12,20 +12,26 @@ poolsummary.py) nor still queued or running.
 from __future__ import annotations
 
 import json
-import os
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from podracer_hpc.cluster import jobstate
 from podracer_hpc.files.atomic import atomic_write_bytes
-from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.rundir import (
+    PoolPart,
+    RunDir,
+    describe_owner,
+    lock_owner,
+    owner_alive,
+    process_alive,
+    process_start,
+)
 from podracer_hpc.files.summary import read_records
 from podracer_hpc.launch.errors import LaunchError
 from podracer_hpc.launch.watch import still_active
 
-__all__ = ["Plan", "plan", "record"]
+__all__ = ["Plan", "live_writer", "local_job", "plan", "record"]
 
 
 @dataclass
@@ -54,25 +60,35 @@ def _alive(job: dict[str, Any], slurm_states: dict[str, Any]) -> bool:
     if job.get("executor") == "local":
         if job.get("host") != socket.gethostname():
             return False  # another machine's process: not ours to see (a local pool is one machine's)
-        return _running(int(job.get("pid", 0) or 0))
+        return _running(int(job.get("pid", 0) or 0), str(job.get("start") or ""))
     st = slurm_states.get(str(job.get("job", "")))
     if st is None:
         return True  # slurmctld did not answer: assume it runs rather than start it twice
     return bool(st.state) and still_active(st.state)
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs here (a zombie nobody reaped yet does not)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True  # no /proc: it answered the signal
+def _running(pid: int, start: str = "") -> bool:
+    """Whether process ``pid`` runs here (a zombie nobody reaped yet does not) and, given the start
+    time recorded with it, is still the same process (a reused pid is another one)."""
+    return process_alive(pid, start)
+
+
+def live_writer(rundir: RunDir, part: PoolPart = PoolPart()) -> dict[str, Any] | None:
+    """The live writer that holds ``rundir``'s lock (of ``part``), None when there is none: its pid
+    and start time on this host, Slurm for a job on another host (a job Slurm does not name as
+    gone is taken as running)."""
+    rec = lock_owner(rundir.lock_file(part))
+    if rec is None:
+        return None
+    alive = owner_alive(rec)
+    if alive is None:
+        job = str(rec.get("job") or "")
+        if job and job != "local":
+            st = jobstate.slurm_job_states([job]).get(job)
+            alive = st is None or (bool(st.state) and still_active(st.state))
+        else:
+            alive = True  # another host's local run: nothing here can tell; the lock's message says what to do
+    return rec if alive else None
 
 
 def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
@@ -110,6 +126,11 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
                 f"part {g} (pods {pods.start}-{pods.stop - 1}): still running or queued as "
                 f"{job.get('executor', 'slurm')} job {job.get('job') or job.get('pid')}; left alone"
             )
+        elif (writer := live_writer(rundir, PoolPart(g, jobs))) is not None:
+            out.notes.append(
+                f"part {g} (pods {pods.start}-{pods.stop - 1}): written now by {describe_owner(writer)} "
+                f"({rundir.lock_file(PoolPart(g, jobs))}); left alone"
+            )
         else:
             out.start.append(g)
     return out
@@ -129,5 +150,6 @@ def record(rundir: RunDir, jobs: int, pods_per_job: int, started: dict[int, dict
 
 
 def local_job(pid: int) -> dict[str, Any]:
-    """A local part's job: the relay's pid on this host."""
-    return {"executor": "local", "pid": pid, "host": socket.gethostname()}
+    """A local part's job: the relay's pid on this host, and its start time (a later process that
+    reuses the pid is not this job)."""
+    return {"executor": "local", "pid": pid, "host": socket.gethostname(), "start": process_start(pid)}

@@ -342,6 +342,22 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     raise JobError(f"local run {launched.label(i)} failed ({why}); see {log}:\n" + _tail(log))
 
 
+def _ask_slurm(
+    launched: Launched, finished: set[int], watches: list[_Watch], out: Any, counts: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """Slurm's states of the jobs still watched (one scheduler call); with ``counts`` (many jobs:
+    the last line of counts printed), a line of counts when they changed."""
+    states = jobstate.slurm_job_states(
+        [launched.jobs[i].job_id for i in range(len(launched.run_dirs)) if i not in finished]
+    )
+    if counts is not None:
+        line = state_counts(states, sum(w.restarts for w in watches))
+        if line != counts:
+            print(f"jobs: {line}", file=out, flush=True)
+            counts = line
+    return states, counts
+
+
 def wait(
     launched: Launched,
     timeout_s: float,
@@ -350,16 +366,18 @@ def wait(
     confirm_s: float = 4.0,
     done: Done = _complete,
     progress: Callable[[Path], str] | None = progress_line,
+    slurm_every_s: float = 30.0,
 ) -> list[dict[str, Any]]:
     """Wait for every job with progress lines; returns the summaries of jobs that completed their
     training. Raises JobError as soon as one job ends without completing (failed, cancelled,
     stopped, gone from the queue with no complete summary, or pending for a reason that never
-    resolves), naming its state and log, within ``poll_s + confirm_s`` seconds of Slurm saying so;
-    a requeued job is waited for. Raises JobError after ``timeout_s``.
+    resolves), naming its state and log, within ``slurm_every_s + confirm_s`` seconds of Slurm
+    saying so; a requeued job is waited for. Raises JobError after ``timeout_s``.
 
-    Each poll asks Slurm once for every job still watched (:func:`jobstate.slurm_job_states`:
-    one ``scontrol`` call answers for all tasks of an array) and reads only the log rows appended
-    since the last poll (:func:`progress_line`). Up to JOB_LINES jobs, each state change is a
+    Slurm is asked at most every ``slurm_every_s`` (once for every job still watched:
+    :func:`jobstate.slurm_job_states`, one ``scontrol`` call answers for all tasks of an array;
+    slurmctld serves every user of the cluster), and each poll reads the parts' aggregates, or
+    only the log rows appended since the last poll (:func:`progress_line`). Up to JOB_LINES jobs, each state change is a
     line; beyond, one line of counts (``jobs: 97 RUNNING, 3 PENDING (Priority)``) when they change.
 
     ``done``: what counts as finished, from the run's summary (default: ``complete`` is not false);
@@ -372,17 +390,13 @@ def wait(
     finished: set[int] = set()
     each = len(launched.jobs) <= JOB_LINES
     counts = ""
+    asked = -math.inf  # monotonic time Slurm was last asked
     while len(finished) < len(launched.run_dirs):
         states: dict[str, Any] = {}
-        if launched.executor != "local":  # one scheduler call per poll for every job still watched
-            states = jobstate.slurm_job_states(
-                [launched.jobs[i].job_id for i in range(len(launched.run_dirs)) if i not in finished]
-            )
-            if not each:
-                line = state_counts(states, sum(w.restarts for w in watches))
-                if line != counts:
-                    print(f"jobs: {line}", file=out, flush=True)
-                    counts = line
+        ask = launched.executor != "local" and time.monotonic() - asked >= slurm_every_s
+        if ask:  # one scheduler call for every job still watched
+            asked = time.monotonic()
+            states, counts = _ask_slurm(launched, finished, watches, out, counts if not each else None)
         shown: set[str] = set()  # a pool's jobs share one run directory: one line for it per poll
         for i, d in enumerate(launched.run_dirs):
             if i in finished:
@@ -393,6 +407,8 @@ def wait(
                 print(line, file=out, flush=True)
                 last[str(d)] = line
             done_i = _done_of(launched, i, done)
+            if launched.executor != "local" and not ask:
+                continue  # Slurm's state is looked at only when it was asked
             if (
                 _local_step(launched, i, done_i)
                 if launched.executor == "local"

@@ -1,5 +1,6 @@
-"""The hyperparameters PBT explores: the default PPO space, a run's effective space, and the
-explore step (perturb or resample within bounds). Pure; tournament.py's PBT rule uses them."""
+"""The hyperparameters PBT explores: the default PPO space, a run's effective space, the
+explore step (perturb or resample within bounds), DexPBT's mutation, and a draw from the prior
+(random search). Pure; rules.py's PBT rules and the study's random search use them."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from podracer_hpc.config import MUTABLE_BY_ALGO, HParamRange, TournamentConfig, 
 __all__ = [
     "DEFAULT_PBT_SPACE",
     "DEFAULT_SPACES",
+    "EXPLORING_MODES",
     "check_hparams",
     "declared_space",
     "describe_space",
     "effective_space",
     "explore",
+    "is_finite",
+    "mutate",
+    "prior_draw",
 ]
 
 
-def _finite(x: Any) -> bool:
+def is_finite(x: Any) -> bool:
+    """Whether ``x`` reads as a finite number (a fitness or a hyperparameter value)."""
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -52,10 +58,14 @@ DEFAULT_SPACES: dict[str, dict[str, HParamRange]] = {
 }
 
 
+# The rules that change hyperparameters: an empty tournament.hparam_space means the default space.
+EXPLORING_MODES = ("pbt", "dexpbt")
+
+
 def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HParamRange]:
     """The hyperparameter space pods of learner ``algo`` explore: the configured one's names that
     this learner has (a mixed pool's space may name several learners'), or its PBT default."""
-    if cfg.hparam_space or cfg.mode != "pbt":
+    if cfg.hparam_space or cfg.mode not in EXPLORING_MODES:
         return {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]}
     return dict(DEFAULT_SPACES[algo])
 
@@ -70,7 +80,7 @@ def declared_space(
     takes its peers' agents)."""
     mine = {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]} or dict(DEFAULT_SPACES[algo])
     for k, v in (own or {}).items():
-        if k in mine and _finite(v):
+        if k in mine and is_finite(v):
             r = mine[k]
             mine[k] = HParamRange(min(r.low, float(v)), max(r.high, float(v)), r.log_scale)
     return mine
@@ -84,7 +94,7 @@ def check_hparams(values: Mapping[str, Any], space: Mapping[str, HParamRange], a
     for name, v in sorted(values.items(), key=lambda kv: str(kv[0])):
         if name not in MUTABLE_BY_ALGO[algo]:
             bad.append(f"{name!r} is not a hyperparameter of a {algo} agent")
-        elif isinstance(v, bool) or not _finite(v):
+        elif isinstance(v, bool) or not is_finite(v):
             bad.append(f"{name} = {v!r} is not a finite number")
         elif name in space and not space[name].low <= float(v) <= space[name].high:
             bad.append(f"{name} = {float(v):g} is outside its range [{space[name].low:g}, {space[name].high:g}]")
@@ -117,8 +127,8 @@ def explore(
         r = space[name]
         u = rng.random()
         factor = float(perturb_factors[int(rng.integers(len(perturb_factors)))])
-        outside = name in out and _finite(out[name]) and not r.low <= out[name] <= r.high
-        if name not in out or not _finite(out[name]) or u < resample_prob or outside:
+        outside = name in out and is_finite(out[name]) and not r.low <= out[name] <= r.high
+        if name not in out or not is_finite(out[name]) or u < resample_prob or outside:
             if r.log_scale:
                 v = math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
             else:
@@ -127,6 +137,54 @@ def explore(
             v = out[name] * factor
         out[name] = float(min(max(v, r.low), r.high))
     return out
+
+
+def _from_prior(r: HParamRange, rng: np.random.Generator) -> float:
+    """One draw from a range's prior: uniform, or log-uniform for a log-scale range."""
+    if r.log_scale:
+        return math.exp(rng.uniform(math.log(r.low), math.log(r.high)))
+    return float(rng.uniform(r.low, r.high))
+
+
+def mutate(
+    hparams: Mapping[str, float],
+    space: Mapping[str, Any],
+    rng: np.random.Generator,
+    rate: float = 0.25,
+    change_range: Sequence[float] = (1.1, 1.5),
+) -> dict[str, float]:
+    """DexPBT's mutation (Isaac Lab's PBT): each hyperparameter in ``space`` changes with
+    probability ``rate``, multiplied or divided (even odds) by a factor drawn uniformly in
+    ``change_range``, then clipped to its bounds; the others stay. A value that is missing, not
+    finite or outside its range is drawn from the prior instead. Every name consumes the same
+    draws whatever happens, so every rank computes the same result."""
+    space = normalize_space(space)
+    out = {k: float(v) for k, v in hparams.items()}
+    lo, hi = float(min(change_range)), float(max(change_range))
+    for name in sorted(space):
+        r = space[name]
+        u, factor, up = rng.random(), float(rng.uniform(lo, hi)), rng.random() < 0.5
+        prior = _from_prior(r, rng)
+        x = out.get(name)
+        if x is None or not is_finite(x) or not r.low <= x <= r.high:
+            v = prior
+        elif u < rate:
+            v = x * factor if up else x / factor
+        else:
+            continue
+        out[name] = float(min(max(v, r.low), r.high))
+    return out
+
+
+def prior_draw(space: Mapping[str, Any], seed: int) -> dict[str, float]:
+    """Random search's draw for the pod of seed ``seed``: every hyperparameter of ``space`` from
+    its prior (uniform, or log-uniform on a log scale), from a Generator seeded by ``seed`` alone,
+    so a pod's draw does not depend on the pool it is in."""
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5EA2C4]))
+    space = normalize_space(space)
+    return {name: _from_prior(space[name], rng) for name in sorted(space)}
 
 
 def draw_eligible(rng: Any, items: Sequence[int], ok: Callable[[int], bool], tries: int = 16) -> int | None:

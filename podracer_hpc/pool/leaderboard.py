@@ -164,6 +164,7 @@ class Leaderboard:
         accept_unkeyed: bool = False,
         allow_foreign: bool = False,
         secret_of: "Leaderboard | None" = None,
+        read_only: bool = False,
     ):
         """``cache``: keep the sidecars this object has read (entries are immutable, so a long-lived
         reader, a pod, reads each one once; :meth:`load` still checks everything). ``create``:
@@ -171,8 +172,13 @@ class Leaderboard:
         ``accept_unkeyed``: read entries written before entries were keyed (their plain checksums
         only); ``allow_foreign``: read files owned by outsiders (files/owner.py). Both are the
         tools' explicit overrides; a pod takes neither. ``secret_of``: a board of the same root
-        whose secret this one uses (a population's buckets read it once)."""
+        whose secret this one uses (a population's buckets read it once).
+        ``read_only``: a reader that never writes (``podracer status``, ``evaluate``): nothing is
+        created, a corrupt entry is refused but not quarantined (the directory may be another
+        user's, or read-only)."""
         self.root = Path(root)
+        self.read_only = read_only
+        create = create and not read_only
         self._cache: dict[str, EntryInfo] | None = {} if cache else None
         self._refused: set[str] = set()  # entries this object refused once (not read, nor warned about, again)
         self._key: bytes | None = None
@@ -404,7 +410,7 @@ class Leaderboard:
                 raise EntryCorrupt(
                     f"leaderboard entry {entry_id}: sidecar checksum mismatch: {path} was edited "
                     "after it was written (its score, steps or hyperparameters cannot be trusted); "
-                    "quarantined, nothing was loaded"
+                    f"{self.quarantined}, nothing was loaded"
                 )
         self._check_keyed(entry_id, path, d, digest)
         if d.get("id") != entry_id:
@@ -508,9 +514,14 @@ class Leaderboard:
             self.quarantine(entry_id)
             raise EntryCorrupt(
                 f"leaderboard entry {entry_id}: its sidecar's {', '.join(mismatch)} differ from the checksummed copy "
-                f"in {path} (the sidecar was edited): quarantined, nothing was loaded"
+                f"in {path} (the sidecar was edited): {self.quarantined}, nothing was loaded"
             )
         return tensors, inner
+
+    @property
+    def quarantined(self) -> str:
+        """What happened to a corrupt entry this reader found (for its messages)."""
+        return "left in place (a read-only reader)" if self.read_only else "quarantined"
 
     def quarantine(self, entry_id: str) -> None:
         """Take a corrupt entry out of the listing for every reader and every later round.
@@ -520,6 +531,8 @@ class Leaderboard:
         tensors become an orphan that ``prune`` deletes once stale.
         """
         validate_entry_id(entry_id)
+        if self.read_only:
+            return
         count_op("rename")
         try:
             os.replace(self.sidecar_path(entry_id), self.entries_dir / f".{entry_id}.json.corrupt")

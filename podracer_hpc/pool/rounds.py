@@ -114,6 +114,7 @@ class Pool:
         log: H5Writer | None = None,
         index: int | None = None,
         pool_size: int | None = None,
+        part: int | None = None,
     ):
         self.cfg, self.comm, self.pod, self.say, self.log = cfg, comm, pod, say, log
         # the pod's index in the pool and the pool's size: its MPI rank and world unless the pool
@@ -121,6 +122,9 @@ class Pool:
         self.index = comm.rank if index is None else index
         self.pool_size = comm.size if pool_size is None else pool_size
         self.offset = self.index - comm.rank  # pool index of this world's rank 0
+        # the part of a pool of several jobs this world is (None: the pool is one world): its rounds
+        # are its own, and so are the listings it keeps (rundir.round_listing)
+        self.part = part
         self.tcfg = cfg.tournament
         self.rundir = rundir
         self.board = Leaderboard(
@@ -178,9 +182,11 @@ class Pool:
 
         A round redone after a kill (its checkpoint predates it) must decide on what the first
         attempt saw, not on the entries that attempt published: the listing is kept in the run
-        directory the first time and read back after.
+        directory the first time and read back after. A part of a pool of several jobs keeps its
+        own (``rounds/part<k>/``): parts hold their rounds at their own times, and a part started
+        later must never decide on another part's old listing.
         """
-        path = self.rundir.round_listing(index)
+        path = self.rundir.round_listing(index, self.part)
         try:
             return [Listed.from_json(e) for e in json.loads(path.read_text())]
         except FileNotFoundError:

@@ -30,6 +30,12 @@ Rules (``TournamentConfig.mode``):
 - ``"pbt"`` (Jaderberg et al. 2017, truncation selection): pods in the bottom quantile copy the
   state and hyperparameters of a pod drawn uniformly from the top quantile (exploit), then
   perturb the hyperparameters (explore).
+- ``"dexpbt"`` (DexPBT, Petrenko et al. 2023; the rule of Isaac Lab's PBT): with ``m`` and ``s``
+  the mean and standard deviation of the pool's finite fitness, leaders score above
+  ``max(m + k s, m + threshold_abs)`` and underperformers below ``min(m - k s, m - threshold_abs)``
+  (``k`` = ``threshold_std``). Only underperformers act: one copies a leader drawn uniformly and
+  mutates the copied hyperparameters; with no leader it keeps its agent and mutates its own.
+  Everybody else keeps training untouched.
 - ``"none"``: every pod keeps; nobody publishes.
 
 NaN (or infinite) fitness: such a pod is never a source and never published, and it is always
@@ -47,7 +53,15 @@ import numpy as np
 
 from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
 from podracer_hpc.pool.fitness import better
-from podracer_hpc.pool.hparams import DEFAULT_PBT_SPACE, describe_space, draw_eligible, effective_space, explore
+from podracer_hpc.pool.hparams import (
+    DEFAULT_PBT_SPACE,
+    describe_space,
+    draw_eligible,
+    effective_space,
+    explore,
+    is_finite,
+    mutate,
+)
 
 __all__ = [
     "ACTIONS",
@@ -60,6 +74,8 @@ __all__ = [
     "TournamentConfig",
     "decide",
     "describe_space",
+    "dexpbt_cuts",
+    "dexpbt_select",
     "effective_space",
     "elegantrl_select",
     "explore",
@@ -78,6 +94,7 @@ ACTION_CODES = {a: i for i, a in enumerate(ACTIONS)}  # integer codes for the HD
 # Stream tags keep the rules' random streams apart for the same (seed, round, rank).
 _STREAM_ELEGANTRL = 1
 _STREAM_PBT = 2
+_STREAM_DEXPBT = 3
 
 
 class Candidate(NamedTuple):
@@ -179,13 +196,6 @@ def make_rng(seed: int, round: int, rank: int, stream: int) -> np.random.Generat
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(round), int(rank), int(stream)]))
 
 
-def _finite(x: Any) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
 def softmax_zscore(scores: Sequence[float], temperature: float = 1.0) -> np.ndarray:
     """Probabilities ``softmax(z / temperature)`` with ``z`` the z-scores of ``scores``.
 
@@ -220,7 +230,9 @@ def quantile_size(n: int, quantile: float) -> int:
 
 def _ranking(fitness: Sequence[float]) -> list[int]:
     """Ranks ordered best first: finite fitness descending, ties by rank; non-finite last."""
-    return sorted(range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if _finite(fitness[r]) else (1, 0.0, r))
+    return sorted(
+        range(len(fitness)), key=lambda r: (0, -float(fitness[r]), r) if is_finite(fitness[r]) else (1, 0.0, r)
+    )
 
 
 def _compare(
@@ -232,7 +244,7 @@ def _compare(
     difference. A candidate scored on other start states (``cand_ret`` None) whose score looks
     better is ``"verify"``: the pod evaluates it on its own set first. Without the pod's episodes
     (a caller with scores only): strictly better score."""
-    if not _finite(own_fit):
+    if not is_finite(own_fit):
         return "take", None, None
     if own_ret and cand_ret is not None and len(cand_ret) == len(own_ret):
         ok, m, se = better(own_ret, cand_ret, margin_se)
@@ -284,7 +296,7 @@ def elegantrl_select(
     among the pool's candidates that are fresh for it. Unknown steps count as fresh.
     """
     n = len(own_fitness)
-    fit = [float(f) if _finite(f) else float("nan") for f in own_fitness]
+    fit = [float(f) if is_finite(f) else float("nan") for f in own_fitness]
     hp = [dict(h) for h in hparams] if hparams is not None else [None] * n
     if len(hp) != n:
         raise ValueError(f"hparams has {len(hp)} rows for {n} pods")
@@ -308,7 +320,7 @@ def elegantrl_select(
     # kind "pod" refs a rank, "entry" an entry id.
     cands: list[tuple[float, tuple, str, Any, int | None, tuple | None]] = []
     if include_pods:
-        cands += [(f, (0, r, ""), "pod", r, steps[r], rets[r]) for r, f in enumerate(fit) if _finite(f)]
+        cands += [(f, (0, r, ""), "pod", r, steps[r], rets[r]) for r, f in enumerate(fit) if is_finite(f)]
     seen: set[str] = set()
     limits = [min_steps(r) for r in range(n)]
     loosest = None if any(x is None for x in limits) or not limits else min(limits)
@@ -316,7 +328,7 @@ def elegantrl_select(
         eid, score = str(item[0]), item[1]
         e_steps = item[2] if len(item) > 2 else None
         e_rets = tuple(item[3]) if len(item) > 3 and item[3] is not None else None
-        if eid in seen or not _finite(score) or not fresh(e_steps, loosest):
+        if eid in seen or not is_finite(score) or not fresh(e_steps, loosest):
             continue
         seen.add(eid)
         cands.append((float(score), (1, 0, eid), "entry", eid, e_steps, e_rets))
@@ -330,7 +342,7 @@ def elegantrl_select(
         base = dict(rank=r, publish=r in pool_pods, fitness=fit[r], old_hparams=hp[r])
         mine = [c for c in cands if fresh(c[4], limits[r])]
         if not mine:
-            if _finite(fit[r]):
+            if is_finite(fit[r]):
                 out.append(Decision(action="keep", reason="no candidates", **base))
             else:
                 out.append(Decision(action="reset", reason="fitness is NaN and no finite source exists", **base))
@@ -358,7 +370,7 @@ def elegantrl_select(
         if verdict == "verify":
             why = f"scored {score:.6g} on other start states: evaluated on this round's first"
         else:
-            why = "own fitness is NaN" if not _finite(fit[r]) else f"better than own {fit[r]:.6g}{diff}"
+            why = "own fitness is NaN" if not is_finite(fit[r]) else f"better than own {fit[r]:.6g}{diff}"
         out.append(
             Decision(
                 action="copy_pod" if kind == "pod" else "load_entry",
@@ -414,15 +426,15 @@ def pbt_select(
     """
     reports = _check_reports(reports)
     n = len(reports)
-    fit = [float(p.fitness) if _finite(p.fitness) else float("nan") for p in reports]
+    fit = [float(p.fitness) if is_finite(p.fitness) else float("nan") for p in reports]
     order = _ranking(fit)
-    finite = [r for r in order if _finite(fit[r])]
+    finite = [r for r in order if is_finite(fit[r])]
     k = quantile_size(n, quantile)
     sources = finite[:k]
     # The k worst pods that are ready (a pod that copied another fewer than ready_rounds rounds
     # ago is skipped, and the next worst ready pod outside the sources takes its place), plus
     # every non-finite pod.
-    targets = {r for r in range(n) if not _finite(fit[r])}
+    targets = {r for r in range(n) if not is_finite(fit[r])}
     not_ready: set[int] = set()
     source_set, finite_targets = set(sources), 0  # a set and a count: linear in the pool
     for r in reversed([r for r in finite if r not in source_set]):
@@ -457,17 +469,17 @@ def pbt_select(
             lambda s, r=r, me=me: (
                 reports[s].env_steps >= min_steps
                 and (  # on common
-                    not _finite(fit[r])
+                    not is_finite(fit[r])
                     or _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)[0] == "take"
                 )
             ),
         )
-        if s is None and not _finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
+        if s is None and not is_finite(fit[r]) and finite:  # start states: better in the paired sense (any margin > 0)
             s = finite[0]
         if s is not None:
             drawn.add(s)
             new = explore(reports[s].hparams, space, rng, resample_prob, perturb_factors)
-            why = "fitness is NaN" if not _finite(fit[r]) else "bottom quantile"
+            why = "fitness is NaN" if not is_finite(fit[r]) else "bottom quantile"
             _, dm, dse = _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)
             decisions[r] = Decision(
                 action="copy_pod",
@@ -480,7 +492,7 @@ def pbt_select(
                 **base,
             )
             continue
-        if _finite(fit[r]):
+        if is_finite(fit[r]):
             reason = "bottom quantile, but no better source with comparable experience"
             decisions[r] = Decision(action="keep", reason=reason, **base)
             continue
@@ -496,23 +508,129 @@ def pbt_select(
         else:
             decisions[r] = Decision(action="reset", reason="fitness is NaN and no finite source exists", **base)
 
-    in_board: set[int] = set()
-    if top_k is not None:
-        cands = [(fit[r], (0, r, ""), r) for r in finite]
-        cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if _finite(s)]
-        cands.sort(key=lambda c: (-c[0], c[1]))
-        in_board = {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
-    out = []
+    return _with_publishers(decisions, drawn | _in_board(fit, finite, entries, top_k))
+
+
+def _in_board(
+    fit: Sequence[float], finite: Sequence[int], entries: Iterable[tuple[str, float]], top_k: int | None
+) -> set[int]:
+    """The pods that would enter the top ``top_k`` of ``entries`` plus this round's finite pods."""
+    if top_k is None:
+        return set()
+    cands = [(fit[r], (0, r, ""), r) for r in finite]
+    cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if is_finite(s)]
+    cands.sort(key=lambda c: (-c[0], c[1]))
+    return {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
+
+
+def _with_publishers(decisions: Mapping[int, Decision], publishers: set[int]) -> list[Decision]:
+    """The decisions in rank order, ``publish`` set for ``publishers``."""
+    return [replace(decisions[r], publish=True) if r in publishers else decisions[r] for r in range(len(decisions))]
+
+
+# ----------------------------------------------------------------------------- dexpbt
+
+
+def dexpbt_cuts(fitness: Sequence[float], threshold_std: float, threshold_abs: float = 0.0) -> tuple[float, float]:
+    """DexPBT's cuts ``(upper, lower)`` of a pool's finite fitness: ``max(m + k s, m + a)`` and
+    ``min(m - k s, m - a)`` (``m``, ``s``: mean and population standard deviation; ``k``:
+    ``threshold_std``, ``a``: ``threshold_abs``). NaN both when no pod has a finite fitness."""
+    f = np.asarray([float(x) for x in fitness if is_finite(x)], dtype=np.float64)
+    if not len(f):
+        return math.nan, math.nan
+    m, s = float(f.mean()), float(f.std())
+    return max(m + threshold_std * s, m + threshold_abs), min(m - threshold_std * s, m - threshold_abs)
+
+
+def dexpbt_select(
+    reports: Sequence[PodReport],
+    round: int,
+    seed: int,
+    space: Mapping[str, Any],
+    threshold_std: float = 0.1,
+    threshold_abs: float = 0.0,
+    mutation_rate: float = 0.25,
+    change_range: Sequence[float] = (1.1, 1.5),
+    steps_tolerance: float = 0.25,
+    entries: Iterable[tuple[str, float]] = (),
+    top_k: int | None = None,
+    rng_ranks: Sequence[int] | None = None,
+    labels: Sequence[int] | None = None,
+) -> list[Decision]:
+    """DexPBT's natural selection (Isaac Lab's PBT); one decision per rank.
+
+    - Cuts (:func:`dexpbt_cuts`) from the pool's finite fitness: leaders strictly above the
+      upper cut, underperformers strictly below the lower one; every non-finite pod is an
+      underperformer too. Equal fitness everywhere (no spread) leaves nobody on either side.
+    - Only underperformers act. Each draws a leader uniformly among those with
+      ``env_steps >= its own x (1 - steps_tolerance)`` (Generator seeded by (seed, round, rank)),
+      copies it and takes the leader's hyperparameters through :func:`mutate`; with no such
+      leader a finite underperformer keeps its agent and mutates its own hyperparameters
+      (action ``keep`` with ``new_hparams``).
+    - A NaN pod with no leader copies the best finite pod; with no finite pod, the best finite
+      ``entries`` item; else it resets.
+    - Publish: drawn sources, plus pods that would enter the top ``top_k`` (as :func:`pbt_select`).
+    """
+    reports, entries = _check_reports(reports), list(entries)
+    n = len(reports)
+    fit = [float(p.fitness) if is_finite(p.fitness) else float("nan") for p in reports]
+    finite = [r for r in _ranking(fit) if is_finite(fit[r])]
+    upper, lower = dexpbt_cuts(fit, threshold_std, threshold_abs)
+    leaders = [r for r in finite if fit[r] > upper]
+    cuts = f"cuts {lower:.6g} / {upper:.6g}" if finite else "no finite fitness"
+    decisions: dict[int, Decision] = {}
+    drawn: set[int] = set()
     for r in range(n):
-        d = decisions[r]
-        if r in drawn or r in in_board:
-            d = replace(d, publish=True)
-        out.append(d)
-    return out
+        me = reports[r]
+        base = dict(rank=r, publish=False, fitness=fit[r], old_hparams=dict(me.hparams))
+        nan = not is_finite(fit[r])
+        if not nan and not fit[r] < lower:
+            why = "leader" if r in leaders else "between the cuts"
+            decisions[r] = Decision(action="keep", reason=f"{why} ({cuts})" if n > 1 else "world of one", **base)
+            continue
+        rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_DEXPBT)
+        min_steps = me.env_steps * (1.0 - steps_tolerance)
+        mine = [s for s in leaders if reports[s].env_steps >= min_steps]
+        s = mine[int(rng.integers(len(mine)))] if mine else (finite[0] if nan and finite else None)
+        if s is not None:
+            drawn.add(s)
+            _, dm, dse = _compare(fit[r], me.returns, fit[s], reports[s].returns or None, 0.0)
+            what = "a leader" if s in leaders else "the best finite pod (no leader)"
+            decisions[r] = Decision(
+                action="copy_pod",
+                source_rank=s,
+                source_score=fit[s],
+                new_hparams=mutate(reports[s].hparams, space, rng, mutation_rate, change_range),
+                reason=f"{'fitness is NaN' if nan else 'underperformer'} ({cuts}): copy {what}, pod "
+                f"{labels[s] if labels else s} ({fit[s]:.6g}), and mutate",
+                diff_mean=dm,
+                diff_se=dse,
+                **base,
+            )
+        elif not nan:
+            decisions[r] = Decision(
+                action="keep",
+                new_hparams=mutate(me.hparams, space, rng, mutation_rate, change_range),
+                reason=f"underperformer ({cuts}), no leader with comparable experience: mutate own hyperparameters",
+                **base,
+            )
+        else:
+            best = _best_entry(entries)
+            if best is not None:
+                decisions[r] = Decision(
+                    action="load_entry",
+                    source_entry=best[0],
+                    source_score=best[1],
+                    reason="fitness is NaN and no finite pod: load the best leaderboard entry",
+                    **base,
+                )
+            else:
+                decisions[r] = Decision(action="reset", reason="fitness is NaN and no finite source exists", **base)
+    return _with_publishers(decisions, drawn | _in_board(fit, finite, entries, top_k))
 
 
 def _best_entry(entries: Iterable[tuple[str, float]]) -> tuple[str, float] | None:
-    best = sorted(((-float(s), str(e)) for e, s in entries if _finite(s)))
+    best = sorted(((-float(s), str(e)) for e, s in entries if is_finite(s)))
     return (best[0][1], -best[0][0]) if best else None
 
 
@@ -620,6 +738,22 @@ def _decide_kind(
             entries=[(e.id, e.score) for e in entries],
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
+            rng_ranks=rng_ranks,
+            labels=labels,
+        )
+    if cfg.mode == "dexpbt":
+        return dexpbt_select(
+            reports,
+            round,
+            seed,
+            effective_space(cfg, reports[0].kind.split(" ")[0] or "ppo"),
+            threshold_std=cfg.threshold_std,
+            threshold_abs=cfg.threshold_abs,
+            mutation_rate=cfg.mutation_rate,
+            change_range=cfg.change_range,
+            steps_tolerance=cfg.steps_tolerance,
+            entries=[(e.id, e.score) for e in entries],
+            top_k=cfg.top_k,
             rng_ranks=rng_ranks,
             labels=labels,
         )

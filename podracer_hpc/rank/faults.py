@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["injection", "nan_update", "signal_update", "slow_factor"]
+__all__ = ["hang_update", "injection", "nan_update", "signal_update", "slow_factor"]
 
 
 def injection(name: str, rank: int) -> str | None:
@@ -35,3 +35,9 @@ def signal_update(rank: int) -> int:
     """``PODRACER_INJECT_SIGNAL=RANK:UPDATE[,...]``: that rank sends itself a real SIGUSR2 right
     after that update (a warning signal at an exact point of the schedule, through the real handler)."""
     return int(injection("SIGNAL", rank) or 0)
+
+
+def hang_update(rank: int) -> int:
+    """``PODRACER_INJECT_HANG=RANK:UPDATE[,...]``: that rank stops itself with a real SIGSTOP right
+    after that update (a hung rank: it neither ends nor answers, until a SIGCONT or a SIGKILL)."""
+    return int(injection("HANG", rank) or 0)

@@ -52,22 +52,33 @@ import yaml
 
 from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
-from podracer_hpc.cluster.mpi import Comm, get_comm
+from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.config import Config, for_rank, to_dict
+from podracer_hpc.config import Config, for_rank, renamed_keys, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
 from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.h5recover import open_log
-from podracer_hpc.files.rundir import EXIT_REQUEUE, PoolPart, RunDir, git_revision, job_id, slurm_ids
+from podracer_hpc.files.rundir import (
+    EXIT_REQUEUE,
+    PoolPart,
+    RunDir,
+    RunLock,
+    git_revision,
+    job_id,
+    make_dirs,
+    slurm_ids,
+)
 from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.fitness import Fitness, eval_seed
 from podracer_hpc.pool.hparams import describe_space, effective_space
 from podracer_hpc.pool.rounds import Meeting, Pool, pool_line
 from podracer_hpc.pool.rules import intervals_to_next_round, round_env_steps
 from podracer_hpc.rank import faults, resume
+from podracer_hpc.rank.lock import take_world_lock
 from podracer_hpc.rank.state import RankState
+from podracer_hpc.rank.vigil import Vigil
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
 
@@ -108,22 +119,32 @@ def train(
     """
     rank = RankRun(cfg, run_dir, comm or get_comm(), stop or StopFlag().install(), stop_after_updates, quiet, part)
     try:
-        rank.start()
-        while not rank.stopping():
-            if rank.round_due():  # before any more training: also a round resumed from a stopped meeting
-                rank.round()
-            elif rank.trained():
-                break
-            else:
-                rank.update()
-                if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
-                    rank.evaluate()
-            if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
-                rank.checkpoint()
-            rank.progress()
-        return rank.finish()
+        try:
+            return _loop(rank)
+        except MeetingTimeout as e:  # a rank did not come: name it, then end this world (never a hang)
+            rank.vigil.hung(e)
+            raise
     finally:
         rank.close()
+
+
+def _loop(rank: "RankRun") -> RunResult:
+    """The loop of named steps (see the module docstring)."""
+    rank.start()
+    while not rank.stopping():
+        if rank.round_due():  # before any more training: also a round resumed from a stopped meeting
+            rank.round()
+        elif rank.trained():
+            break
+        else:
+            rank.update()
+            if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
+                rank.evaluate()
+        if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
+            rank.checkpoint()
+        rank.progress()
+        rank.vigil.aggregate(rank.pool_size)
+    return rank.finish()
 
 
 class RankRun:
@@ -150,6 +171,7 @@ class RankRun:
         self.pod: Pod | None = None
         self.pool: Pool | None = None
         self.log: H5Writer | None = None
+        self.lock: RunLock | None = None  # rank 0: this world's writer lock of the run directory
         self.state: RankState | None = None  # the run loop's state in the checkpoint it resumed from
         self.stopped_by = ""  # why this rank stops early ("" while it trains)
         self.poisoned = False  # NaN loss: frozen until a round replaces the agent
@@ -163,9 +185,13 @@ class RankRun:
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
         self.inject_nan, self.slow = faults.nan_update(self.index), faults.slow_factor(self.index)
         self.inject_signal = faults.signal_update(self.index)
+        self.inject_hang = faults.hang_update(self.index)
         # the code that runs (a job's snapshot revision; -dirty if modified): asked once (it may run
         # git on the shared filesystem), then named by the start line, the log and the summary
         self.revision = git_revision()
+        # this pod's heartbeat and the deadline on its waits for every rank (start() opens it)
+        self.vigil = Vigil(self.cfg, comm, self.rundir, part, self.index, self.say)
+        self.vigil.flush = lambda: self.log.flush() if self.log is not None else None
 
     def say(self, msg: str, progress: bool = False) -> None:
         """Events always go to stderr; ``quiet`` silences only the periodic progress lines."""
@@ -180,7 +206,8 @@ class RankRun:
 
     # --- start ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Device, pod, the checkpoint every rank resumes from (or a fresh start), log, pool."""
+        """Device, pod, the run directory's lock (before anything is written there), the checkpoint
+        every rank resumes from (or a fresh start), log, pool."""
         cfg, comm = self.cfg, self.comm
         try:  # every rank calls it: the ranks of a node compare GPUs, and one rank's error stops all
             device = resolve_device(cfg.device, comm.local_rank, comm.local_size, allgather=comm.allgather)
@@ -215,6 +242,8 @@ class RankRun:
             )
             + (f" (part {self.part} of a pool of {self.pool_size} pods)" if self.part.count > 1 else "")
         )
+        self.take_lock()  # nothing above wrote into the run directory (a pod refused for its memory makes none)
+        self.hb = self.vigil.open(str(device))  # the heartbeat: a refused second writer leaves none
         poolsummary.clear_record(self.rundir, self.index)  # a record says how this start ended
         choice = resume.agree(
             comm.allgather,
@@ -242,23 +271,25 @@ class RankRun:
                 self.log,
                 index=self.index,
                 pool_size=self.pool_size,
+                part=self.part.index if self.part.count > 1 else None,
             )
             if self.state is None:
                 self.pool.join()
             else:
                 self.pool.last_copy_round = self.state.last_copy_round
-            if comm.rank == 0 and cfg.tournament.mode == "pbt":
+            if comm.rank == 0 and cfg.tournament.mode in ("pbt", "dexpbt"):
                 t = cfg.tournament
                 what = (
                     "tournament.hparam_space"
                     if t.hparam_space
                     else "the default space (tournament.hparam_space is empty)"
                 )
-                self.say(
-                    f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; a pod that copied "
-                    "another is "
-                    f"not replaced again for {t.ready_rounds} rounds"
+                rule = (
+                    f"a pod that copied another is not replaced again for {t.ready_rounds} rounds"
+                    if t.mode == "pbt"
+                    else f"only pods beyond the pool's mean +- {t.threshold_std:g} std act (dexpbt)"
                 )
+                self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; {rule}")
         st = self.state if self.state is not None else RankState()
         self.round_index = st.round
         if st.pending_for(self.round_index) is not None:
@@ -283,6 +314,14 @@ class RankRun:
         if self.state is None:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
+    def take_lock(self) -> None:
+        """The run directory's writer lock for this world (:func:`podracer_hpc.rank.lock.take_world_lock`)."""
+        try:
+            self.lock = take_world_lock(self.comm, self.rundir, self.part, self.say)
+        except OSError as e:
+            why = f"{e.strerror}: {e.filename}" if e.filename else str(e)
+            raise TrainingError(f"rank 0 could not take the run directory's lock ({why})") from None
+
     def part_checkpoints(self) -> list[int]:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
         left out; a pod beyond the pool counts as a rank beyond this world (a bigger run was here)."""
@@ -294,6 +333,7 @@ class RankRun:
         ``resume.agree`` found it and its .prev in."""
         tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
         written = _run_config(self.rundir.config) or meta.get("config", {})  # the run's: written once, at its start
+        written = renamed_keys(written, warn=False)
         diffs = _diff_config(written, to_dict(self.run_cfg), to_dict(Config()))
         if diffs:
             raise ConfigError(
@@ -313,7 +353,7 @@ class RankRun:
 
     def prepare_fresh(self) -> None:
         if self.index == 0 or (self.comm.rank == 0 and not self.rundir.config.exists()):
-            self.rundir.root.mkdir(parents=True, exist_ok=True)
+            make_dirs(self.rundir.root)
             safeio.atomic_write_bytes(
                 self.rundir.config, yaml.safe_dump(to_dict(self.run_cfg), sort_keys=False).encode(), mode=0o644
             )
@@ -337,6 +377,8 @@ class RankRun:
             "mpi_rank": comm.rank,
             "comm": comm.note or ("mpi" if comm.is_mpi else "single"),
             "created": time.time(),
+            # what a data-parallel all-reduce would sum per gradient step (report/aggregate.py's model)
+            "param_count": sum(p.numel() for p in pod.agent.net.parameters() if p.requires_grad),
         }
         self.log = open_log(self.rundir.log(self.index), attrs, say=self.say)
         rows = self.state.log_rows if self.state is not None else None
@@ -377,8 +419,18 @@ class RankRun:
             self.freeze(vals["loss"])
         if self.inject_signal and pod.updates == self.inject_signal:
             os.kill(os.getpid(), signal.SIGUSR2)
+        if self.inject_hang and pod.updates == self.inject_hang:
+            self.log.flush()
+            os.kill(os.getpid(), signal.SIGSTOP)
         self.updates_here += 1
         self.log_update(vals, dt)
+        self.hb.beat(
+            "training",
+            update=pod.updates,
+            env_steps=pod.env_steps,
+            wall_s=self.wall(),
+            steps_per_s=pod.batch_size / dt,
+        )
 
     def freeze(self, loss: float) -> None:
         pod = self.pod
@@ -437,12 +489,14 @@ class RankRun:
         env-step point, common to every pod); one log row; NaN for a frozen pod."""
         pod = self.pod
         seed = eval_seed(self.cfg.seed, "eval", pod.env_steps) if seed is None else seed
+        self.hb.beat("evaluating")
         r = pod.evaluate(seed).cpu().numpy()
         if self.poisoned:
             r = r * math.nan
         fit = Fitness(tuple(r.tolist()), seed)
         self.last_eval = fit.mean
         self.best = max(self.best, self.last_eval)
+        self.hb.record.update(last_eval=fit.mean, best_eval=self.best)
         self.log.append(
             "eval",
             {
@@ -506,6 +560,8 @@ class RankRun:
                 "training goes on"
             )
         self.round_index += 1
+        self.vigil.round_s = max(self.vigil.round_s, time.perf_counter() - self.round_clock[0])
+        self.hb.record.update(rounds=self.round_index, last_action=f"r{record.round}: {record.action}")
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
         if wish[1]:
             self.checkpoint()
@@ -653,11 +709,14 @@ class RankRun:
             self.verdict = Fitness(tuple(r.tolist()), seed)
         if self.stopped_by or self.updates_here or not self.ckpt.exists():
             self.checkpoint()
-        poolsummary.write_record(self.rundir, self.index, self.record())  # before the meeting: rank 0 reads it after
+        record = self.record()
+        poolsummary.write_record(self.rundir, self.index, record)  # before the meeting: rank 0 reads it after
+        self.hb.beat("ended", force=True, state=record["state"], update=self.pod.updates, env_steps=self.pod.env_steps)
         if self.met is None:
             self.meet("stop" if self.stopped_by else "done")
         self.comm.settle_notices([m.notified for m in self.met])
         complete = all(m.kind == "done" for m in self.met)
+        self.vigil.aggregate(self.pool_size, "done" if complete else "stopped", force=True)
         if not complete:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
             via = f" (its notice came over {hops} hop{'s' * (hops != 1)})" if hops and not self.comm.announced else ""
@@ -700,8 +759,12 @@ class RankRun:
         return summary
 
     def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
+        try:
+            if self.log is not None:
+                self.log.close()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 # ------------------------------------------------------------------------------------------

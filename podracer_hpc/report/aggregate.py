@@ -12,7 +12,15 @@ Tables are :class:`Table` objects: named numpy columns of one length (no pandas 
 - :func:`tournament_table`: one row per run x pod x tournament round (action, source, hparams);
 - :func:`scaling_table`: one row per system x task x resource point (pods): time to target over
   seeds (median, range, how many reached it, the bound when not), throughput, speed-up,
-  efficiency, and the ratio to a reference system at the same resources.
+  efficiency, and the ratio to a reference system at the same resources; and the same target in
+  *device-equivalent* time (:class:`DeviceModel`, :func:`device_markdown`).
+
+Device-equivalent time is what a pool would take when every pod has its own device, read from
+logs made anywhere (a loaded 2-core machine included): ``env steps per pod to the target x
+seconds per env step of one pod on its device + seconds spent in rounds`` (+ a modelled
+all-reduce for one learner with N times the envs). The first factor comes from the logs and does
+not depend on the machine's load; the second from a named source (a one-pod run of the same
+system, or a value given); the third from the ``/tournament`` rows (``docs/studies.md``).
 
 Curves (:func:`run_curves`, :func:`mean_curve`) take runs as the samples, not pods (a
 tournament's pods copy each other): each run's pods are reduced to one curve first (their mean,
@@ -31,12 +39,13 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
 from podracer_hpc.files.records import read_records
-from podracer_hpc.report.curves import REDUCERS, mean_curve, run_curves, t95
+from podracer_hpc.report.curves import MIN_RUNS_FOR_BAND, REDUCERS, mean_curve, run_curves, t95
 from podracer_hpc.report.runs import Run, RunDirError, expand_run_dirs, job_id, load_run, load_runs
 from podracer_hpc.report.tables import Table, read_csv, typed
 
@@ -53,6 +62,10 @@ __all__ = [
     "time_to_target",
     "scaling_table",
     "scaling_markdown",
+    "DeviceModel",
+    "SCHEMES",
+    "device_markdown",
+    "run_costs",
     "cumulative_return_scale",
     "METRICS",
     "target_for",
@@ -255,13 +268,151 @@ RUN_COLUMNS = (
     "metric",
     "wall_s_to_target",
     "env_steps_to_target",
+    "scheme",
+    "env_steps_per_pod",
+    "env_steps_per_pod_to_target",
+    "round_s",
+    "round_s_to_target",
+    "allreduce_s_to_target",
+    "own_step_s",
+    "device_step_s",
+    "device_step_source",
+    "device_s_to_target",
+    "device_s_bound",
     "device_type",
     "host",
     "run_dir",
 )
 
+# How a run's pods map onto devices (``<run>/resources.json`` ``scheme``): ``pods``, one pod per
+# device (a pool, best-of-N, random search); ``data_parallel``, one learner whose envs stand for
+# ``pods`` devices' (one learner with N times the envs; RLlib's learners), so its env steps per
+# device are its env steps / pods, and each gradient step costs an all-reduce.
+SCHEMES = ("pods", "data_parallel")
 
-def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return") -> Table:
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """Where device-equivalent time takes its constants from (a study file's ``device_step_s``,
+    ``device_reference``, ``systems.<name>.device_step_s`` and ``allreduce.*``).
+
+    Seconds per env step of one pod on its device: ``step_s_of[system]`` when given, else
+    ``step_s``, else the median over seeds of the one-pod runs (``pods`` 1) of ``reference``
+    (default: the system itself) of ``(training seconds - seconds in rounds) / env steps``.
+    The all-reduce of one gradient step over ``N`` devices (``data_parallel`` runs, N > 1):
+    ``2 x param_bytes / bandwidth + latency x log2 N`` (a ring's bytes, a tree's latency);
+    ``param_bytes`` 0: 4 bytes per parameter the run's log records (``param_count``)."""
+
+    step_s: float = 0.0
+    reference: str = ""
+    step_s_of: Mapping[str, float] = field(default_factory=dict)
+    allreduce_gbytes_per_s: float = 25.0
+    allreduce_latency_s: float = 1e-5
+    param_bytes: float = 0.0
+
+    def allreduce_s(self, devices: int, param_count: float) -> float:
+        """Seconds of one all-reduce of the gradients over ``devices`` (0 for one device; NaN
+        when the parameter bytes are unknown)."""
+        if devices <= 1:
+            return 0.0
+        nbytes = self.param_bytes if self.param_bytes > 0 else 4.0 * param_count
+        if not nbytes > 0:
+            return math.nan
+        return 2.0 * nbytes / (self.allreduce_gbytes_per_s * 1e9) + self.allreduce_latency_s * math.log2(devices)
+
+    def step_for(self, system: str, rows: Sequence[Mapping[str, Any]]) -> tuple[float, str]:
+        """(seconds per env step of one pod of ``system``, where that number came from)."""
+        if self.step_s_of.get(system, 0.0) > 0:
+            return float(self.step_s_of[system]), f"systems.{system}.device_step_s"
+        if self.step_s > 0:
+            return float(self.step_s), "device_step_s"
+        ref = self.reference or system
+        own = [float(r["own_step_s"]) for r in rows if r["system"] == ref and int(r["pods"]) == 1]
+        own = [v for v in own if math.isfinite(v)]
+        if not own:
+            return math.nan, f"none: no one-pod run of {ref} (add point 1, or set device_step_s)"
+        return float(np.median(own)), f"{ref} at 1 pod ({len(own)} run{'s' * (len(own) != 1)})"
+
+
+def run_costs(run: Run) -> dict[str, Any]:
+    """What device-equivalent time reads from one run's logs: ``rounds`` (one ``(env_steps,
+    seconds)`` per round: the pods' fewest env steps at it and their smallest ``tournament_s``:
+    the last pod to arrive waits for nobody, so its seconds are the round's own work, not the
+    time-sharing skew of the machine the logs were made on), ``final_steps`` (each pod's last
+    env steps), ``own_step_s`` (median over pods of ``(training seconds - own round seconds) /
+    env steps``), ``param_count`` and ``grad_steps(x)``: the gradient steps up to env step ``x``
+    of pod 0 (PPO: its updates x epochs x minibatches; SAC/TD3: the logged ``grad_steps``)."""
+    per_round: dict[int, list[tuple[int, float]]] = {}
+    final, own = [], []
+    for log in run.logs.values():
+        to, tr = log["tournament"], log["train"]
+        ts = np.asarray(to.get("tournament_s", ()), dtype=float)
+        for i, rnd in enumerate(to.get("round", ())):
+            per_round.setdefault(int(rnd), []).append((int(to["env_steps"][i]), float(ts[i])))
+        if len(tr.get("env_steps", ())):
+            steps, wall = int(tr["env_steps"][-1]), float(tr["wall_s"][-1])
+            final.append(steps)
+            own.append((wall - float(np.nansum(ts))) / steps if steps > 0 else math.nan)
+    rounds = []
+    for rnd in sorted(per_round):
+        secs = [t for _, t in per_round[rnd] if math.isfinite(t)]
+        rounds.append((min(s for s, _ in per_round[rnd]), min(secs) if secs else 0.0))
+    first = run.logs[min(run.logs)] if run.logs else {"train": {}, "attrs": {}}
+    agent = ((first["attrs"].get("config") or run.config).get("agent")) or {}
+    per_update = int(agent.get("update_epochs", 1) or 1) * int(agent.get("num_minibatches", 1) or 1)
+    tr0 = first["train"]
+
+    def grad_steps(x: float) -> float:
+        steps = np.asarray(tr0.get("env_steps", ()), dtype=float)
+        upto = steps <= x
+        g = np.asarray(tr0.get("grad_steps", np.full(len(steps), -1)), dtype=float)[upto]
+        return float(g[g >= 0].sum()) if (g >= 0).any() else float(upto.sum() * per_update)
+
+    return {
+        "rounds": rounds,
+        "final_steps": final,
+        "own_step_s": float(np.nanmedian(own)) if np.isfinite(own).any() else math.nan,
+        "param_count": float(first["attrs"].get("param_count", math.nan)),
+        "grad_steps": grad_steps,
+    }
+
+
+def _device_row(run: Run, row: dict[str, Any], device: DeviceModel) -> dict[str, Any]:
+    """A run's device-equivalent columns, except those that need the other runs (the step seconds)."""
+    costs = run_costs(run)
+    dp = run.scheme == "data_parallel"
+    devices = int(row["pods"])
+    x = float(row["env_steps_to_target"])
+    reached = math.isfinite(x)
+    budget = float(max(costs["final_steps"], default=0))
+    ar = device.allreduce_s(devices, costs["param_count"]) if dp else 0.0
+    upto = x if reached else math.inf
+    return {
+        "scheme": run.scheme,
+        "env_steps_per_pod": budget / devices if dp else budget,
+        "env_steps_per_pod_to_target": (x / devices if dp else x) if reached else math.nan,
+        "round_s": float(sum(t for _, t in costs["rounds"])),
+        "round_s_to_target": float(sum(t for s, t in costs["rounds"] if s < upto)),
+        "allreduce_s_to_target": (ar * costs["grad_steps"](upto) if ar else 0.0),
+        "own_step_s": costs["own_step_s"],
+    }
+
+
+def _with_device_time(rows: list[dict[str, Any]], device: DeviceModel) -> None:
+    """Fill in each row's step seconds (from its named source) and device-equivalent time: to the
+    target when reached, else the bound the run's whole budget took (censored)."""
+    for r in rows:
+        r["device_step_s"], r["device_step_source"] = device.step_for(str(r["system"]), rows)
+        steps = r["env_steps_per_pod_to_target"] if math.isfinite(r["env_steps_per_pod_to_target"]) else None
+        total = (steps if steps is not None else r["env_steps_per_pod"]) * r["device_step_s"]
+        total += r["round_s_to_target"] + r["allreduce_s_to_target"]
+        r["device_s_to_target"] = total if steps is not None else math.nan
+        r["device_s_bound"] = total if steps is None and math.isfinite(r["target"]) else math.nan
+
+
+def run_table(
+    runs: Sequence[Run], target: Targets = None, metric: str = "return", device: DeviceModel | None = None
+) -> Table:
     """One row per run.
 
     ``env_steps``: summed over pods (last train row of each); ``wall_s``: the slowest pod's
@@ -276,6 +427,16 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
     ``{task: number}``; NaN if never reached or no target) of ``metric`` (:data:`METRICS`:
     ``return``, or ``cumulative_return`` for stock trading); ``pods``, ``gpus``, ``cpus``,
     ``nodes``: :attr:`Run.resources`.
+
+    Device-equivalent time (``device``: its constants, default :class:`DeviceModel`'s):
+    ``scheme`` (:data:`SCHEMES`); ``env_steps_per_pod`` (the budget: a pod's, or a data-parallel
+    learner's env steps / pods) and ``env_steps_per_pod_to_target``; ``round_s`` and
+    ``round_s_to_target`` (the rounds before the crossing, :func:`run_costs`);
+    ``allreduce_s_to_target``; ``own_step_s`` (this run's seconds per env step of a pod, rounds
+    left out); ``device_step_s`` and ``device_step_source`` (the number used and where it came
+    from); ``device_s_to_target`` = steps per pod x step seconds + round seconds + all-reduce
+    seconds (NaN when not reached); ``device_s_bound``: the same over the whole budget for a run
+    that did not reach the target (censored: its time is at least that).
     """
     if metric not in METRICS:
         raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
@@ -332,6 +493,7 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
             "host": str(next(iter(run.attrs.values()), {}).get("host", "")),
             "run_dir": str(run.path),
         }
+        row.update(_device_row(run, row, device or DeviceModel()))
         verdict = run.summary if run.summary is not None and run.summary.get("final_episodes") else None
         if verdict is not None and verdict.get("best_return") is not None:  # the common-ground verdict
             row.update(
@@ -340,6 +502,7 @@ def run_table(runs: Sequence[Run], target: Targets = None, metric: str = "return
                 best_return_se=float(verdict.get("best_return_se") or math.nan),
             )
         rows.append(row)
+    _with_device_time(rows, device or DeviceModel())
     return typed(Table.from_rows(rows, RUN_COLUMNS), RUN_COLUMNS)
 
 
@@ -463,6 +626,21 @@ SCALING_COLUMNS = (
     "reference",
     "time_ratio",
     "time_ratio_bound",
+    "env_steps_per_pod_to_target_median",
+    "env_steps_per_pod_to_target_min",
+    "env_steps_per_pod_to_target_max",
+    "env_steps_per_pod_bound",
+    "device_s_mean",
+    "device_s_ci",
+    "device_s_median",
+    "device_s_min",
+    "device_s_max",
+    "device_s_censored",
+    "device_s_bound",
+    "device_speedup",
+    "device_efficiency",
+    "device_step_s",
+    "device_step_source",
 )
 
 
@@ -474,6 +652,51 @@ def _censored_median(reached: Sequence[float], n: int) -> float:
         return math.nan
     m = len(vals)
     return vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+
+
+def _device_stats(v: Table) -> dict[str, Any]:
+    """The device-equivalent columns of one task x system x pods (its runs are the seeds)."""
+    n = len(v)
+    col = {
+        k: np.asarray(v[k], dtype=float) if k in v else np.full(n, math.nan)
+        for k in (
+            "device_s_to_target",
+            "device_s_bound",
+            "env_steps_per_pod_to_target",
+            "env_steps_per_pod",
+            "device_step_s",
+        )
+    }
+    t, bound = col["device_s_to_target"], col["device_s_bound"]
+    hit, miss = np.isfinite(t), ~np.isfinite(t) & np.isfinite(bound)
+    known = hit | miss
+    vals = np.where(hit, t, bound)[known]  # a censored seed counts at its bound: the mean is then a lower bound
+    mean = float(vals.mean()) if len(vals) else math.nan
+    ci = math.nan
+    if hit.sum() == n >= MIN_RUNS_FOR_BAND:
+        ci = t95(n - 1) * float(vals.std(ddof=1)) / math.sqrt(n)
+    steps = col["env_steps_per_pod_to_target"]
+    sh = steps[np.isfinite(steps)]
+    src = sorted({str(x) for x in v["device_step_source"].tolist()}) if "device_step_source" in v else []
+    return {
+        "env_steps_per_pod_to_target_median": _censored_median(sh.tolist(), n),
+        "env_steps_per_pod_to_target_min": float(sh.min()) if len(sh) else math.inf,
+        "env_steps_per_pod_to_target_max": math.inf if len(sh) < n else float(sh.max()),
+        "env_steps_per_pod_bound": float(col["env_steps_per_pod"][~np.isfinite(steps)].max())
+        if len(sh) < n
+        else math.nan,
+        "device_s_mean": mean,
+        "device_s_ci": ci,
+        "device_s_median": _censored_median(t[hit].tolist(), n) if known.any() else math.nan,
+        "device_s_min": float(t[hit].min()) if hit.any() else (math.inf if known.any() else math.nan),
+        "device_s_max": (math.inf if miss.any() else float(t[hit].max())) if known.any() else math.nan,
+        "device_s_censored": int(miss.sum()),
+        "device_s_bound": float(bound[miss].max()) if miss.any() else math.nan,
+        "device_step_s": float(np.nanmedian(col["device_step_s"]))
+        if np.isfinite(col["device_step_s"]).any()
+        else math.nan,
+        "device_step_source": "; ".join(src),
+    }
 
 
 def scaling_table(table: Table, reference: str | None = None) -> Table:
@@ -543,6 +766,7 @@ def scaling_table(table: Table, reference: str | None = None) -> Table:
                         "steps_per_s_median": float(np.median(sps)) if len(sps) else math.nan,
                         "steps_per_s_min": float(sps.min()) if len(sps) else math.nan,
                         "steps_per_s_max": float(sps.max()) if len(sps) else math.nan,
+                        **_device_stats(v),
                     }
                 )
     out = rows
@@ -552,6 +776,9 @@ def scaling_table(table: Table, reference: str | None = None) -> Table:
         t0, t1 = base["time_to_target_median"], r["time_to_target_median"]
         r["speedup"] = t0 / t1 if math.isfinite(t0) and math.isfinite(t1) and t1 > 0 else math.nan
         r["efficiency"] = r["speedup"] / k if math.isfinite(r["speedup"]) else math.nan
+        d0, d1 = base["device_s_median"], r["device_s_median"]
+        r["device_speedup"] = d0 / d1 if math.isfinite(d0) and math.isfinite(d1) and d1 > 0 else math.nan
+        r["device_efficiency"] = r["device_speedup"] / k if math.isfinite(r["device_speedup"]) else math.nan
         s0, s1 = base["steps_per_s_median"], r["steps_per_s_median"]
         r["throughput_speedup"] = s1 / s0 if s0 and math.isfinite(s0) and math.isfinite(s1) else math.nan
         r["throughput_efficiency"] = r["throughput_speedup"] / k if math.isfinite(r["throughput_speedup"]) else math.nan
@@ -606,5 +833,52 @@ def scaling_markdown(sc: Table) -> str:
             f"{r['nodes']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {ttt} | "
             f"{'not reached' if steps == 'inf' else steps} | {_num(r['steps_per_s_median'], '{:,.0f}')} | "
             f"{_num(r['speedup'], '{:.2f}')} | {_num(r['efficiency'], '{:.2f}')} | {ratio or 'n/a'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _censored(v: float, fmt: str) -> str:
+    return "n/a" if not math.isfinite(v) else fmt.format(v)
+
+
+def device_markdown(sc: Table) -> str:
+    """Device-equivalent time to the target as Markdown (one line per task x system x pods):
+    env steps per pod to the target (median [min, max] over seeds), device-equivalent seconds
+    (mean +- the 95% t half-width with at least 3 seeds, all reached; ``≥ mean`` when a seed did not
+    reach it, counted at its budget's time: a censored lower bound), the wall seconds of this
+    machine beside them, and where the seconds per env step came from. A seed that did not reach
+    the target is never dropped: ``≥`` marks it."""
+    if not len(sc):
+        return "(no runs)\n"
+    lines = [
+        "| task | system | pods | seeds | reached | env steps per pod to target, median [min, max] | "
+        "device-equivalent s to target, mean ± 95% t | device-equivalent speed-up | wall s to target (median, "
+        "this machine) | s per env step (source) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sc.rows():
+        if not math.isfinite(r["target"]):
+            continue
+        med, lo, hi = (r[f"env_steps_per_pod_to_target_{k}"] for k in ("median", "min", "max"))
+        budget = _censored(r["env_steps_per_pod_bound"], "{:,.0f}")
+        if math.isfinite(med):
+            steps = f"{med:,.0f} [{lo:,.0f}, {'≥ ' + budget if math.isinf(hi) else f'{hi:,.0f}'}]"
+        else:
+            steps = f"≥ {budget} (budget)"
+        mean, ci, cens = r["device_s_mean"], r["device_s_ci"], int(r["device_s_censored"])
+        if not math.isfinite(mean):
+            dev = "n/a"
+        elif cens:
+            dev = f"≥ {mean:.3g} ({cens} of {r['seeds']} censored at the budget)"
+        else:
+            dev = f"{mean:.3g}" + (
+                f" ± {ci:.2g}" if math.isfinite(ci) else f" [{r['device_s_min']:.3g}, {r['device_s_max']:.3g}]"
+            )
+        wall = r["time_to_target_median"]
+        wall_s = f"{wall:.1f}" if math.isfinite(wall) else f"≥ {_num(r['time_to_target_bound'])}"
+        lines.append(
+            f"| {r['task']} | {r['system']} | {r['pods']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {steps} | "
+            f"{dev} | {_num(r['device_speedup'], '{:.2f}')} | {wall_s} | "
+            f"{_censored(r['device_step_s'], '{:.3g}')} ({r['device_step_source'] or 'n/a'}) |"
         )
     return "\n".join(lines) + "\n"

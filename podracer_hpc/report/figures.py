@@ -12,10 +12,12 @@ run's config name). Writes into ``--out``:
 - ``runs.csv``: one row per run (resources, throughput, best/final return, time to ``--target``);
 - ``scaling.csv`` and ``scaling.md``: one row per system x task x pods (time to target over seeds,
   throughput, speed-up, efficiency, ratio to ``--reference``, default the first system);
+  ``device.md``: the same target in device-equivalent time (``docs/studies.md``);
 - ``tournament.csv``: one row per run x pod x tournament round (when a run has a tournament);
 - ``learning_curves.{png,pdf}`` (mean and 95% t-interval over runs, each run's pods reduced by
   ``--reduce``: their mean, default, or the best pod; the runs themselves with fewer than 3),
-  ``scaling.{png,pdf}``;
+  ``scaling.{png,pdf}``, ``device_time.{png,pdf}`` (device-equivalent time vs pods, log-log, when
+  the runs have it);
 - ``lineage_<run>.{png,pdf}`` per tournament run, ``hparams_<run>.{png,pdf}`` per run whose
   hyperparameters changed (PBT).
 
@@ -32,7 +34,9 @@ from typing import Iterable, Mapping, Sequence
 
 from podracer_hpc.report.aggregate import (
     METRICS,
+    DeviceModel,
     Targets,
+    device_markdown,
     eval_table,
     parse_targets,
     run_table,
@@ -61,6 +65,7 @@ def make_figures(
     reference: str | None = None,
     per_run: bool = True,
     reduce: str = "mean",
+    device: DeviceModel | None = None,
 ) -> list[Path]:
     """Write the tables and figures of the given runs into ``out``; returns the written paths.
 
@@ -69,13 +74,15 @@ def make_figures(
     cumulative return on the training window, a fraction). ``reference``: the system the
     scaling table's ``time_ratio`` divides by (default: the first). ``per_run=False`` leaves out
     the per-run figures (lineage, hyperparameters): a study's report has many runs. ``reduce``:
-    how the learning curves make one curve of a run's pods (``"mean"`` or ``"best"``)."""
+    how the learning curves make one curve of a run's pods (``"mean"`` or ``"best"``). ``device``:
+    the constants of device-equivalent time (a study's; default :class:`DeviceModel`'s: each
+    system's own one-pod runs)."""
     from podracer_hpc.report import plots  # matplotlib only when drawing
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(list(run_dirs), labels)
-    evals, table, tour = eval_table(runs), run_table(runs, target, metric), tournament_table(runs)
+    evals, table, tour = eval_table(runs), run_table(runs, target, metric, device), tournament_table(runs)
     sc = scaling_table(table, reference)
     written = [evals.to_csv(out / "evals.csv")]
     pq = evals.to_parquet(out / "evals.parquet")
@@ -85,6 +92,9 @@ def make_figures(
     written.append(sc.to_csv(out / "scaling.csv"))
     (out / "scaling.md").write_text(scaling_markdown(sc))
     written.append(out / "scaling.md")
+    if target is not None:
+        (out / "device.md").write_text(device_markdown(sc))
+        written.append(out / "device.md")
     if len(tour):
         written.append(tour.to_csv(out / "tournament.csv"))
 
@@ -96,6 +106,8 @@ def make_figures(
 
     save(plots.learning_curves(evals, target=target if metric == "return" else None, reduce=reduce), "learning_curves")
     save(plots.scaling(table, evals, target=target, reference=reference), "scaling")
+    if target is not None:
+        save(plots.device_time(table, reference), "device_time")
     for run in runs if per_run else []:
         if run.mode == "none" or not len(tour) or not (tour["run"] == run.run).any():
             continue

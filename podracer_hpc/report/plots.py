@@ -8,7 +8,10 @@ state; it displays in a notebook and saves with ``fig.savefig``) and laid out wi
   per system (x resource point in a scaling study) the mean over its runs (seeds; each run's pods
   reduced first) and a 95% t-interval over runs, or the runs themselves when fewer than 3;
 - :func:`scaling`: per system (the ``--label`` names), time to a target vs resources (median and
-  band over seeds, ideal scaling), throughput vs resources, and scaling efficiency;
+  band over seeds, ideal scaling), throughput vs resources, and scaling efficiency, and (when the
+  run table has it) device-equivalent time to the target;
+- :func:`device_time`: the paper's figure: device-equivalent time to the target against pods,
+  log-log, the ideal line, one line per system, censored seeds drawn at their bound;
 - :func:`lineage`: which pod took which agent at each tournament round, the winner's ancestry;
 - :func:`hparam_trajectories`: hyperparameters of each pod over env steps (PBT).
 """
@@ -31,7 +34,16 @@ from podracer_hpc.report.lineage import ancestry, lineage
 from podracer_hpc.report.style import empty_panel, series_color
 from podracer_hpc.report.tables import Table
 
-__all__ = ["learning_curves", "scaling", "lineage", "ancestry", "hparam_trajectories", "fmt_steps", "text_overlaps"]
+__all__ = [
+    "learning_curves",
+    "scaling",
+    "device_time",
+    "lineage",
+    "ancestry",
+    "hparam_trajectories",
+    "fmt_steps",
+    "text_overlaps",
+]
 
 
 def fmt_steps(x: float, _pos: Any = None) -> str:
@@ -213,10 +225,12 @@ def scaling(
 
     sc = scaling_table(runs, reference) if len(runs) else scaling_table(runs)
     has_target = len(sc) > 0 and bool(np.isfinite(np.asarray(sc["target"], dtype=float)).any())
-    panels = 3 if has_target else 2
-    fig = Figure(figsize=(width if panels == 3 else width * 0.7, height), layout="constrained")
+    device = has_target and _has_device_time(runs)
+    panels = (3 if has_target else 2) + device
+    fig = Figure(figsize=(width * panels / 3 if panels != 2 else width * 0.7, height), layout="constrained")
     axes = list(fig.subplots(1, panels, squeeze=False)[0])
     ax_t = axes[0] if has_target else None
+    ax_d = axes.pop() if device else None
     ax_s, ax_e = axes[-2], axes[-1]
     tasks = sc.unique("task") if len(sc) else []
     keys = [(task, system) for task in tasks for system in sc.where(task=task).unique("system")]
@@ -359,9 +373,121 @@ def scaling(
             "efficiency: solid time to target, dashed throughput" if has_target else "efficiency: throughput",
             Line2D([], [], color="0.4", ls="--", marker="s", ms=4),
         )
+    if ax_d is not None:
+        for k, v in _device_panel(ax_d, runs, sc)[1].items():  # its series are the other panels' (same colours)
+            handles.setdefault(f"device-equivalent: {k}", v)
     if not len(sc):
         empty_panel(axes[0], "no runs")
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=3, frameon=False, fontsize=9)
+    return fig
+
+
+def _has_device_time(runs: Table) -> bool:
+    """Whether a run table holds device-equivalent times (a target, and step seconds from a source)."""
+    return (
+        len(runs) > 0
+        and "device_s_to_target" in runs
+        and bool(
+            np.isfinite(np.asarray(runs["device_s_to_target"], dtype=float)).any()
+            or np.isfinite(np.asarray(runs["device_s_bound"], dtype=float)).any()
+        )
+    )
+
+
+def _device_panel(ax: Any, runs: Table, sc: Table) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Device-equivalent time to the target vs pods on ``ax`` (log-log), one series per system:
+    each seed a dot, a censored seed an open triangle at its bound (label ``censored``), the mean
+    over seeds where none is censored (its 95% t band with 3 seeds or more), an open triangle at a
+    mean that is a lower bound, and the dotted ideal ``T(p0) x p0 / p`` from the fewest pods with a
+    mean. Returns legend entries: one per series (drawn or not: a series of censored seeds only
+    has no line), and notes for what it drew."""
+    tasks = sc.unique("task") if len(sc) else []
+    notes: dict[str, Any] = {}
+    series: dict[str, Any] = {}
+    pods_seen: set[int] = set()
+    for i, (task, system) in enumerate((t, s) for t in tasks for s in sc.where(task=t).unique("system")):
+        name, color = (system if len(tasks) == 1 else f"{system} ({task})"), series_color(i)
+        series[name] = Line2D([], [], color=color, marker="o", lw=1.8)
+        s, r = sc.where(task=task, system=system), runs.where(task=task, system=system)
+        rp = np.asarray(r["pods"], dtype=float)
+        pods_seen |= {int(p) for p in rp}
+        t, bound = np.asarray(r["device_s_to_target"], dtype=float), np.asarray(r["device_s_bound"], dtype=float)
+        ax.scatter(rp[np.isfinite(t)], t[np.isfinite(t)], color=color, alpha=0.5, s=16, lw=0)
+        miss = ~np.isfinite(t) & np.isfinite(bound)
+        if miss.any():
+            ax.scatter(
+                rp[miss], bound[miss], marker="^", s=34, facecolors="none", edgecolors=color, lw=1.2, label="censored"
+            )
+            notes["open triangle: a seed that did not reach it, at its budget (censored: at least that)"] = Line2D(
+                [], [], ls="", marker="^", mfc="none", mec="0.3", ms=6
+            )
+        ks = np.asarray(s["pods"], dtype=float)
+        mean, ci = np.asarray(s["device_s_mean"], dtype=float), np.asarray(s["device_s_ci"], dtype=float)
+        whole = np.isfinite(mean) & (np.asarray(s["device_s_censored"], dtype=int) == 0)
+        if whole.any():
+            ax.plot(ks[whole], mean[whole], color=color, marker="o", lw=1.8, label=name)
+            band = whole & np.isfinite(ci)
+            if band.sum() > 1:
+                ax.fill_between(ks[band], (mean - ci)[band], (mean + ci)[band], color=color, alpha=0.15, lw=0)
+                notes["shaded: 95% t-interval of the mean over seeds (≥ 3 seeds, all reached)"] = Patch(
+                    color="0.5", alpha=0.3, lw=0
+                )
+            k0, t0 = ks[whole][0], mean[whole][0]
+            kk = ks[ks >= k0]
+            if len(kk) > 1:
+                ax.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
+                notes["dotted: ideal (time x fewest pods / pods)"] = Line2D([], [], color="0.4", ls=":", lw=1.5)
+        low = np.isfinite(mean) & ~whole
+        if low.any():
+            ax.scatter(ks[low], mean[low], marker="^", s=60, facecolors="none", edgecolors=color, lw=1.8)
+            notes["large open triangle: a mean with censored seeds (a lower bound)"] = Line2D(
+                [], [], ls="", marker="^", mfc="none", mec="0.3", ms=8
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))  # labels within a decade
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    if pods_seen:
+        ticks = sorted(pods_seen)
+        ax.set_xticks(ticks, [str(k) for k in ticks])
+        ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
+    goals = sorted({float(g) for g in sc["target"].tolist() if math.isfinite(float(g))}) if len(sc) else []
+    metric = str(sc["metric"][0]) if len(sc) and "metric" in sc else "return"
+    what = ("cumulative return" if metric == "cumulative_return" else "return") + (
+        f" {goals[0]:g}" if len(goals) == 1 else " target"
+    )
+    ax.set_xlabel("pods (one device each)")
+    ax.set_ylabel(f"device-equivalent time to {what} (s)")
+    ax.set_title("device-equivalent time vs pods", fontsize=11)
+    ax.grid(alpha=0.3, which="both")
+    if not len(sc) or not _has_device_time(runs):
+        empty_panel(ax, "no device-equivalent time (no target, or no seconds per env step)")
+    return series, notes
+
+
+def device_time(runs: Table, reference: str | None = None, width: float = 7.5, height: float = 5.2) -> Figure:
+    """The paper's figure: device-equivalent time to the target against pods (log-log, the ideal
+    line drawn), one line per system, from a :func:`analysis.aggregate.run_table` (its
+    ``device_*`` columns: ``docs/studies.md``). The mean line of a series carries its name as
+    its label (``ax.lines``), the ideal ``"<name> ideal"``; censored seeds are the scatter
+    collections labelled ``censored``."""
+    from podracer_hpc.report.aggregate import scaling_table
+
+    sc = scaling_table(runs, reference) if len(runs) else scaling_table(runs)
+    fig = Figure(figsize=(width, height), layout="constrained")
+    ax = fig.subplots()
+    series, notes = _device_panel(ax, runs, sc)
+    handles = {**series, **notes}
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncols=_legend_columns(list(handles), width),
+            frameon=False,
+            fontsize=9,
+        )
     return fig
 
 

@@ -70,6 +70,12 @@ class Run:
         return out
 
     @property
+    def scheme(self) -> str:
+        """How the run's pods map onto devices (``report.aggregate.SCHEMES``): ``<run>/resources.json``'s
+        ``scheme``; RLlib's learners (``kind`` rllib) are ``data_parallel``; else ``pods``."""
+        return str(self.point.get("scheme") or ("data_parallel" if self.point.get("kind") == "rllib" else "pods"))
+
+    @property
     def mode(self) -> str:
         return str((self.config.get("tournament") or {}).get("mode", "none"))
 

@@ -60,7 +60,12 @@ def load_file(path: Path, trust: Trust = Trust()) -> Agent:
     from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
 
     if path.suffix == ".json" or path.parent.name == "entries":
-        board = Leaderboard(path.parent.parent, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign)
+        board = Leaderboard(
+            path.parent.parent,
+            read_only=True,
+            accept_unkeyed=trust.accept_unkeyed,
+            allow_foreign=trust.allow_foreign,
+        )
         eid = path.name.split(".", 1)[0]
         try:
             tensors, meta = board.load(eid)
@@ -78,8 +83,12 @@ def load_file(path: Path, trust: Trust = Trust()) -> Agent:
     return Agent(f"rank {meta.get('rank', '?')} checkpoint", path, tensors, meta)
 
 
-def find_agents(path: Path, top: int, trust: Trust = Trust()) -> list[Agent]:
-    """The agents PATH names (see the module doc); raises EvaluateError when there are none."""
+def find_agents(path: Path, top: int, skipped: list[str] | None = None, trust: Trust = Trust()) -> list[Agent]:
+    """The agents PATH names (see the module doc); raises EvaluateError when there are none.
+    Reads only: nothing in the run directory or the leaderboard is created or renamed. A run
+    directory's agents that cannot be loaded are left out, each with why in ``skipped``."""
+    import warnings
+
     from podracer_hpc.files.rundir import RunDir
     from podracer_hpc.pool.leaderboard import Leaderboard
 
@@ -87,19 +96,31 @@ def find_agents(path: Path, top: int, trust: Trust = Trust()) -> list[Agent]:
         raise EvaluateError(f"{path}: no such file or directory")
     if path.is_file():
         return [load_file(path, trust)]
+    skipped = [] if skipped is None else skipped
     run = RunDir(path)
-    agents = [load_file(run.checkpoint(r), trust) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()]
+    agents = []
     board = Leaderboard(
         run.leaderboard(_shared_leaderboard(run.config)),
+        read_only=True,
         accept_unkeyed=trust.accept_unkeyed,
         allow_foreign=trust.allow_foreign,
     )
-    for e in board.list()[: max(top, 0)]:
-        agents.append(load_file(board.tensors_path(e.id), trust))
+    with warnings.catch_warnings(record=True) as seen:  # a listing's skipped files: reported below
+        warnings.simplefilter("always")
+        listed = board.list()[: max(top, 0)]
+    skipped += [str(w.message) for w in seen]
+    for p in [run.checkpoint(r) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()] + [
+        board.tensors_path(e.id) for e in listed
+    ]:
+        try:
+            agents.append(load_file(p, trust))
+        except EvaluateError as e:
+            skipped.append(str(e))
     if not agents:
+        why = f" ({len(skipped)} could not be read: {skipped[0]})" if skipped else ""
         raise EvaluateError(
-            f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries; give a run "
-            "directory, a checkpoint or a leaderboard entry"
+            f"{path}: holds no checkpoints/rank*.safetensors and no leaderboard entries that load{why}; give a "
+            "run directory, a checkpoint or a leaderboard entry"
         )
     return agents
 
@@ -208,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.seed < 2**31:
         print(f"podracer evaluate: error: --seed must be in [0, 2**31), got {args.seed}", file=sys.stderr)
         return 2
+    skipped: list[str] = []
     try:
         trust = from_args(args)
-        agents = find_agents(Path(args.path), args.top, trust)
+        agents = find_agents(Path(args.path), args.top, skipped, trust)
+        for s in skipped:
+            print(f"podracer evaluate: skipped: {s}", file=sys.stderr, flush=True)
         print(
             f"{len(agents)} agent(s) from {args.path}: {args.episodes} episodes each on the start states of seed "
             f"{args.seed}",
@@ -219,13 +243,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows = []
         for a in agents:
-            rows.append(evaluate(a, args.episodes, args.seed, args.device, trust))
+            try:
+                rows.append(evaluate(a, args.episodes, args.seed, args.device, trust))
+            except (EvaluateError, ConfigError) as e:
+                if len(agents) == 1:
+                    raise
+                skipped.append(str(e))  # a run directory's bad agent: the others are still evaluated
+                print(f"podracer evaluate: skipped: {e}", file=sys.stderr, flush=True)
+                continue
             print(f"  {a.label}: {rows[-1]['return_mean']:.1f}", file=sys.stderr, flush=True)
+        if not rows:
+            raise EvaluateError(f"{args.path}: none of its {len(agents)} agent(s) could be evaluated")
     except (EvaluateError, ConfigError) as e:
         print(f"podracer evaluate: error: {e}", file=sys.stderr)
         return 2
     print(table(rows))
-    print(json.dumps({"results": [_json_safe(r) for r in rows]}), flush=True)
+    print(json.dumps({"results": [_json_safe(r) for r in rows], "skipped": skipped}), flush=True)
     return 0
 
 

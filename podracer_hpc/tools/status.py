@@ -28,15 +28,17 @@ from typing import Any, Callable, TextIO
 import numpy as np
 
 from podracer_hpc.cluster.jobstate import slurm_job_states
+from podracer_hpc.files import heartbeat
 from podracer_hpc.files.live import (
     STALE_S,
     Monitor,
     PodStatus,
     StatusError,
     check_run_dir,
+    pod_fates,
     pod_state,
 )
-from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.files.rundir import EXIT_HUNG, RunDir
 
 __all__ = ["render", "status", "main"]
 
@@ -45,6 +47,8 @@ TOP_ENTRIES_AGGREGATED = 5  # leaderboard rows shown with aggregated pods (a lar
 POD_ROWS = 16  # up to this many pods, a row each by default; beyond, aggregates and the top pods (--pods: all)
 TOP_PODS = 5  # pods shown beside the aggregates (--top)
 SLURM_ROWS = 4  # Slurm jobs named one per line
+SLURM_EVERY_S = 30.0  # a watcher asks Slurm at most this often (its answer is kept in between)
+PART_ROWS = 16  # parts named one per line; beyond, the ones not running well
 
 
 # ---------------------------------------------------------------------- formatting
@@ -82,7 +86,7 @@ def _leaderboard_lines(run_dir: Path, cfg: dict[str, Any], top: int) -> list[str
 
     with warnings.catch_warnings():  # a status reader reports the run, not the directory's hygiene
         warnings.simplefilter("ignore")
-        board = Leaderboard(root)  # the directory exists, so nothing is created
+        board = Leaderboard(root, read_only=True)  # creates nothing, renames nothing
         entries = board.list()
     now = time.time()
     kept = (
@@ -158,20 +162,31 @@ def _ranks_text(ranks: list[int], most: int = 8) -> str:
     return ", ".join(map(str, ranks[:most])) + (f", ... ({len(ranks)})" if len(ranks) > most else "")
 
 
-def _aggregate_lines(pods: list[PodStatus], total: int, ended: bool, world: int | None) -> list[str]:
-    """Counts of pods by state (and the ranks of those not running well), percentiles over pods."""
+def _aggregate_lines(
+    pods: list[PodStatus], total: int, ended: set[int], world: int | None, fates: dict[int, str] | None = None
+) -> list[str]:
+    """Counts of pods by state (and the ranks of those not running well), percentiles over pods.
+    ``ended``: the pods whose run or part has ended; ``fates``: how a pod's last start ended, where
+    the run directory tells (:func:`pod_fates`)."""
+    fates = fates or {}
     by: dict[str, list[int]] = {}
     for p in pods:
-        by.setdefault(pod_state(p, total, ended), []).append(p.rank)
-    order = ("running", "done", "stopped", "stalled", "unreadable")
+        by.setdefault(pod_state(p, total, p.rank in ended, fates.get(p.rank, "")), []).append(p.rank)
+    order = ("running", "done", "stopped", "hung", "killed", "stalled", "unreadable")
     parts = [f"{len(by[k])} {k}" for k in order if k in by]
     missing = (world or 0) - len(pods)
     if missing > 0:
         parts.append(f"{missing} without a log yet")
     lines = [f"pods: {', '.join(parts) or 'none'}"]
-    for k in ("stalled", "unreadable"):
+    for k in ("hung", "killed", "stalled", "unreadable"):
         if k in by:
             lines.append(f"  {k}: rank {_ranks_text(by[k])}")
+    if "killed" in by:
+        lines.append(
+            "  killed: "
+            + ", ".join(f"pod {r} {fates[r].partition(' ')[2]}" for r in by["killed"][:8])
+            + "; the same command resumes them"
+        )
     ok = [p for p in pods if not p.error]
     if len(ok) < 2:
         return lines
@@ -194,6 +209,112 @@ def _aggregate_lines(pods: list[PodStatus], total: int, ended: bool, world: int 
             "  " + x for x in _table(["over pods", "min", "p10", "median", "p90", "max", "pods"], rows, left=(0,))
         ]
     return lines
+
+
+def _ask_slurm(
+    monitor: Monitor, jobs: list[str], ask: Callable[[list[str]], dict[str, Any]] | None
+) -> dict[str, Any] | None:
+    """Slurm's states of ``jobs``, asked at most every SLURM_EVERY_S per monitor (a watcher's
+    refreshes in between reuse the answer); None when there is no scontrol here."""
+    if not jobs:
+        return {}
+    memo = monitor.memo.get("slurm")
+    now = time.monotonic()
+    if memo is not None and memo[1] == jobs and now - memo[0] < SLURM_EVERY_S:
+        return memo[2]
+    if ask is None:
+        if shutil.which("scontrol") is None:
+            return None
+        ask = slurm_job_states
+    states = ask(jobs)
+    monitor.memo["slurm"] = (now, list(jobs), states)
+    return states
+
+
+def _pool_parts(run_dir: Path) -> tuple[int, int, dict[str, Any]]:
+    """A pool of several jobs (pool.json): its jobs, pods per job and each part's last job; (0, 0, {}) if none."""
+    try:
+        d = json.loads(RunDir(run_dir).pool_file.read_text())
+        return int(d["jobs"]), int(d["pods_per_job"]), dict(d.get("parts") or {})
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, 0, {}
+
+
+def _pid_alive(job: dict[str, Any]) -> bool | None:
+    """A local part's process: whether it runs (None: another host's, not ours to see)."""
+    import os
+    import socket
+
+    if job.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(job.get("pid") or 0), 0)
+    except (OSError, ValueError):
+        return False
+    try:
+        return Path(f"/proc/{int(job['pid'])}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _part_lines(
+    run_dir: Path, monitor: Monitor, statuses: list[PodStatus], total: int, states: dict[str, Any] | None
+) -> tuple[list[str], set[int]]:
+    """One line per part of a pool of several jobs (job, state, hosts, pods running / done /
+    stopped / missing, last heartbeat) and the pods whose part has ended: a part is ended only
+    when its own job is (its final aggregate, its hang record, Slurm, or its local process says so)."""
+    jobs, per_job, parts = _pool_parts(run_dir)
+    if not jobs and monitor.parts and monitor.pool_size:  # one job: its one part, when it wrote an aggregate
+        jobs, per_job = 1, monitor.pool_size
+    if not jobs:
+        return [], set()
+    rd, by_pod = RunDir(run_dir), {p.rank: p for p in statuses}
+    lines, ended = [f"parts: {jobs} job{'s' * (jobs != 1)} of {per_job} pods"], set()
+    for k in range(jobs):
+        pods = range(k * per_job, (k + 1) * per_job)
+        job, agg, hang = parts.get(str(k)) or {}, monitor.parts.get(k), heartbeat.read_hang(rd, k)
+        jid = str(job.get("job") or (agg or {}).get("job") or "")
+        if job.get("executor") == "local":
+            alive, jtext = _pid_alive(job), f"local pid {job.get('pid')}"
+            sstate = "" if alive is None else "RUNNING" if alive else "ENDED"
+        else:
+            st = (states or {}).get(jid)
+            sstate, jtext = (st.state or "GONE") if st is not None else "", f"job {jid or '?'}"
+            alive = None if st is None else st.state in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED")
+        over = bool(hang) or (agg or {}).get("state") in ("done", "stopped") or alive is False
+        if over:
+            ended |= set(pods)
+        for h in (hang or {}).get("hung") or []:
+            if isinstance(h, dict) and h.get("pod") in by_pod:
+                by_pod[h["pod"]].ended = "hung"
+        if agg is None and not hang:
+            where = ""
+            st = (states or {}).get(jid)
+            if st is not None and st.nodes:
+                where = f" on nodes {st.nodes}"
+            lines.append(f"  part {k}: no record yet ({jtext} {sstate or 'state unknown'}{where})")
+            continue
+        counts: dict[str, int] = {}
+        for i in pods:
+            p = by_pod.get(i)
+            key = "missing" if p is None else pod_state(p, total, over)
+            counts[key] = counts.get(key, 0) + 1
+        order = ("running", "done", "stopped", "hung", "stalled", "missing", "unreadable")
+        pods_text = " / ".join(
+            f"{counts.get(x, 0)} {x}" for x in order if counts.get(x) or x in order[:3] + ("missing",)
+        )
+        beat = min((by_pod[i].age_s for i in pods if i in by_pod and math.isfinite(by_pod[i].age_s)), default=math.nan)
+        state = "HUNG" if hang else ((agg or {}).get("state") or "running").upper()
+        if sstate and state == "RUNNING" and sstate != "RUNNING":
+            state = f"{state} (slurm: {sstate})"
+        hosts = ", ".join((agg or {}).get("hosts") or []) or "-"
+        lines.append(
+            f"  part {k}: {jtext} {state}, hosts {hosts}, pods {pods_text}, last heartbeat {_age(beat)}"
+            + (f"; hung: {', '.join(str(h.get('pod')) for h in hang.get('hung') or [])}" if hang else "")
+        )
+    if len(lines) > PART_ROWS + 1:
+        lines = lines[:1] + [x for x in lines[1:] if "RUNNING," not in x][:PART_ROWS]
+    return lines, ended
 
 
 def render(
@@ -224,15 +345,37 @@ def render(
             summary = None  # being written: the next refresh shows it
     statuses = monitor.poll()
     cfg = monitor.config
+    jobs = monitor.job_ids()
+    for job in (_pool_parts(run_dir)[2] or {}).values():
+        if isinstance(job, dict) and job.get("executor") != "local" and job.get("job"):
+            jobs.append(str(job["job"]))
+    jobs = list(dict.fromkeys(jobs))
+    states = _ask_slurm(monitor, jobs, slurm)
+    part_lines, ended = _part_lines(run_dir, monitor, statuses, int(cfg.get("total_env_steps") or 0), states)
+    if not part_lines and summary is not None:
+        ended = {p.rank for p in statuses}
+    fates = pod_fates(run_dir, statuses, ended)
+    killed = sorted(r for r, f in fates.items() if f.startswith("killed"))
     total = int(cfg.get("total_env_steps") or 0)
     mode = (cfg.get("tournament") or {}).get("mode", "none")
     quiet_s = min((p.age_s for p in statuses if math.isfinite(p.age_s)), default=math.nan)
     if summary is None and not statuses:
         state = "starting (no logs yet)"
+    elif killed and not any(f == "running" for f in fates.values()):
+        state = (
+            f"killed: pod{'s' * (len(killed) > 1)} {_ranks_text(killed)} {fates[killed[0]]}, not stopped "
+            "with a checkpoint; run the same command again to resume"
+        )
     elif summary is None and quiet_s > STALE_S:
         state = f"last log write {_age(quiet_s)} and no summary.json: stalled, or killed before it could end?"
-    elif summary is None:
+    elif part_lines and any(" HUNG," in x for x in part_lines) and len(ended) >= len(statuses):
+        state = (
+            f"hung: a rank missed a meeting's deadline (exit {EXIT_HUNG}; the parts below say who; run again to resume)"
+        )
+    elif summary is None or (part_lines and len(ended) < len(statuses)):
         state = "running"
+    elif any(f == "running" for f in fates.values()):
+        state = "running (the summary so far is of the parts of the pool that ended)"
     elif summary.get("complete", True):
         state = "finished"
     else:
@@ -243,15 +386,9 @@ def render(
         f"tournament {mode}]  {state}  at {time.strftime('%H:%M:%S')}"
     ]
     every = len(statuses) <= POD_ROWS if pods is None else pods
-    world = max(
-        (
-            int((t.tail.attrs or {}).get("pool_size") or (t.tail.attrs or {}).get("world_size") or 0)
-            for t in monitor.trackers.values()
-        ),
-        default=0,
-    )  # the pool's pods (all its jobs)
+    world = monitor.pool_size  # the pool's pods (all its jobs)
     if len(statuses) > 1 or world > len(statuses):
-        agg = _aggregate_lines(statuses, total, summary is not None, world)
+        agg = _aggregate_lines(statuses, total, ended, world, fates)
         lines += ["", *(agg if not every or len(statuses) > POD_ROWS else agg[:1])]  # a few pods: their rows say it
     ok = [p for p in statuses if not p.error]
     shown = (
@@ -293,9 +430,10 @@ def render(
     board = _leaderboard_lines(run_dir, cfg, top if every else min(top, TOP_ENTRIES_AGGREGATED))
     if board:
         lines += ["", *board]
-    jobs = monitor.job_ids()
+    if part_lines:
+        lines += ["", *part_lines]
     if jobs:
-        lines += ["", *_slurm_lines(jobs, slurm)]
+        lines += ["", *_slurm_lines(jobs, states)]
     if summary is not None:
         keys = ("env_steps", "wall_s", "steps_per_s", "best_return", "final_return", "best_pod", "rounds")
         parts = [
@@ -307,13 +445,11 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def _slurm_lines(jobs: list[str], ask: Callable[[list[str]], dict[str, Any]] | None) -> list[str]:
-    """One line per Slurm job the logs name: its state (reason, exit code) and requeues."""
-    if ask is None:
-        if shutil.which("scontrol") is None:
-            return [f"slurm job {_ranks_text(jobs, 4)}: no scontrol here to ask its state"]
-        ask = slurm_job_states
-    states = ask(jobs)
+def _slurm_lines(jobs: list[str], states: dict[str, Any] | None) -> list[str]:
+    """One line per Slurm job the logs name: its state (reason, exit code) and requeues
+    (``states``: Slurm's answer; None: no scontrol here)."""
+    if states is None:
+        return [f"slurm job {_ranks_text(jobs, 4)}: no scontrol here to ask its state"]
     out = []
     for j in jobs[:SLURM_ROWS]:
         st = states.get(j)

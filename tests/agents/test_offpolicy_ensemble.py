@@ -1,22 +1,22 @@
 """The fast off-policy update: the twin critics as one batched ensemble, the backward passes
 written out, the lean fused Adam, and checkpoints of the two-module critics still loading
 (podracer_hpc/agents/offpolicy.py TwinQ, mlp_backward; sac.py saved_sample/_actor_grads, td3.py _actor_loss;
-compiled.py FusedAdam). Each is checked against the plain autograd / torch.optim reference."""
+optimizer.py FusedAdam). Each is checked against the plain autograd / torch.optim reference."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from podracer_hpc.agents.compiled import FusedAdam
+from podracer_hpc.agents.mlp_math import mlp
 from podracer_hpc.agents.offpolicy import (
     TwinQ,
     clipped_double_q_target,
     critic_loss,
     ensemble_target,
-    mlp,
     upgrade_twin_q_state,
 )
+from podracer_hpc.agents.optimizer import FusedAdam
 from podracer_hpc.agents.sac import SACAgent, sac_actor_loss, squashed_gaussian_log_prob
 from podracer_hpc.agents.settings import SACConfig, TD3Config
 from podracer_hpc.agents.td3 import TD3Agent, td3_actor_loss

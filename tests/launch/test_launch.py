@@ -671,7 +671,7 @@ def test_wait_follows_requeues_and_needs_a_complete_summary(tmp_path, monkeypatc
         ],
     )
     with pytest.raises(launch.JobError, match="ended COMPLETED without completing its training: its summary says"):
-        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)
     err = capsys.readouterr().err
     assert "requeued (start 2)" in err and "requeued (start 3)" in err
 
@@ -680,7 +680,7 @@ def test_wait_returns_the_summary_of_a_completed_job(tmp_path, monkeypatch):
     _scripted(monkeypatch, [S("RUNNING"), S("COMPLETED")])
     launched = _slurm_launched(tmp_path)
     _summary(tmp_path)
-    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0) == [{"env_steps": 4096}]
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0) == [{"env_steps": 4096}]
 
 
 def test_wait_errors_when_the_job_vanishes_without_a_complete_summary(tmp_path, monkeypatch):
@@ -688,7 +688,7 @@ def test_wait_errors_when_the_job_vanishes_without_a_complete_summary(tmp_path, 
     stale = launch.summary_signature(tmp_path)  # an earlier run's summary, there before submission
     _scripted(monkeypatch, [S("RUNNING"), S("")])  # no accounting, and the record was purged
     with pytest.raises(launch.JobError, match="gone from the queue.*wrote no summary.*7_0_log.err") as e:
-        launch.wait(_slurm_launched(tmp_path, stale), timeout_s=30, poll_s=0, confirm_s=0)
+        launch.wait(_slurm_launched(tmp_path, stale), timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)
     assert e.value.exit_code == 1 and "last line of the job's stderr" in str(e.value)
 
 
@@ -696,7 +696,7 @@ def test_wait_accepts_a_vanished_job_whose_fresh_summary_is_complete(tmp_path, m
     _scripted(monkeypatch, [S("RUNNING"), S("")])
     launched = _slurm_launched(tmp_path)
     _summary(tmp_path)
-    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)[0]["env_steps"] == 4096
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)[0]["env_steps"] == 4096
 
 
 @pytest.mark.parametrize(
@@ -707,7 +707,7 @@ def test_wait_errors_on_a_job_that_ended_badly(tmp_path, monkeypatch, state, cod
     _summary(tmp_path, complete=False)
     _scripted(monkeypatch, [S("RUNNING"), S(state, "None", 0, code)])
     with pytest.raises(launch.JobError, match=f"Slurm job 7 ended {state}.*stopped early.*see .*7_0_log.err"):
-        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)
 
 
 def test_wait_does_not_take_a_requeue_for_an_end(tmp_path, monkeypatch):
@@ -719,19 +719,19 @@ def test_wait_does_not_take_a_requeue_for_an_end(tmp_path, monkeypatch):
     )
     launched = _slurm_launched(tmp_path)
     _summary(tmp_path)
-    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0)
+    assert launch.wait(launched, timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)
 
 
 def test_wait_errors_at_once_on_a_job_that_can_never_start(tmp_path, monkeypatch):
     _scripted(monkeypatch, [S("PENDING", "PartitionTimeLimit")])
     with pytest.raises(launch.JobError, match="cannot start: PartitionTimeLimit.*scancel 7"):
-        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0)
+        launch.wait(_slurm_launched(tmp_path), timeout_s=30, poll_s=0, confirm_s=0, slurm_every_s=0)
 
 
 def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
     _scripted(monkeypatch, [S("PENDING", "Priority")])
     with pytest.raises(launch.JobError, match="gave up waiting after 0 s; the job goes on"):
-        launch.wait(_slurm_launched(tmp_path), timeout_s=0.2, poll_s=0.05, confirm_s=0)
+        launch.wait(_slurm_launched(tmp_path), timeout_s=0.2, poll_s=0.05, confirm_s=0, slurm_every_s=0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -793,7 +793,7 @@ def test_wait_asks_slurm_once_per_poll_for_a_hundred_array_tasks(tmp_path, monke
     polls, real_sleep = [], time.sleep
     monkeypatch.setattr(time, "sleep", lambda s: polls.append(s) if s == 3 else real_sleep(s))  # wait's pause only
     out = io.StringIO()
-    summaries = launch.wait(launched, timeout_s=30, poll_s=3, out=out, confirm_s=0, progress=None)
+    summaries = launch.wait(launched, timeout_s=30, poll_s=3, out=out, confirm_s=0, progress=None, slurm_every_s=0)
     assert summaries == [{"env_steps": 4096}] * tasks
     asked = calls.read_text().splitlines()
     assert len(polls) == 1  # seen ended, then confirmed: two polls, one pause between them

@@ -205,6 +205,20 @@ def test_plan_starts_only_parts_neither_done_nor_running(tmp_path):
     assert pooljobs.plan(rd, 3, 2).start == [1, 2]  # its job ended before its pods were done
 
 
+def test_a_part_whose_pid_was_reused_by_another_process_is_started_again(tmp_path):
+    """pool.json names a part's relay by pid and start time: a later process with the same pid is not it."""
+    rd = RunDir(tmp_path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = pooljobs.local_job(other.pid)
+        assert job["start"]
+        pooljobs.record(rd, 2, 1, {0: job, 1: {**job, "start": job["start"] + "0"}})  # part 1: its pid reused
+        assert pooljobs.plan(rd, 2, 1).start == [1]
+    finally:
+        other.kill()
+        other.wait()
+
+
 # --- a real pool of 2 local jobs: one killed hard, the other untouched, the same command rejoins -----
 def _read_log(path: Path) -> dict:
     from podracer_hpc.files.h5log import read_log

@@ -5,18 +5,21 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
-from podracer_hpc.pool.hparams import explore
+from podracer_hpc.pool.hparams import explore, mutate, prior_draw
 from podracer_hpc.pool.rules import (
     ACTION_CODES,
     Decision,
     PodReport,
     decide,
+    dexpbt_cuts,
+    dexpbt_select,
     elegantrl_select,
     make_rng,
     pbt_select,
@@ -380,7 +383,7 @@ def test_pbt_publishes_top_k_candidates():
 # --------------------------------------------------------------------------- decide / determinism
 
 
-@pytest.mark.parametrize("mode", ["elegantrl", "pbt", "none"])
+@pytest.mark.parametrize("mode", ["elegantrl", "pbt", "dexpbt", "none"])
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 16])
 def test_every_rank_computes_the_same_decisions(mode, n):
     rng = random.Random(n)
@@ -583,3 +586,141 @@ def test_draw_eligible_is_uniform_over_the_passing_items(n, passing):
     counts = np.array([draws.count(x) for x in sorted(passing)])
     expected = 4000 / len(passing)
     assert ((counts - expected) ** 2 / expected).sum() < 3 * len(passing) + 10  # chi-square, generous
+
+
+# --------------------------------------------------------------------------- dexpbt
+
+
+@pytest.mark.parametrize(
+    "fitness, k, a, leaders, under",
+    [
+        ([0.0, 10.0], 0.1, 0.0, {1}, {0}),  # m 5, s 5: cuts 4.5 / 5.5
+        ([1.0, 2.0, 3.0, 4.0], 1.0, 0.0, {3}, {0}),  # m 2.5, s 1.118: cuts 1.38 / 3.62
+        ([1.0, 2.0, 3.0, 4.0], 2.0, 0.0, set(), set()),  # nobody beyond 2 std
+        ([5.0, 5.0, 5.0], 0.1, 0.0, set(), set()),  # no spread: nobody acts
+        ([0.0, 0.0, 0.0, -10.0], 0.1, 0.0, {0, 1, 2}, {3}),
+        ([0.0, 0.0, 0.0, -10.0], 0.1, 5.0, set(), {3}),  # the absolute cut keeps the zeros from leading
+        ([0.0, 0.0, 0.0, -10.0], 0.1, 20.0, set(), set()),
+        ([NAN, 1.0, 3.0], 0.5, 0.0, {2}, {0, 1}),  # NaN: always acted on; stats over the finite pods
+        ([7.0], 0.1, 0.0, set(), set()),  # a world of one
+    ],
+)
+def test_dexpbt_only_pods_beyond_the_cuts_act(fitness, k, a, leaders, under):
+    upper, lower = dexpbt_cuts(fitness, k, a)
+    f = np.asarray([x for x in fitness if math.isfinite(x)])
+    assert upper == pytest.approx(max(f.mean() + k * f.std(), f.mean() + a))
+    assert lower == pytest.approx(min(f.mean() - k * f.std(), f.mean() - a))
+    ds = dexpbt_select(reports(fitness), round=2, seed=7, space=SPACE, threshold_std=k, threshold_abs=a)
+    acting = {d.rank for d in ds if d.action != "keep" or d.new_hparams is not None}
+    assert acting == under
+    for d in ds:
+        if d.rank not in under:  # leaders and the middle keep training untouched
+            assert d.action == "keep" and d.new_hparams is None
+        elif d.action == "copy_pod":
+            assert d.source_rank in (leaders or {max(range(len(fitness)), key=lambda r: fitness[r])})
+        else:  # no leader: keep the agent, mutate its own hyperparameters
+            assert d.action == "keep" and not leaders and d.new_hparams.keys() == d.old_hparams.keys()
+    assert {d.rank for d in ds if d.publish} == {d.source_rank for d in ds if d.action == "copy_pod"}
+
+
+def test_dexpbt_underperformer_copies_a_uniform_leader_and_mutates_its_hyperparameters():
+    fitness = [10.0, 10.0, 10.0, 0.0, 5.0, 5.0, 5.0, 5.0]  # m 6.25, s 3.07: leaders 0-2, pod 3 below
+    table = reports(fitness)
+    drawn = Counter()
+    for rnd in range(300):
+        ds = dexpbt_select(table, round=rnd, seed=3, space=SPACE, threshold_std=1.0, mutation_rate=0.5)
+        assert [d.action for d in ds] == ["keep"] * 3 + ["copy_pod"] + ["keep"] * 4
+        d = ds[3]
+        drawn[d.source_rank] += 1
+        src = table[d.source_rank].hparams
+        assert d.new_hparams["clip"] == src["clip"]  # outside the space: copied as it is
+        for name, (lo, hi, _) in SPACE.items():
+            v, x = d.new_hparams[name], src[name]
+            assert lo <= v <= hi
+            assert v == x or 1.1 - 1e-9 <= max(v / x, x / v) <= 1.5 + 1e-9 or v in (lo, hi)
+    assert set(drawn) == {0, 1, 2} and min(drawn.values()) > 60  # uniform over the leaders
+
+
+@pytest.mark.parametrize(
+    "steps, action",
+    [
+        ([1000, 1000, 1000], "copy_pod"),
+        ([700, 1000, 1000], "keep"),  # the leader has too little experience: mutate own
+        ([760, 1000, 1000], "copy_pod"),  # within steps_tolerance 0.25
+    ],
+)
+def test_dexpbt_a_leader_needs_comparable_experience(steps, action):
+    d = dexpbt_select(reports([9.0, 5.0, 0.0], steps), round=0, seed=0, space=SPACE, threshold_std=0.5)[2]
+    assert d.action == action and d.new_hparams is not None
+
+
+@pytest.mark.parametrize(
+    "fitness, entries, action, source",
+    [
+        ([NAN, 1.0, 1.0], [], "copy_pod", 1),  # no leader (no spread): the best finite pod, ties by rank
+        ([NAN, NAN], [("e1", 3.0), ("e2", 5.0)], "load_entry", "e2"),
+        ([NAN, NAN], [("e1", NAN)], "reset", None),
+    ],
+)
+def test_dexpbt_nan_pods_are_always_replaced(fitness, entries, action, source):
+    d = dexpbt_select(reports(fitness), round=1, seed=0, space=SPACE, entries=entries)[0]
+    assert d.action == action and (d.source_rank if action == "copy_pod" else d.source_entry) == source
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_mutate_changes_each_value_with_its_rate_by_a_factor_in_range(seed, rate):
+    hp = {"lr": 1e-3, "ent_coef": 0.05, "gamma": 0.95, "clip": 0.2}
+    out = mutate(hp, SPACE, np.random.default_rng(seed), rate, (1.2, 1.4))
+    assert out["clip"] == 0.2 and out == mutate(hp, SPACE, np.random.default_rng(seed), rate, (1.2, 1.4))
+    for name, (lo, hi, _) in SPACE.items():
+        v, x = out[name], hp[name]
+        assert lo <= v <= hi
+        if rate == 0.0:
+            assert v == x
+        elif rate == 1.0 and lo < v < hi:
+            assert 1.2 - 1e-9 <= max(v / x, x / v) <= 1.4 + 1e-9
+
+
+def test_mutate_draws_a_value_outside_its_range_from_the_prior():
+    out = mutate({"lr": 3e-6}, {"lr": (1e-5, 1e-2, True)}, np.random.default_rng(0), 0.0)
+    assert 1e-5 <= out["lr"] <= 1e-2 and out["lr"] not in (1e-5, 1e-2)
+
+
+def test_prior_draw_is_the_pods_own_and_spans_the_prior():
+    draws = [prior_draw(SPACE, s) for s in range(400)]
+    assert draws[5] == prior_draw(SPACE, 5) and draws[5] != draws[6]
+    lr = np.log10([d["lr"] for d in draws])  # log-uniform over [1e-5, 1e-2]
+    assert lr.min() >= -5 and lr.max() <= -2 and abs(np.median(lr) + 3.5) < 0.25
+    ent = np.asarray([d["ent_coef"] for d in draws])
+    assert ent.min() >= 0 and ent.max() <= 0.1 and abs(ent.mean() - 0.05) < 0.01
+    with pytest.raises(ValueError, match="seed must be >= 0"):
+        prior_draw(SPACE, -1)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(threshold_std=-0.1), "threshold_std must be a number >= 0"),
+        (dict(threshold_abs=NAN), "threshold_abs must be a number >= 0"),
+        (dict(mutation_rate=1.5), "mutation_rate must be in [0, 1]"),
+        (dict(change_range=[0.8, 1.2]), "change_range must be [min, max] with 1 <= min <= max"),
+        (dict(change_range=[1.5, 1.1]), "change_range must be [min, max]"),
+        (dict(mode="dexpbt", sync="async"), "runs with tournament.sync collective"),
+    ],
+)
+def test_dexpbt_settings_are_checked(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TournamentConfig(**kw)
+
+
+def test_decide_dexpbt_uses_the_config_and_the_default_space():
+    c = TournamentConfig(mode="dexpbt", threshold_std=0.5, mutation_rate=1.0)
+    table = [
+        PodReport(r, f, 1000, {"learning_rate": 1e-3, "ent_coef": 0.01, "clip_coef": 0.2, "gae_lambda": 0.95})
+        for r, f in enumerate([9.0, 5.0, 0.0])
+    ]
+    ds = decide(table, [], round=0, seed=0, cfg=c)
+    assert [d.action for d in ds] == ["keep", "keep", "copy_pod"] and ds[2].source_rank == 0 and ds[0].publish
+    assert set(ds[2].new_hparams) == set(table[0].hparams)
+    assert all(ds[2].new_hparams[k] != table[0].hparams[k] for k in table[0].hparams)  # rate 1: every one moved

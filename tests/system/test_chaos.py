@@ -621,3 +621,43 @@ def test_a_full_leaderboard_filesystem_skips_publishing_and_trains_on(tmpfs, tmp
     assert r.returncode == 0, r.stderr
     assert "could not publish to the leaderboard" in r.stderr and "No space left" in r.stderr
     assert [x for x in read_log(tmp_path / "r" / "logs" / "quickstart_rank0.h5")["tournament"]["round"]] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------- two writers, one run directory
+
+
+def test_a_second_local_submit_of_a_running_job_is_refused_and_the_first_is_untouched(tmp_path, cli):
+    """The same `podracer submit --executor local` twice: the second exits 2 naming the running
+    writer (host, pid, since when) before it starts anything; the first's files stay byte-equal
+    while it is frozen, and it ends normally."""
+    mpiexec_or_skip()
+    d = tmp_path / "r"
+    cmd = ("submit", "jobs/pendulum.yaml", "--executor", "local", "--run-dir", str(d), *sets("total_env_steps=16384"))
+    first = cli(*cmd, env={"PODRACER_INJECT_SLOW": "0:4"})
+    assert first.returncode == 0, first.stderr
+    wait_for(lambda: train_rows(d) >= 3 or (d / "summary.json").exists(), 240, "3 updates of the first job")
+    pids = rank_pids(d)
+    assert pids and not (d / "summary.json").exists(), pids
+    owner = json.loads((d / "writer.lock").read_text())["pid"]  # rank 0 holds the lock for its world
+    assert owner in pids
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.5)
+        before = {str(p): (p.stat().st_ino, p.read_bytes() if p.is_file() else None) for p in sorted(d.rglob("*"))}
+        second = cli(*cmd)
+        after = {str(p): (p.stat().st_ino, p.read_bytes() if p.is_file() else None) for p in sorted(d.rglob("*"))}
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert_bad_input(second, f"pid {owner}", "writing since", "another --run-dir")
+    assert after == before  # its launch.log, log, checkpoints: nothing appended, renamed or rewritten
+    wait_for(lambda: (d / "summary.json").exists() and not rank_pids(d), 300, "the first job to end")
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary.get("complete", True)
+    for rank in range(summary["pods"]):
+        log = read_log(d / "logs" / f"pendulum_rank{rank}.h5")
+        assert_once(log)
+        assert len(log["train"]["update"]) == 16
+    assert not list((d / "logs").glob("*.unclean")) and not (d / "writer.lock").exists()
+    assert (d / "launch.log").read_text().count("$ ") == 1

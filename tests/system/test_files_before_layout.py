@@ -19,7 +19,7 @@ from podracer_hpc.files.rundir import EXIT_REQUEUE
 from podracer_hpc.pool.leaderboard import Leaderboard
 
 FIXTURE = REPO / "tests" / "fixtures" / "run-before-layout"
-ENTRY = "local-0-0-bdd555964d5f"
+ENTRY = "local-0-0-8c052bcd2126"
 SETTINGS = [
     "--set",
     "total_env_steps=16384",

@@ -305,7 +305,6 @@ ELSEWHERE = {
     "envs/jax_adapter.py": "tests/envs/test_jax_task.py",
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
-    "files/rundir.py": "tests/test_pod.py, tests/launch/test_pooljobs.py",
     "files/h5recover.py": "tests/files/test_h5log.py (a killed writer's log)",
     "cluster/mpich.py": "tests/cluster/test_mpi.py",
     "pool/population.py": "tests/pool/test_rounds_async.py",

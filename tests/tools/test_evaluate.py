@@ -118,3 +118,46 @@ def test_what_cannot_be_evaluated_exits_2_with_a_message(tmp_path, run_dir, what
         args, needle = [str(ck), "--episodes", "0"], "--episodes must be in"
     r = run_cli("evaluate", *args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def _tree(root):
+    return {
+        str(p.relative_to(root)): (p.lstat().st_ino, p.lstat().st_mode, p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.mpi
+def test_a_run_directory_with_bad_agents_is_evaluated_past_them_and_never_written(tmp_path, run_dir):
+    """A damaged checkpoint and an edited entry are reported and skipped, the rest evaluated; nothing
+    in the run directory or its leaderboard is renamed or created (read-only, or another user's, alike)."""
+    import os
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    ck = copy / "checkpoints" / "rank1.safetensors"
+    blob = bytearray(ck.read_bytes())
+    blob[-5] ^= 0xFF
+    ck.write_bytes(bytes(blob))
+    sidecar = sorted((copy / "leaderboard" / "entries").glob("*.json"))[0]
+    d = json.loads(sidecar.read_text())
+    d["score"] = 1e9  # edited: its own digest no longer matches
+    sidecar.write_text(json.dumps(d))
+    os.chmod(copy / "leaderboard", 0o777)  # a writer would warn to chmod it; a reader does not
+    before = _tree(copy)
+    r = run_cli("evaluate", str(copy), "--episodes", "2", "--top", "4")
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "chmod" not in r.stderr, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    agents = [x["agent"] for x in out["results"]]
+    assert "rank 0 checkpoint" in agents and "rank 1 checkpoint" not in agents
+    assert f"entry {sidecar.stem}" not in agents and any(a.startswith("entry ") for a in agents)
+    assert len(out["skipped"]) == 2 and "skipped: " in r.stderr
+    assert any("rank1.safetensors" in s and "checksum mismatch" in s for s in out["skipped"])
+    assert any(sidecar.stem in s and "left in place" in s for s in out["skipped"])
+    assert _tree(copy) == before  # no quarantine rename, nothing created
+    # a run directory without a leaderboard: none is made by reading it
+    shutil.rmtree(copy / "leaderboard")
+    r = run_cli("evaluate", str(copy), "--episodes", "2")
+    assert r.returncode == 0, r.stderr
+    assert not (copy / "leaderboard").exists()

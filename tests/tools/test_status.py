@@ -18,6 +18,7 @@ from helpers import mpiexec_or_skip
 import podracer_hpc.pool.leaderboard  # noqa: F401  (imported now: the live check below should not wait for torch)
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.files.live import StatusError
+from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.tools.status import render, status
 
 REPO = Path(__file__).resolve().parents[2]
@@ -309,10 +310,11 @@ def test_a_watcher_reads_only_the_rows_appended_since_its_last_poll(tmp_path):
     assert cut.updates == 9 and cut.rounds == 1 and cut.last_eval == -980.0
 
 
-def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
+def test_status_asks_slurm_at_most_every_30_s(tmp_path, monkeypatch):
     """A fake scontrol on PATH (the real-cluster tier, tests/slurm, is minutes per job): what is
-    checked is that each refresh asks once, and what the answer becomes."""
+    checked is that a watcher's refreshes ask once per SLURM_EVERY_S, and what the answer becomes."""
     from podracer_hpc.files.live import Monitor
+    from podracer_hpc.tools import status as status_mod
 
     run = _synthetic_run(tmp_path / "run", 32, slurm={"SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "1"})
     bin_, calls = tmp_path / "bin", tmp_path / "calls"
@@ -326,8 +328,11 @@ def test_status_asks_slurm_once_per_refresh(tmp_path, monkeypatch):
     m = Monitor(run)
     for _ in range(3):
         text = render(run, monitor=m)
-    assert calls.read_text().splitlines() == ["-o show job 77"] * 3
+    assert calls.read_text().splitlines() == ["-o show job 77"]  # the answer is kept for 30 s
     assert "slurm job 77: RUNNING, requeued 1 time" in text
+    monkeypatch.setattr(status_mod, "SLURM_EVERY_S", 0.0)
+    render(run, monitor=m)
+    assert calls.read_text().splitlines() == ["-o show job 77"] * 2
 
 
 def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_asked(tmp_path):
@@ -378,3 +383,215 @@ def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_aske
     )
     every = train(tmp_path / "b", "log.progress_all_ranks=true")
     assert {line.split("]")[0] for line in every} == {"[quickstart r0", "[quickstart r1"}
+
+
+# ------------------------------------------------------------------------------------------
+# What the run directory says about how pods ended, and a reader that never writes
+# ------------------------------------------------------------------------------------------
+def _pool_of_two_parts(root: Path, total: int = 100_000) -> Path:
+    """A pool of 2 jobs x 2 pods: part 0 trained its budget and ended (records, summary), part 1's
+    pods logged 6 updates and checkpointed at update 3 (what a SIGKILL mid-run leaves)."""
+    import torch
+
+    from podracer_hpc.files import safeio
+    from podracer_hpc.files.h5log import H5Writer
+    from podracer_hpc.files.summary import write_record
+
+    rd = RunDir(root)
+    cfg = {"name": "pool", "total_env_steps": total, "env": {"name": "pendulum"}, "tournament": {"mode": "none"}}
+    for r in range(4):
+        attrs = {"config": cfg, "seed": r, "rank": r, "world_size": 2, "pool_size": 4, "pool_part": f"{r // 2}/2"}
+        steps = total // 6 if r < 2 else total // 12
+        with H5Writer(rd.log(r).with_name(f"pool_rank{r}.h5"), attrs) as w:
+            for u in range(1, 7):
+                w.append(
+                    "train", {"update": u, "env_steps": min(total, u * steps), "wall_s": float(u), "steps_per_s": 1.0}
+                )
+        safeio.save(rd.checkpoint(r), {"x": torch.zeros(1)}, {"updates": 6 if r < 2 else 3}, "pod-state")
+        if r < 2:
+            write_record(rd, r, {"state": "done", "env_steps": total})
+    rd.summary.write_text(json.dumps({"complete": False, "pods": 4, "pods_missing": [2, 3]}))
+    return root
+
+
+def test_a_killed_part_of_a_pool_is_reported_killed_not_stopped(tmp_path):
+    from podracer_hpc.files.rundir import PoolPart, take_lock
+
+    run = _pool_of_two_parts(tmp_path / "run")
+    rd = RunDir(run)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rd.lock_file(PoolPart(1, 2)).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "start": "x"}))
+    text = render(run)
+    head = text.splitlines()[0]
+    assert "killed: pods 2, 3 killed (resumes from update 3)" in head and "run the same command again" in head, head
+    assert "stopped early (checkpointed" not in text
+    assert "pods: 2 done, 2 killed" in text
+    # no lock left at all once the run's summary exists: gone too
+    rd.lock_file(PoolPart(1, 2)).unlink()
+    assert "pods: 2 done, 2 killed" in render(run)
+    # part 1 written now by a live process: its pods run, the summary is only the pool's so far
+    lock, _ = take_lock(rd, PoolPart(1, 2), range(2, 4))
+    try:
+        text = render(run)
+    finally:
+        lock.release()
+    assert "pods: 2 running, 2 done" in text and "killed:" not in text and "2 killed" not in text
+    assert "running (the summary so far" in text.splitlines()[0]
+
+
+def _tree(root: Path) -> dict:
+    return {
+        str(p.relative_to(root)): (p.lstat().st_ino, p.lstat().st_mode, p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def read_only_view(tmp_path):
+    """A read-only bind mount of a directory (root in a mount-capable container; skipped, saying why,
+    elsewhere): any write through it fails with EROFS, whoever the user, as on a run directory of
+    another user or a read-only filesystem."""
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    mounted = []
+
+    def view(src: Path) -> Path:
+        for cmd in (["mount", "--bind", str(src), str(mnt)], ["mount", "-o", "remount,bind,ro", str(mnt)]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"cannot make a read-only bind mount here ({r.stderr.strip()})")
+            mounted.append(mnt)
+        assert subprocess.run(["touch", str(mnt / "probe")], capture_output=True).returncode != 0
+        return mnt
+
+    yield view
+    if mounted:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_status_writes_nothing_and_reads_a_read_only_run(tmp_path, read_only_view):
+    """A corrupt leaderboard entry is reported, not quarantined (no rename); no entries folder is made."""
+    run = _pool_of_two_parts(tmp_path / "run")
+    cfg = {"name": "pool", "total_env_steps": 100_000, "env": {"name": "pendulum"}, "tournament": {"mode": "pbt"}}
+    (run / "config.yaml").write_text(json.dumps(cfg))
+    entries = run / "leaderboard" / "entries"
+    entries.mkdir(parents=True)
+    os.chmod(run / "leaderboard", 0o777)  # world-accessible: a writer would warn to chmod it; a reader does not
+    bad = {"format": "podracer-hpc-leaderboard", "version": 2, "id": "x-0-0-0123456789ab", "sidecar_sha256": "0" * 64}
+    (entries / "x-0-0-0123456789ab.json").write_text(json.dumps(bad))
+    before = _tree(run)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "status", str(run)], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "chmod" not in r.stderr, r.stderr
+    assert _tree(run) == before  # nothing renamed, created or rewritten
+    ro = read_only_view(run)
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "status", str(ro)], capture_output=True, text=True, cwd=REPO
+    )
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "pods: 2 done, 2" in r.stdout and "leaderboard" in r.stdout
+    # a run without a leaderboard yet: no leaderboard/entries is made by reading it
+    shutil.rmtree(run / "leaderboard")
+    assert status(run, out=io.StringIO()) == 0
+    assert not (run / "leaderboard").exists()
+
+
+def test_status_per_part_reads_aggregates_and_ends_a_part_only_with_its_own_job(tmp_path, monkeypatch):
+    """A pool of 2 parts x 2 pods: part 0 ended (its final aggregate, summary.json written,
+    "complete": false); part 1 still runs (its aggregate, its job RUNNING). Part 1's pods must
+    count as running, not stopped; a part 2 with no record yet names its job and nodes; the logs
+    are not opened when the aggregates cover every pod."""
+    import json as json_
+
+    from podracer_hpc.cluster.jobstate import SlurmJobState
+    from podracer_hpc.files import heartbeat, live
+    from podracer_hpc.files.live import Monitor
+    from podracer_hpc.files.rundir import RunDir
+
+    monkeypatch.setattr(live, "AGGREGATES_FROM", 6)  # what a pool of thousands does, at 6 pods
+    run = tmp_path / "pool"
+    rd = RunDir(run)
+    run.mkdir()
+    rd.config.write_text(json_.dumps({"name": "p", "total_env_steps": 1000, "env": {"name": "pendulum"}}))
+    rd.pool_file.write_text(
+        json_.dumps(
+            {
+                "jobs": 3,
+                "pods_per_job": 2,
+                "parts": {str(k): {"executor": "slurm", "job": str(50 + k)} for k in range(3)},
+            }
+        )
+    )
+    (run / "logs").mkdir()
+    for pod in range(6):
+        (run / "logs" / f"p_rank{pod}.h5").write_bytes(b"not a log: must not be read while aggregates cover it")
+
+    def beat(pod, steps, state):
+        return {
+            "pod": pod,
+            "rank": pod % 2,
+            "part": pod // 2,
+            "host": f"n{pod // 2}",
+            "t": time.time(),
+            "env_steps": steps,
+            "update": steps // 100,
+            "state": state,
+            "seed": pod,
+            "algo": "ppo",
+        }
+
+    heartbeat.write_aggregate(
+        rd,
+        0,
+        {
+            "job": "50",
+            "pool_size": 6,
+            "state": "stopped",
+            "hosts": ["n0"],
+            "pods": [beat(0, 1000, "done"), beat(1, 400, "stopped")],
+        },
+    )
+    heartbeat.write_aggregate(
+        rd,
+        1,
+        {
+            "job": "51",
+            "pool_size": 6,
+            "state": "running",
+            "hosts": ["n1"],
+            "pods": [beat(2, 500, "running"), beat(3, 600, "running")],
+        },
+    )
+    heartbeat.write_aggregate(
+        rd,
+        2,
+        {
+            "job": "52",
+            "pool_size": 6,
+            "state": "running",
+            "hosts": ["n2"],
+            "pods": [beat(4, 500, "running"), beat(5, 600, "running")],
+        },
+    )
+    rd.part_aggregate(2).unlink()  # part 2 has not written one yet
+    rd.summary.write_text(json_.dumps({"complete": False, "pods": 6}))
+    asked = []
+
+    def slurm(jobs):
+        asked.append(list(jobs))
+        return {
+            "50": SlurmJobState("COMPLETED"),
+            "51": SlurmJobState("RUNNING", nodes="n1"),
+            "52": SlurmJobState("RUNNING", nodes="n[7-8]"),
+        }
+
+    m = Monitor(run)
+    text = render(run, monitor=m, slurm=slurm)
+    assert "  part 0: job 50 STOPPED, hosts n0, pods 0 running / 1 done / 1 stopped / 0 missing" in text, text
+    assert "  part 1: job 51 RUNNING, hosts n1, pods 2 running / 0 done / 0 stopped / 0 missing" in text, text
+    assert "  part 2: no record yet (job 52 RUNNING on nodes n[7-8])" in text, text
+    assert "stopped early" not in text.splitlines()[0] and "running" in text.splitlines()[0]
+    assert not m.trackers or all(t.rank in (4, 5) for t in m.trackers.values())  # part 2: its logs, unreadable
+    assert asked == [["50", "51", "52"]]

@@ -87,6 +87,16 @@ def study(*args: str) -> int:
             "/nonexistent/python not found: create .venv-rllib",
         ),
         ({"resources": {"pods_per_node": 2}, "points": [3]}, "3 pods do not split evenly over 2 nodes"),
+        (
+            {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "scheme": "ensemble"}}},
+            "scheme must be one of pool, best_of_n, random_search, data_parallel",
+        ),
+        ({"device_reference": "nope"}, "device_reference 'nope' is not a system of this study"),
+        ({"allreduce": {"gbytes_per_s": 0}}, "gbytes_per_s must be > 0"),
+        (
+            {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "scheme": "best_of_n"}}},
+            "scheme best_of_n is podracer's",
+        ),
     ],
 )
 def test_bad_study_files_are_refused_before_anything_runs(tmp_path, capsys, edit, message):
@@ -198,6 +208,7 @@ def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd)
         "nodes": 1,
         "seed": 0,
         "executor": "local",
+        "scheme": "pods",
     }
     # the figure: one median series per system, over the points
     fig = plots.scaling(rt)
@@ -281,3 +292,80 @@ def test_trading_study_times_a_cumulative_return_threshold(tmp_path, capfd):
     s = aggregate.scaling_table(table)
     assert s["reached"].tolist() == [0] and math.isinf(s["time_to_target_median"][0])
     assert "not reached (> " in aggregate.scaling_markdown(s)
+
+
+PRIOR = "tournament.hparam_space={learning_rate: [1.0e-4, 1.0e-2, true], ent_coef: [0.0, 0.01]}"
+
+
+def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tmp_path, capfd):
+    """Best-of-N (the device reference at 1 pod), random search over the PBT prior, one learner
+    with N times the envs, and a DexPBT pool: each runs, and each appears in the device-equivalent
+    table, the run table and the figure."""
+    mpiexec_or_skip()
+    from podracer_hpc.pool.hparams import prior_draw
+    from podracer_hpc.report.runs import load_run
+
+    systems = {
+        "best_of_n": {"job": "jobs/pendulum_fast.yaml", "scheme": "best_of_n", "set": TINY},
+        "random_search": {
+            "job": "jobs/pendulum_fast.yaml",
+            "scheme": "random_search",
+            "set": [*TINY, PRIOR],
+            "points": [2],
+        },
+        "data_parallel": {"job": "jobs/pendulum_fast.yaml", "scheme": "data_parallel", "set": TINY, "points": [2]},
+        "dexpbt": {
+            "kind": "podracer",
+            "job": "jobs/pendulum_fast.yaml",
+            "set": [*TINY, PRIOR, "tournament.mode=dexpbt", "tournament.interval_env_steps=2048"],
+            "points": [2],
+        },
+    }
+    path = tiny_study(tmp_path, name="alt", systems=systems, device_reference="best_of_n")
+    assert study(str(path), "--executor", "local") == 0
+    cap = capfd.readouterr()
+    summary = json.loads(cap.out.strip().splitlines()[-1])
+    assert summary["done"] == summary["runs"] == 5 and summary["failed"] == []
+    assert "device-equivalent time to return -5000" in cap.out
+    runs = tmp_path / "alt" / "runs"
+
+    # random search: pod r trained with its own draw from the prior, seeded by its seed (0 + r)
+    rs = load_run(runs / "random_search" / "p2-s0")
+    space = {"learning_rate": (1e-4, 1e-2, True), "ent_coef": (0.0, 0.01)}
+    for r in (0, 1):
+        agent = rs.logs[r]["attrs"]["config"]["agent"]
+        assert agent["learning_rate"] == pytest.approx(prior_draw(space, r)["learning_rate"])
+        assert agent["ent_coef"] == pytest.approx(prior_draw(space, r)["ent_coef"])
+    assert rs.config["tournament"]["mode"] == "none"
+    # one learner with 2 x the envs: one rank, 2 x 64 envs, 2 x the env steps
+    dp = load_run(runs / "data_parallel" / "p2-s0")
+    assert list(dp.logs) == [0] and dp.config["env"]["num_envs"] == 128 and dp.config["total_env_steps"] == 8192
+    assert (dp.pods, dp.scheme) == (2, "data_parallel") and dp.logs[0]["attrs"]["param_count"] > 0
+    # DexPBT held its rounds
+    dx = load_run(runs / "dexpbt" / "p2-s0")
+    assert dx.mode == "dexpbt" and all(len(log["tournament"]["round"]) >= 1 for log in dx.logs.values())
+
+    res = tmp_path / "alt" / "results"
+    for f in ("device.md", "device_time.png", "device_time.pdf", "scaling.png"):
+        assert (res / f).stat().st_size > 100, f
+    rt = aggregate.read_csv(res / "runs.csv")
+    assert set(rt["device_step_source"].tolist()) == {"best_of_n at 1 pod (1 run)"}
+    assert np.all(np.isfinite(rt["device_s_to_target"])) and np.all(rt["device_s_to_target"] > 0)
+    d = next(r for r in rt.rows() if r["system"] == "data_parallel")
+    assert d["env_steps_per_pod_to_target"] == d["env_steps_to_target"] / 2 and d["allreduce_s_to_target"] > 0
+    x = next(r for r in rt.rows() if r["system"] == "dexpbt")
+    assert x["device_s_to_target"] == pytest.approx(
+        x["env_steps_per_pod_to_target"] * x["device_step_s"] + x["round_s_to_target"]
+    )
+    md = (res / "device.md").read_text()
+    for name, pods in (("best_of_n", 1), ("best_of_n", 2), ("random_search", 2), ("data_parallel", 2), ("dexpbt", 2)):
+        assert f"| pendulum | {name} | {pods} | 1 | 1/1 |" in md, name
+    fig = plots.device_time(
+        aggregate.run_table(
+            aggregate.load_runs([], [f"{r['system']}={r['run_dir']}" for r in rt.rows()]),
+            -5000.0,
+            device=aggregate.DeviceModel(reference="best_of_n"),
+        )
+    )
+    names = {ln.get_label() for ln in fig.axes[0].lines}
+    assert {"best_of_n", "best_of_n ideal", "random_search", "data_parallel", "dexpbt"} <= names

@@ -267,8 +267,9 @@ def dry_run(study: Study, executor: str) -> int:
     print(f"# study {study.name}: {study.task}, target {study.metric} >= {study.target:g}, out {study.out}")
     for pt in study.runs():
         state = "done" if is_done(pt) else "to run"
+        what = f"one learner with {pt.pods} x the envs" if pt.system.one_learner else f"{pt.tasks_per_node} pod(s)"
         print(
-            f"{pt.label}: {pt.nodes} node(s) x {pt.tasks_per_node} pod(s), {pt.gpus:g} GPUs, {pt.cpus} CPUs "
+            f"{pt.label}: {pt.nodes} node(s) x {what}, {pt.gpus:g} GPUs, {pt.cpus} CPUs "
             f"[{state}]\n    {_point_command(study, pt, executor)}"
         )
     print(

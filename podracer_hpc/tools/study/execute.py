@@ -5,6 +5,7 @@ every point's). No sbatch caller, poller or log reader of its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -15,8 +16,10 @@ from typing import Any
 import yaml
 
 from podracer_hpc import launch
+from podracer_hpc.config import Config, HParamRange, load_config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files.rundir import RunDir
+from podracer_hpc.pool.hparams import effective_space, prior_draw
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "rllib_python",
     "rllib_sets",
     "run_point_local",
+    "scheme_sets",
     "submit_point_slurm",
 ]
 
@@ -36,15 +40,55 @@ def rllib_python(system: Any) -> Path:
     return Path(system.python).expanduser() if system.python else ROOT / ".venv-rllib" / "bin" / "python"
 
 
+def _prior(cfg: Config) -> dict[str, HParamRange]:
+    """The prior a PBT run of this job declares: its tournament.hparam_space (the names its
+    learner has), else the learner's default PBT space."""
+    return effective_space(dataclasses.replace(cfg.tournament, mode="pbt", sync="collective"), cfg.agent.algo)
+
+
+def scheme_sets(pt: Point) -> list[str]:
+    """The overrides a podracer point's scheme adds after the system's own (``schema.SCHEMES``):
+
+    - ``best_of_n``: independent pods (``tournament.mode=none``);
+    - ``random_search``: independent pods, pod ``r`` (seed ``seed + r``) with its own draw from the
+      job's prior (:func:`_prior`, ``pool.hparams.prior_draw``) as its ``members`` entry;
+    - ``data_parallel``: one learner with ``pods x`` the job's ``env.num_envs``, and ``pods x`` its
+      total and evaluation env steps (so its env steps per device match a pod's), no tournament.
+    """
+    s = pt.system
+    if s.scheme == "pool":
+        return []
+    sets = ["tournament.mode=none"]
+    if s.scheme == "best_of_n":
+        return sets
+    try:
+        cfg = load_config(s.job, [*s.sets, f"seed={pt.seed}"])
+    except ConfigError as e:
+        raise StudyError(f"systems.{s.name}: {e}") from None
+    if cfg.members:
+        raise StudyError(f"systems.{s.name}: scheme {s.scheme} sets each pod itself; its job has members")
+    if s.scheme == "random_search":
+        prior = _prior(cfg)
+        pods = [{f"agent.{k}": v for k, v in prior_draw(prior, pt.seed + r).items()} for r in range(pt.pods)]
+        return [*sets, f"members={json.dumps(pods)}"]
+    p, every = pt.pods, cfg.eval.interval_env_steps
+    return [
+        *sets,
+        f"env.num_envs={cfg.env.num_envs * p}",
+        f"total_env_steps={cfg.total_env_steps * p}",
+        *([f"eval.interval_env_steps={every * p}"] if every else []),
+    ]
+
+
 def podracer_request(study: Study, pt: Point, executor: str) -> launch.Request:
-    """The ``launch.Request`` of a podracer point."""
+    """The ``launch.Request`` of a podracer point (its scheme's overrides after the system's)."""
     gpn = pt.gpus_per_node if study.gpus_of(pt.system) >= 1 else 0  # a shared GPU is not a Slurm GPU request
     return launch.Request(
         job_file=str(pt.system.job),
-        overrides=[*pt.system.sets, f"seed={pt.seed}"],
+        overrides=[*pt.system.sets, f"seed={pt.seed}", *scheme_sets(pt)],
         executor=executor,
         nodes=pt.nodes if executor == "slurm" else 1,
-        tasks_per_node=pt.tasks_per_node if executor == "slurm" else pt.pods,
+        tasks_per_node=pt.tasks_per_node if executor == "slurm" else pt.nodes * pt.tasks_per_node,
         gpus_per_node=gpn,
         partition=str(study.slurm["partition"] or ""),
         account=str(study.slurm["account"] or ""),

@@ -20,7 +20,7 @@ def report(study: Study, out: Any = None) -> dict[str, Any]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from podracer_hpc.report.aggregate import scaling_markdown
+    from podracer_hpc.report.aggregate import device_markdown, scaling_markdown
     from podracer_hpc.report.figures import make_figures
     from podracer_hpc.report.tables import read_csv
 
@@ -51,6 +51,7 @@ def report(study: Study, out: Any = None) -> dict[str, Any]:
         formats=("png", "pdf"),
         dpi=130,
         per_run=False,
+        device=study.device,
     )
     sc = read_csv(results / "scaling.csv")
     md = scaling_markdown(sc)
@@ -61,6 +62,12 @@ def report(study: Study, out: Any = None) -> dict[str, Any]:
         file=out,
     )
     print(md, file=out, end="")
+    print(
+        f"{study.task}: device-equivalent time to {study.metric} {study.target:g} (one device per pod; "
+        "docs/studies.md; ≥: a seed that never reached it, at its budget)",
+        file=out,
+    )
+    print(device_markdown(sc), file=out, end="")
     keep = (
         "system",
         "pods",
@@ -73,6 +80,13 @@ def report(study: Study, out: Any = None) -> dict[str, Any]:
         "efficiency",
         "time_ratio",
         "time_ratio_bound",
+        "env_steps_per_pod_to_target_median",
+        "device_s_mean",
+        "device_s_ci",
+        "device_s_censored",
+        "device_s_bound",
+        "device_step_s",
+        "device_step_source",
     )
     summary["rows"] = [
         {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items() if k in keep}

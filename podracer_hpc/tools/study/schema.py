@@ -14,11 +14,12 @@ import yaml
 from podracer_hpc.config import describe, from_dict, parse_overrides, to_dict
 from podracer_hpc.docfield import ConfigError, F
 from podracer_hpc.files import shipped
-from podracer_hpc.report.aggregate import METRICS  # what a target can be a value of
+from podracer_hpc.report.aggregate import METRICS, DeviceModel  # what a target is a value of; device time
 
 __all__ = [
     "KINDS",
     "METRICS",
+    "SCHEMES",
     "Point",
     "Study",
     "StudyConfig",
@@ -31,6 +32,10 @@ __all__ = [
 
 ROOT = shipped.root()  # jobs/, baselines/, slurm_templates/: a checkout's, or the wheel's copy
 KINDS = ("podracer", "rllib")
+# What a podracer system's pods are (docs/studies.md): pool (the job's tournament as set), best_of_n
+# (independent pods: tournament.mode none), random_search (independent pods, each with its own draw
+# from the prior a PBT run declares), data_parallel (one learner with pods x the envs).
+SCHEMES = ("pool", "best_of_n", "random_search", "data_parallel")
 
 
 class StudyError(ValueError):
@@ -105,8 +110,21 @@ class SystemConfig:
         "is done: 'not reached' with that bound)",
     )
     timeout_s: float = F(3600.0, "local executor: give up on one run after this many seconds")
+    scheme: str = F(
+        "pool",
+        "podracer: pool (the job's tournament) | best_of_n (independent pods) | random_search (independent "
+        "pods, each with hyperparameters drawn from tournament.hparam_space, seeded by its seed) | "
+        "data_parallel (one learner with pods x env.num_envs; docs/studies.md)",
+    )
+    device_step_s: float = F(
+        0.0, "seconds per env step of one of this system's pods on its device (0: the study's device_step_s)"
+    )
 
     def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if not (math.isfinite(self.device_step_s) and self.device_step_s >= 0):
+            raise ValueError(f"device_step_s must be >= 0 seconds (0: the study's), got {self.device_step_s}")
         if not self.job:
             raise ValueError("job is required (its job file)")
         self.set = [self.set] if isinstance(self.set, str) else self.set
@@ -120,6 +138,23 @@ class SystemConfig:
             raise ValueError(f"gpus_per_pod above 1 must be a whole number, got {self.gpus_per_pod:g}")
         if self.max_wall_s < 0 or self.timeout_s <= 0:
             raise ValueError("max_wall_s must be >= 0 and timeout_s > 0")
+
+
+@dataclass
+class AllreduceConfig:
+    gbytes_per_s: float = F(
+        25.0,
+        "data_parallel: bandwidth of the gradient all-reduce, GB/s (25: a 200 Gb/s InfiniBand link between "
+        "nodes; NVLink within a node is 10-20x that)",
+    )
+    latency_s: float = F(1e-5, "data_parallel: latency of one all-reduce step, seconds (times log2 of the devices)")
+    param_bytes: float = F(0.0, "data_parallel: gradient bytes per all-reduce (0: 4 x the param_count the log records)")
+
+    def __post_init__(self) -> None:
+        if not (self.gbytes_per_s > 0 and math.isfinite(self.gbytes_per_s)):
+            raise ValueError(f"gbytes_per_s must be > 0, got {self.gbytes_per_s}")
+        if not (self.latency_s >= 0 and self.param_bytes >= 0):
+            raise ValueError("latency_s and param_bytes must be >= 0")
 
 
 @dataclass
@@ -145,6 +180,17 @@ class StudyConfig:
         {},
         "name -> system (keys of systems.<name> below); the name labels its series (podracer and rllib are also kinds)",
     )
+    device_step_s: float = F(
+        0.0,
+        "device-equivalent time: seconds per env step of one pod on its device, for every system (e.g. from "
+        "bench/RESULTS.md's GPU rows); 0: measured from one-pod runs (device_reference)",
+    )
+    device_reference: str = F(
+        "",
+        "device-equivalent time: the system whose one-pod runs give every system's seconds per env step "
+        "('': each system its own one-pod runs)",
+    )
+    allreduce: AllreduceConfig = F(AllreduceConfig, "the all-reduce model of data_parallel systems (docs/studies.md)")
 
     def __post_init__(self) -> None:
         if not self.task:
@@ -156,6 +202,8 @@ class StudyConfig:
         if not math.isfinite(self.target):
             raise ValueError(f"target is required (a value of {self.metric}, e.g. -250 for pendulum's return)")
         self.points, self.seeds = _ints(self.points, "points", 1), _ints(self.seeds, "seeds", 0)
+        if not (math.isfinite(self.device_step_s) and self.device_step_s >= 0):
+            raise ValueError(f"device_step_s must be >= 0 seconds (0: measured), got {self.device_step_s}")
         if not isinstance(self.systems, dict) or not self.systems:
             raise ValueError(
                 "systems is required: a mapping of names to systems, e.g.\n  systems:\n    podracer: {job: "
@@ -178,6 +226,13 @@ class System:
     seeds: list[int] | None = None  # None: the study's
     points: list[int] | None = None  # None: the study's
     gpus_per_pod: float | None = None  # None: the study's
+    scheme: str = "pool"  # SCHEMES
+    device_step_s: float = 0.0  # 0: the study's
+
+    @property
+    def one_learner(self) -> bool:
+        """One learner stands for the point's pods (data_parallel): one rank, pods x the envs."""
+        return self.scheme == "data_parallel"
 
 
 @dataclass
@@ -213,6 +268,7 @@ class Point:
             "nodes": self.nodes if executor == "slurm" else 1,
             "seed": self.seed,
             "executor": executor,
+            "scheme": "data_parallel" if self.system.one_learner or self.system.kind == "rllib" else "pods",
         }
 
 
@@ -233,6 +289,7 @@ class Study:
     slurm: dict[str, Any]
     systems: list[System]
     source: dict[str, Any] = field(default_factory=dict)  # the resolved file, as written to out/study.yaml
+    device: DeviceModel = field(default_factory=DeviceModel)  # how device-equivalent time is computed
 
     def gpus_of(self, system: System) -> float:
         """GPUs per pod of a system: its own ``gpus_per_pod``, else the study's."""
@@ -244,8 +301,9 @@ class Study:
         for system in self.systems:
             gpp = self.gpus_of(system)
             for pods in system.points if system.points is not None else self.points:
-                nodes = max(1, math.ceil(pods / self.pods_per_node))
-                gpus = float(math.ceil(pods * gpp - 1e-9)) if 0 < gpp < 1 else pods * gpp
+                ranks = 1 if system.one_learner else pods  # data_parallel: one learner stands for the pods
+                nodes = max(1, math.ceil(ranks / self.pods_per_node))
+                gpus = float(math.ceil(ranks * gpp - 1e-9)) if 0 < gpp < 1 else ranks * gpp
                 for seed in system.seeds if system.seeds is not None else self.seeds:
                     out.append(
                         Point(
@@ -254,9 +312,9 @@ class Study:
                             seed,
                             self.out / "runs" / system.name / f"p{pods}-s{seed}",
                             nodes,
-                            pods // nodes,
+                            ranks // nodes,
                             gpus,
-                            pods * self.cpus_per_pod,
+                            ranks * self.cpus_per_pod,
                         )
                     )
         return out
@@ -267,6 +325,8 @@ def keys_text() -> str:
     lines = [f"  {k}: {doc} (default {d!r})" for k, doc, d in describe(StudyConfig)]
     lines.append("systems.<name>:")
     lines += [f"  {k}: {doc} (default {d!r})" for k, doc, d in describe(SystemConfig)]
+    lines.append("allreduce (data_parallel systems):")
+    lines += [f"  allreduce.{k}: {doc} (default {d!r})" for k, doc, d in describe(AllreduceConfig)]
     return "\n".join(lines)
 
 
@@ -313,7 +373,7 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         c = from_dict(SystemConfig, spec, prefix=f"systems.{name}.")
     except ConfigError as e:
         raise StudyError(f"{where}: {e}") from None
-    kind = c.kind or (name if name in KINDS else "")
+    kind = c.kind or (name if name in KINDS else "podracer" if c.scheme != "pool" else "")  # schemes are podracer's
     if kind not in KINDS:
         raise StudyError(
             f"{sw}: kind must be one of {', '.join(KINDS)}"
@@ -322,6 +382,8 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         )
     if not str(name).replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise StudyError(f"{sw}: a system name is a folder name: letters, digits, '-', '_', '.'")
+    if kind == "rllib" and c.scheme != "pool":
+        raise StudyError(f"{sw}: scheme {c.scheme} is podracer's; RLlib's learners are already data-parallel")
     return System(
         str(name),
         kind,
@@ -334,6 +396,8 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         c.seeds or None,
         c.points or None,
         None if c.gpus_per_pod < 0 else c.gpus_per_pod,
+        c.scheme,
+        c.device_step_s,
     )
 
 
@@ -353,8 +417,13 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
     except ConfigError as e:
         raise StudyError(f"{where}: {e}") from None
     systems = [_system(n, s, path.parent, where) for n, s in cfg.systems.items()]
+    if cfg.device_reference and cfg.device_reference not in {s.name for s in systems}:
+        raise StudyError(
+            f"{where}: device_reference {cfg.device_reference!r} is not a system of this study "
+            f"({', '.join(s.name for s in systems)})"
+        )
     r = cfg.resources
-    for p in sorted({p for s in systems for p in (s.points or cfg.points)}):
+    for p in sorted({p for s in systems if not s.one_learner for p in (s.points or cfg.points)}):
         nodes = math.ceil(p / r.pods_per_node)
         if p % nodes:
             raise StudyError(
@@ -380,10 +449,21 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
                 "seeds": s.seeds or [],
                 "points": s.points or [],
                 "gpus_per_pod": -1.0 if s.gpus_per_pod is None else s.gpus_per_pod,
+                "scheme": s.scheme,
+                "device_step_s": s.device_step_s,
             }
             for s in systems
         },
     }
+    a = cfg.allreduce
+    device = DeviceModel(
+        cfg.device_step_s,
+        cfg.device_reference,
+        {s.name: s.device_step_s for s in systems if s.device_step_s > 0},
+        a.gbytes_per_s,
+        a.latency_s,
+        a.param_bytes,
+    )
     return Study(
         name,
         cfg.task,
@@ -398,4 +478,5 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
         copy.deepcopy(to_dict(cfg.slurm)),
         systems,
         resolved,
+        device,
     )
