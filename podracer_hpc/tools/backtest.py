@@ -225,7 +225,9 @@ def load_policy(
     if exported is not None:
         return exported
     if path.suffix == ".json" or path.parent.name == "entries":
-        board = Leaderboard(path.parent.parent, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign)
+        board = Leaderboard(
+            path.parent.parent, read_only=True, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign
+        )
         try:
             tensors, meta = board.load(path.name.split(".", 1)[0], device=dev)
         except (EntryGone, InvalidEntryId) as e:
