@@ -245,6 +245,11 @@ class TournamentConfig:
         "dexpbt: a changed hyperparameter is multiplied or divided by a factor drawn uniformly in [min, max]",
     )
     leaderboard_dir: str = F("", "shared leaderboard directory; empty = <run dir>/leaderboard")
+    accept_unkeyed: bool = F(
+        False,
+        "pods also take leaderboard entries written before entries were keyed (no hmac: they cannot be told "
+        "from forgeries; only for a leaderboard no one outside the run's group could write, docs/security.md)",
+    )
     population_sample: int = F(
         16,
         "async pbt: other pods' latest agents a pod draws and reads each round (its "

@@ -166,6 +166,12 @@ class GymnasiumTask:
         return make_gymnasium_env(num_envs, device, seed, max_episode_steps, dtype, **options)
 
 
+def names_code(options: GymnasiumOptions) -> dict[str, Any]:
+    """What of ``env.gymnasium`` names code: an id ``module:Env-v0`` imports ``module`` (a plain id
+    makes an env an installed package registered) and hands it the kwargs."""
+    return {"id": options.id, "kwargs": options.kwargs} if ":" in str(options.id) else {}
+
+
 register(
     Task(
         "gymnasium",
@@ -174,5 +180,6 @@ register(
         section="gymnasium",
         doc="any installed gymnasium env (env.gymnasium.id; stepped on the host, not checkpointed exactly)",
         verify=verify,
+        names_code=names_code,
     )
 )

@@ -173,6 +173,11 @@ def verify(env: Any, algo: str) -> None:
     probe(env.jax)
 
 
+def names_code(options: JaxOptions) -> dict[str, Any]:
+    """What of ``env.jax`` names code: the factory is imported and called with its kwargs."""
+    return {"factory": options.factory, "kwargs": options.kwargs} if options.factory else {}
+
+
 register(
     Task(
         "jax",
@@ -181,5 +186,6 @@ register(
         section="jax",
         doc="a functional JAX env (MuJoCo Playground, Brax; env.jax.factory), jit+vmap, tensors through DLPack",
         verify=verify,
+        names_code=names_code,
     )
 )

@@ -100,7 +100,11 @@ class Task:
     ``discrete``: its actions are choices (SAC and TD3 pods refuse it before anything runs).
     ``verify(env_section, algo)``: the checks the config runs only when this task is ``env.name``
     and that need more than the options (the ``gymnasium`` task makes its env once to see its
-    spaces); it raises the config's ConfigError naming the key.
+    spaces); it raises the config's ConfigError naming the key. ``names_code(options)``: the
+    option values that name code to import or call (the ``jax`` task's factory and its keyword
+    arguments; a gymnasium id's ``module:`` part), ``{field: value}``, empty when none: ``podracer
+    evaluate`` and ``export`` build such an env from a stored config only when the user trusts it
+    (:func:`code_named`; docs/security.md). A task whose options name code must declare it.
     """
 
     name: str
@@ -111,6 +115,7 @@ class Task:
     assets: bool = False  # its env has asset_layout(): agent.network per_asset works on it
     discrete: bool = False  # its actions are choices, not torques (agent.algo sac and td3 need continuous ones)
     verify: Callable[[Any, str], None] | None = None  # checks that need the env itself (run when it is env.name)
+    names_code: Callable[[Any], dict[str, Any]] | None = None  # option values that name code to import or call
 
     @property
     def builder(self) -> Callable[..., Any]:
@@ -327,6 +332,16 @@ def options_of(env: Any) -> Any:
     return opts
 
 
+def code_named(env: Any) -> dict[str, Any]:
+    """The option values of the ``env`` config section that name code to import or call
+    (:class:`Task` ``names_code``), as ``{"env.<section>.<field>": value}``; empty when its task names none."""
+    task = get(env.name)
+    opts = options_of(env)
+    if task.names_code is None or opts is None:
+        return {}
+    return {f"env.{task.section}.{k}": v for k, v in task.names_code(opts).items()}
+
+
 def build_env(env: Any, num_envs: int, device: Any = "cpu", seed: int = 0) -> Any:
     """The batched env of the config section ``env`` (``name``, ``max_episode_steps`` and the task's
     option section), ``num_envs`` wide on ``device``. The options are checked first."""
@@ -374,6 +389,7 @@ __all__ = [
     "as_kwargs",
     "option_rows",
     "options_of",
+    "code_named",
     "build_env",
     "TaskTable",
 ]

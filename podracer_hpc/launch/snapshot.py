@@ -1,12 +1,23 @@
 """The code a submitted job runs: a frozen copy of the package and the job file in the run
-directory, so that a requeue days later runs the same code whatever the checkout holds then."""
+directory, so that a requeue days later runs the same code whatever the checkout holds then.
+
+A snapshot is reused only while its content is what was frozen: ``SNAPSHOT.json`` records the
+sha256 of every file's path and bytes (``sha256``), and a submission that finds the snapshot
+of its id hashes what the directory holds now. A file changed, added or removed (a planted
+``podracer_hpc/__init__.py``) means it is not reused: it is moved aside (``.<id>.mismatch-*``,
+kept as evidence) and written afresh, and the submission says so. Bytecode caches are not part
+of the content: a reused snapshot's ``__pycache__`` directories are removed (Python rebuilds
+them from the verified sources).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import secrets
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +46,7 @@ class Snapshot:
     files: list[Path]
     job_text: bytes
     job_name: str
+    sha256: str = ""  # of every file's path and bytes (the package's and the job file): what a reuse checks
 
     @property
     def job_file(self) -> Path:
@@ -52,26 +64,83 @@ def _package_files(pkg: Path) -> list[Path]:
     )
 
 
+def _content_hash(package: list[tuple[str, bytes]], job_name: str, job_text: bytes) -> str:
+    """sha256 of a snapshot's content: each package file's path (relative, posix) and bytes, then the job file."""
+    h = hashlib.sha256()
+    for rel, data in package:
+        h.update(rel.encode() + b"\0" + data + b"\0")
+    h.update(job_name.encode() + b"\0" + job_text)
+    return h.hexdigest()
+
+
 def plan_snapshot(base: Path, job_file: str) -> Snapshot:
     """The snapshot this submission will run (computed; nothing is written)."""
     files = _package_files(PACKAGE)
     job_text = Path(job_file).read_bytes()
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(PACKAGE)).encode() + b"\0" + f.read_bytes() + b"\0")
     job_name = Path(job_file).name
-    h.update(job_name.encode() + b"\0" + job_text)
+    digest = _content_hash([(f.relative_to(PACKAGE).as_posix(), f.read_bytes()) for f in files], job_name, job_text)
     revision = git_revision({})
-    sid = h.hexdigest()[:12]
+    sid = digest[:12]
     return Snapshot(
-        RunDir(base).code_dir / sid, sid, revision, revision.endswith("-dirty"), PACKAGE, files, job_text, job_name
+        RunDir(base).code_dir / sid,
+        sid,
+        revision,
+        revision.endswith("-dirty"),
+        PACKAGE,
+        files,
+        job_text,
+        job_name,
+        digest,
     )
 
 
+def held_content(path: Path, job_name: str) -> str | None:
+    """The content hash of what snapshot directory ``path`` holds now (None if it holds anything
+    but its package, its job file and SNAPSHOT.json, bytecode caches aside)."""
+    package = []
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if "__pycache__" in rel.parts or p.is_dir() and not p.is_symlink():
+            continue
+        if rel.as_posix() in ("SNAPSHOT.json", job_name):
+            continue
+        if rel.parts[0] != "podracer_hpc" or p.is_symlink() or not p.is_file():
+            return None  # a file beside the package (a .pth, a sitecustomize.py), a link, a device
+        package.append((Path(*rel.parts[1:]).as_posix(), p.read_bytes()))
+    try:
+        return _content_hash(package, job_name, (path / job_name).read_bytes())
+    except OSError:
+        return None
+
+
+def _verified(snap: Snapshot) -> bool:
+    """Whether the snapshot at ``snap.path`` still holds exactly what it froze (and this submission's code)."""
+    try:
+        meta = json.loads((snap.path / "SNAPSHOT.json").read_text())
+        held = held_content(snap.path, snap.job_name)
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and held is not None and held == meta.get("sha256") == snap.sha256
+
+
 def make_snapshot(snap: Snapshot) -> Snapshot:
-    """Write the snapshot (once: an existing one with this id is the same code) atomically."""
+    """Write the snapshot atomically, or reuse the one of this id when its content still is this
+    code (:func:`held_content`); one that is not is moved aside and written again."""
     if (snap.path / "SNAPSHOT.json").is_file():
-        return snap
+        if _verified(snap):
+            for cache in sorted(snap.path.rglob("__pycache__")):
+                shutil.rmtree(cache, ignore_errors=True)
+            return snap
+        aside = snap.path.parent / f".{snap.id}.mismatch-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
+        try:
+            os.rename(snap.path, aside)
+        except FileNotFoundError:
+            pass  # another submission moved it first
+        print(
+            f"podracer submit: the code snapshot {snap.path} no longer holds what was frozen (a file was changed, "
+            f"added or removed): moved aside to {aside.name} and written again",
+            file=sys.stderr,
+        )
     tmp = snap.path.parent / f".{snap.id}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for f in snap.files:
@@ -85,6 +154,7 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         "id": snap.id,
         "source": str(snap.source),
         "files": len(snap.files),
+        "sha256": snap.sha256,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (tmp / "SNAPSHOT.json").write_text(json.dumps(meta, indent=2) + "\n")

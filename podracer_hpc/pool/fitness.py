@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["EVAL_KINDS", "Fitness", "better", "eval_seed", "paired", "t_quantile", "t_interval"]
 
 # What an evaluation set is for; each kind gets its own stream of seeds.
-EVAL_KINDS = ("round", "async", "eval", "final", "evaluate")
+EVAL_KINDS = ("round", "async", "eval", "final", "evaluate", "join")
 _EVAL_STREAM = 0xE7A1
 
 

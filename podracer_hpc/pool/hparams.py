@@ -15,6 +15,8 @@ __all__ = [
     "DEFAULT_PBT_SPACE",
     "DEFAULT_SPACES",
     "EXPLORING_MODES",
+    "check_hparams",
+    "declared_space",
     "describe_space",
     "effective_space",
     "explore",
@@ -66,6 +68,37 @@ def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HPara
     if cfg.hparam_space or cfg.mode not in EXPLORING_MODES:
         return {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]}
     return dict(DEFAULT_SPACES[algo])
+
+
+def declared_space(
+    cfg: TournamentConfig, algo: str = "ppo", own: Mapping[str, float] | None = None
+) -> dict[str, HParamRange]:
+    """The ranges hyperparameters taken from another agent (a leaderboard entry, a population
+    entry) must lie in: ``tournament.hparam_space``'s names this learner has, or, when it names
+    none, the learner's default space (:data:`DEFAULT_SPACES`), whatever the tournament mode;
+    each widened to hold the pod's ``own`` value (a run configured outside the default range
+    takes its peers' agents)."""
+    mine = {k: r for k, r in cfg.hparam_space.items() if k in MUTABLE_BY_ALGO[algo]} or dict(DEFAULT_SPACES[algo])
+    for k, v in (own or {}).items():
+        if k in mine and is_finite(v):
+            r = mine[k]
+            mine[k] = HParamRange(min(r.low, float(v)), max(r.high, float(v)), r.log_scale)
+    return mine
+
+
+def check_hparams(values: Mapping[str, Any], space: Mapping[str, HParamRange], algo: str = "ppo") -> list[str]:
+    """What forbids a pod of learner ``algo`` to take the hyperparameters ``values`` of another
+    agent: names its learner does not have, values that are not finite numbers, values outside
+    their range in ``space`` (:func:`declared_space`). Empty when they may be taken."""
+    bad = []
+    for name, v in sorted(values.items(), key=lambda kv: str(kv[0])):
+        if name not in MUTABLE_BY_ALGO[algo]:
+            bad.append(f"{name!r} is not a hyperparameter of a {algo} agent")
+        elif isinstance(v, bool) or not is_finite(v):
+            bad.append(f"{name} = {v!r} is not a finite number")
+        elif name in space and not space[name].low <= float(v) <= space[name].high:
+            bad.append(f"{name} = {float(v):g} is outside its range [{space[name].low:g}, {space[name].high:g}]")
+    return bad
 
 
 def describe_space(space: Mapping[str, HParamRange]) -> str:

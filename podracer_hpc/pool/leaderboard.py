@@ -4,14 +4,24 @@ Layout (``root/entries/``, group-private)::
 
     <id>.safetensors   the pod state (safeio kind "leaderboard-entry"), written first
     <id>.json          the sidecar: score, env_steps, pod, job, round, hparams, created, sha256
-                       of the .safetensors file, caller meta, and ``sidecar_sha256``, the digest
-                       of all of that; written second. Its presence means the entry is complete.
+                       of the .safetensors file, caller meta, ``sidecar_sha256``, the digest
+                       of all of that, and ``hmac``, that digest keyed (below); written second.
+                       Its presence means the entry is complete.
+    ../leaderboard.key the leaderboard's secret (made by the first publisher, mode 0o640)
 
 Integrity: what decisions use (the score, env steps, hyperparameters in the sidecar) is covered
 twice: the sidecar's own digest (checked by :meth:`list`, so an edited score never ranks), and
 the copy of the score and meta inside the tensor file, covered by that file's checksum and
-compared with the sidecar on :meth:`load`. Sidecars of version 1 (no own digest) are still
-read; their scores are checked on load.
+compared with the sidecar on :meth:`load`.
+
+Keyed: a sha256 anyone can recompute, so the sidecar also carries ``hmac``, an HMAC-SHA256 of its
+digest (so of all its fields, the tensor file's sha256 among them) with the leaderboard's secret
+(``root/leaderboard.key``, readable by the group only: entryfiles.secret). An entry whose HMAC does
+not match, or that no secret can check, is refused (:class:`EntryRefused`: "forged or from another
+leaderboard") and never ranks or loads; so is a file owned by an outsider (files/owner.py).
+Sidecars written before entries were keyed (versions 1 and 2) cannot be told from a forgery:
+they are refused unless the reader passes ``accept_unkeyed`` (``podracer evaluate
+--accept-unkeyed``; a pod never takes them).
 
 There is no index and no lock: the directory listing is the leaderboard. Entries are immutable
 (written once under a fresh id, never overwritten). Every write goes to a hidden temporary name,
@@ -25,6 +35,7 @@ and nothing is loaded.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -39,12 +50,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from podracer_hpc.files import safeio
-from podracer_hpc.files.bounded import RunFileError, read_json
+from podracer_hpc.files.bounded import MAX_JSON_BYTES, RunFileError, loads_json, read_json
+from podracer_hpc.files.owner import ForeignFile, check_owner, group_of, read_owned
 from podracer_hpc.pool.entryfiles import (
     LeaderboardWarning,
+    SecretError,
     count_op,
     fs_ops,
     make_private_dir,
+    secret,
     unlink_if_there,
     warn,
     write_new,
@@ -58,6 +72,7 @@ __all__ = [
     "EntryCorrupt",
     "EntryGone",
     "EntryInfo",
+    "EntryRefused",
     "InvalidEntryId",
     "Leaderboard",
     "LeaderboardWarning",
@@ -69,8 +84,9 @@ __all__ = [
 
 ENTRY_KIND = "leaderboard-entry"  # safeio kind of the tensor files
 SIDECAR_FORMAT = "podracer-hpc-leaderboard"  # "format" field of the JSON sidecars
-SIDECAR_VERSION = 2
-SIDECAR_VERSIONS_READ = (1, 2)  # version 1: no sidecar_sha256
+SIDECAR_VERSION = 3
+SIDECAR_VERSIONS_READ = (1, 2, 3)  # version 1: no sidecar_sha256; before 3: no hmac (accept_unkeyed only)
+KEYED_VERSION = 3  # the first sidecar version with an hmac
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,199}$")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _OURS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*-[0-9a-f]{12}$")  # ids that make_entry_id generates
@@ -86,6 +102,12 @@ class EntryGone(LookupError):
 
 class EntryCorrupt(safeio.StateFileError):
     """The entry exists but is corrupt or foreign; nothing was loaded."""
+
+
+class EntryRefused(EntryCorrupt):
+    """The entry is not trusted (a keyed checksum that does not match or cannot be checked, an
+    unkeyed entry of an older version, a file owned by an outsider); nothing was loaded and the
+    files are left as they are."""
 
 
 def validate_entry_id(entry_id: Any) -> str:
@@ -142,11 +164,18 @@ class Leaderboard:
         entries: str = "entries",
         cache: bool = False,
         create: bool = True,
+        accept_unkeyed: bool = False,
+        allow_foreign: bool = False,
+        secret_of: "Leaderboard | None" = None,
         read_only: bool = False,
     ):
         """``cache``: keep the sidecars this object has read (entries are immutable, so a long-lived
         reader, a pod, reads each one once; :meth:`load` still checks everything). ``create``:
         make the directories (False: a reader of a directory that may not exist yet, at no cost).
+        ``accept_unkeyed``: read entries written before entries were keyed (their plain checksums
+        only); ``allow_foreign``: read files owned by outsiders (files/owner.py). Both are the
+        tools' explicit overrides; a pod takes neither. ``secret_of``: a board of the same root
+        whose secret this one uses (a population's buckets read it once).
         ``read_only``: a reader that never writes (``podracer status``, ``evaluate``): nothing is
         created, a corrupt entry is refused but not quarantined (the directory may be another
         user's, or read-only)."""
@@ -154,10 +183,24 @@ class Leaderboard:
         self.read_only = read_only
         create = create and not read_only
         self._cache: dict[str, EntryInfo] | None = {} if cache else None
+        self._refused: set[str] = set()  # entries this object refused once (not read, nor warned about, again)
+        self._key: bytes | None = None
+        self._secret_of = secret_of
+        self.accept_unkeyed, self.allow_foreign = accept_unkeyed, allow_foreign
         self.entries_dir = self.root / entries  # "entries"; a population bucket's is deeper (:class:`Population`)
         parts = Path(entries).parts
         for d in (self.root, *(self.root.joinpath(*parts[: i + 1]) for i in range(len(parts)))) if create else ():
             make_private_dir(d)
+        self.gid = group_of(self.root)  # the leaderboard's group: who may write it (files/owner.py)
+
+    def secret(self, create: bool = False) -> bytes | None:
+        """The leaderboard's HMAC key (entryfiles.secret), read once; ``create``: make it if missing."""
+        if self._key is None:
+            if self._secret_of is not None:
+                self._key = self._secret_of.secret(create)
+            else:
+                self._key = secret(self.root, self.gid, create, self.allow_foreign)
+        return self._key
 
     # ------------------------------------------------------------------ paths
 
@@ -213,6 +256,7 @@ class Leaderboard:
         if digest:
             sidecar["content_sha256"] = digest
         sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
+        sidecar["hmac"] = _keyed(self.secret(create=True), sidecar["sidecar_sha256"])  # (the digest covers the rest)
         side = json.dumps(sidecar, sort_keys=True, allow_nan=False).encode()
         # Tensors first, then the sidecar: the sidecar's presence means the entry is complete
         # (its directory fsync makes both names durable). The same content published again (a
@@ -300,7 +344,7 @@ class Leaderboard:
             stems.append(stem)
         cache = self._cache if self._cache is not None else {}
         known = {s: cache[s] for s in stems if s in cache}
-        new = sorted(s for s in stems if s not in known)
+        new = sorted(s for s in stems if s not in known and s not in self._refused)
         if max_new is not None and len(new) > max_new:
             pick = (rng if rng is not None else np.random.default_rng()).choice(len(new), size=max_new, replace=False)
             new = [new[i] for i in sorted(pick.tolist())]
@@ -309,6 +353,10 @@ class Leaderboard:
                 known[stem] = self._read_sidecar(stem)
             except EntryGone:
                 continue  # pruned while we were listing
+            except EntryRefused as e:
+                self._refused.add(stem)
+                warn(f"{e}; skipped")
+                continue
             except EntryCorrupt as e:
                 warn(f"{e}; skipped")
                 continue
@@ -336,9 +384,12 @@ class Leaderboard:
         path = self.sidecar_path(entry_id)
         count_op("open")
         try:
-            d = read_json(path, what="leaderboard sidecar")  # a regular file of a sane size
+            raw = read_owned(path, self.gid, self.allow_foreign, MAX_JSON_BYTES, "leaderboard sidecar")
+            d = loads_json(raw, str(path))  # a regular file of a sane size, nested as JSON allows
         except FileNotFoundError:
             raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+        except ForeignFile as e:
+            raise EntryRefused(f"leaderboard entry {entry_id}: {e}") from None
         except OSError as e:
             raise EntryCorrupt(f"leaderboard entry {entry_id}: cannot read {path} ({e})") from None
         except RunFileError as e:
@@ -350,11 +401,13 @@ class Leaderboard:
                 f"{path}: sidecar version {d.get('version')!r}, this code reads "
                 f"{', '.join(map(str, SIDECAR_VERSIONS_READ))}"
             )
+        digest = None
         if d.get("version", 1) >= 2:
             try:
-                ok = d.get("sidecar_sha256") == _sidecar_digest(d)
+                digest = _sidecar_digest(d)
             except (TypeError, ValueError):
-                ok = False
+                pass
+            ok = digest is not None and d.get("sidecar_sha256") == digest
             if not ok:
                 self.quarantine(entry_id)
                 raise EntryCorrupt(
@@ -362,6 +415,7 @@ class Leaderboard:
                     "after it was written (its score, steps or hyperparameters cannot be trusted); "
                     f"{self.quarantined}, nothing was loaded"
                 )
+        self._check_keyed(entry_id, path, d, digest)
         if d.get("id") != entry_id:
             raise EntryCorrupt(f"{path}: sidecar names entry {d.get('id')!r}, not {entry_id!r} (renamed file?)")
         if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
@@ -382,6 +436,34 @@ class Leaderboard:
         except (TypeError, ValueError) as e:
             raise EntryCorrupt(f"{path}: malformed sidecar ({e})") from None
 
+    def _check_keyed(self, entry_id: str, path: Path, d: dict[str, Any], digest: str | None) -> None:
+        """Raise :class:`EntryRefused` unless the sidecar's HMAC (of ``digest``, its checked
+        :func:`_sidecar_digest`) matches this leaderboard's secret (an unkeyed sidecar of an older
+        version passes only with ``accept_unkeyed``)."""
+        if d.get("version", 1) < KEYED_VERSION:
+            if self.accept_unkeyed:
+                return
+            raise EntryRefused(
+                f"leaderboard entry {entry_id}: written before entries were keyed (sidecar version "
+                f"{d.get('version', 1)}, no hmac): it cannot be told from a forgery, so it is refused. If you "
+                "know who wrote it: podracer evaluate/export/backtest --accept-unkeyed (a pod never takes it)"
+            )
+        try:
+            key = self.secret()
+        except SecretError as e:
+            raise EntryRefused(f"leaderboard entry {entry_id}: cannot be checked: {e}") from None
+        if key is None:
+            raise EntryRefused(
+                f"leaderboard entry {entry_id}: cannot be checked: the leaderboard has no secret "
+                f"({self.root / 'leaderboard.key'} is missing); forged or from another leaderboard"
+            )
+        ok = digest is not None and hmac.compare_digest(str(d.get("hmac", "")), _keyed(key, digest))
+        if not ok:
+            raise EntryRefused(
+                f"leaderboard entry {entry_id}: its keyed checksum (hmac) does not match this leaderboard's "
+                f"secret: forged or from another leaderboard; nothing was loaded ({path} left as it is)"
+            )
+
     def load(self, entry_id: str, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Load an entry's tensors and the meta its publisher passed, after verifying the file.
 
@@ -396,8 +478,14 @@ class Leaderboard:
         count_op("open")
         if not os.path.lexists(path):
             raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist")
-        try:  # a regular file of the size its header declares, or nothing is read
-            blob = safeio.read_state_bytes(path)
+        try:
+            if not self.allow_foreign:
+                check_owner(path, self.gid)
+            blob = safeio.read_state_bytes(path)  # a regular file of the size its header declares, or nothing read
+        except FileNotFoundError:
+            raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
+        except ForeignFile as e:
+            raise EntryRefused(f"leaderboard entry {entry_id}: {e}") from None
         except safeio.StateFileError as e:
             if not os.path.lexists(path):
                 raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
@@ -591,9 +679,21 @@ def plan_prune(
 
 
 def _sidecar_digest(d: dict[str, Any]) -> str:
-    """sha256 of a sidecar's fields other than the digest itself (canonical JSON)."""
-    body = {k: v for k, v in d.items() if k != "sidecar_sha256"}
+    """sha256 of a sidecar's fields other than the digest and the hmac (canonical JSON)."""
+    body = {k: v for k, v in d.items() if k not in ("sidecar_sha256", "hmac")}
     return hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def _keyed(key: bytes, digest: str) -> str:
+    return hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
+
+
+def _sidecar_hmac(key: bytes | None, d: dict[str, Any]) -> str:
+    """HMAC-SHA256 with the leaderboard's secret of the sidecar's digest (:func:`_sidecar_digest`,
+    which covers every other field): a reader checks both with one canonical JSON of the sidecar."""
+    if key is None:
+        raise SecretError("no leaderboard secret to sign with")
+    return _keyed(key, _sidecar_digest(d))
 
 
 def _content_digest(tensors: dict[str, torch.Tensor], score: float, meta: dict[str, Any]) -> str:

@@ -59,6 +59,7 @@ class Population:
             make_private_dir(d)
         self.buckets = self._layout(buckets or auto_buckets(pool_size))
         self._boards: dict[tuple[int, bool], Leaderboard] = {}
+        self.keyring = Leaderboard(self.root, POPULATION_DIR, create=False)  # the secret, read once for every bucket
 
     def _layout(self, want: int) -> int:
         """The bucket count of this population: the first pod's choice, read by all later ones."""
@@ -88,7 +89,9 @@ class Population:
     def board(self, bucket: int, create: bool = False) -> Leaderboard:
         """One bucket's directory (``create``: made if missing, for a publisher; readers only read)."""
         if (bucket, create) not in self._boards:
-            self._boards[bucket, create] = Leaderboard(self.root, f"{POPULATION_DIR}/{bucket:04d}", create=create)
+            self._boards[bucket, create] = Leaderboard(
+                self.root, f"{POPULATION_DIR}/{bucket:04d}", create=create, secret_of=self.keyring
+            )
         return self._boards[bucket, create]
 
     def board_of(self, entry_id: str) -> Leaderboard:

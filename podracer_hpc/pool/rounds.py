@@ -33,8 +33,8 @@ from podracer_hpc.files.records import Comparison, RoundRecord, Source
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.entryfiles import fs_ops
-from podracer_hpc.pool.fitness import Fitness, better
-from podracer_hpc.pool.hparams import effective_space
+from podracer_hpc.pool.fitness import Fitness, better, eval_seed
+from podracer_hpc.pool.hparams import check_hparams, declared_space, effective_space
 from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, plan_prune
 from podracer_hpc.pool.population import Population
 from podracer_hpc.pool.rules import Candidate, Decision, PodReport, decide, make_rng
@@ -128,7 +128,9 @@ class Pool:
         self.part = part
         self.tcfg = cfg.tournament
         self.rundir = rundir
-        self.board = Leaderboard(rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True)
+        self.board = Leaderboard(
+            rundir.leaderboard(self.tcfg.leaderboard_dir), cache=True, accept_unkeyed=self.tcfg.accept_unkeyed
+        )
         # async PBT: every pod's latest agent, read a bounded sample at a time (population.Population)
         self.population = (
             Population(self.board.root, self.pool_size, self.tcfg.population_buckets)
@@ -209,8 +211,8 @@ class Pool:
             if population:
                 return self.population.publish(tensors, fitness.mean, meta)
             return self.board.publish(tensors, fitness.mean, meta, content_id=True)
-        except OSError as e:  # recorded in the round's row (publish_failed) and the summary, not only said
-            self.publish_failed_round = index
+        except (OSError, safeio.StateFileError) as e:  # a full disk; a leaderboard secret that cannot be used
+            self.publish_failed_round = index  # recorded in the round's row (publish_failed) and the summary
             self.say(
                 f"round {index}: could not publish to the leaderboard ({e}); pods that chose this one keep their "
                 "own (logged as publish_failed)"
@@ -279,8 +281,20 @@ class Pool:
             self.pod.reset_agent()
             source = Source("fresh")
         if d.new_hparams is not None and action == d.action:  # not when the source was rejected
-            self.pod.set_hparams(d.new_hparams)
+            new = dict(d.new_hparams)
+            if population and d.action == "copy_pod":  # from a file: only what the declared space holds
+                own, space = self.hparams(), self.declared()
+                new = {k: v if k in space else own.get(k, v) for k, v in new.items()}
+            bad = check_hparams(new, self.declared(), self.cfg.agent.algo)
+            if bad:
+                self.say(f"round {index}: kept own hyperparameters, the source's are refused: {'; '.join(bad)}")
+            else:
+                self.pod.set_hparams(new)
         return action, source, compared
+
+    def declared(self) -> dict:
+        """The ranges another agent's hyperparameters must lie in to be taken (hparams.declared_space)."""
+        return declared_space(self.tcfg, self.cfg.agent.algo, self.pod.hparams())
 
     def record(
         self,
@@ -330,7 +344,10 @@ class Pool:
 
     # --- elastic join ---------------------------------------------------------------------
     def join(self) -> str | None:
-        """Elastic join: a fresh pod starts from a leaderboard entry of its own kind when there is one."""
+        """Elastic join: a fresh pod starts from a leaderboard entry of its own kind when there is one,
+        checked first as a round checks a candidate: its hyperparameters in the declared space
+        (only those it takes), and on the same start states it beats the pod's fresh agent
+        (``tournament.margin_se`` standard errors under the ElegantRL rule, any better mean else)."""
         if self.collective:
             infos = self.comm.bcast(self.board.list() if self.comm.rank == 0 else None)
         else:
@@ -340,11 +357,29 @@ class Pool:
             return None
         # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
         k = self.index % len(entries)
-        eid = None
+        eid, own = None, None
         for cand, _score in entries[k:] + entries[:k]:
             try:
                 _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
-                self.pod.load_agent(tensors, meta, source=f"leaderboard entry {cand}")
+                what = f"leaderboard entry {cand}"
+                hp = {str(n): v for n, v in dict(meta.get("hparams") or {}).items()}
+                bad = check_hparams(hp, self.declared(), self.cfg.agent.algo)
+                if bad:
+                    raise safeio.StateFileError(f"{what}: hyperparameters refused: {'; '.join(bad)}")
+                seed = eval_seed(self.cfg.seed, "join")
+                own = self.pod.evaluate(seed).cpu().tolist() if own is None else own
+                cand_returns = self.pod.evaluate(seed, agent=self.pod.candidate(tensors, meta, source=what))
+                margin = self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0
+                ok, m, se = better(own, cand_returns.cpu().tolist(), margin)
+                if not ok:
+                    self.say(
+                        f"skipping {what}: it does not beat a fresh agent on the join's start states "
+                        f"({m:+.4g} +- {se:.3g}, needs > {margin:g} standard errors)"
+                    )
+                    continue
+                space = self.declared()
+                self.pod.load_agent(tensors, meta, source=what, load_hparams=False)
+                self.pod.set_hparams({n: float(v) for n, v in hp.items() if n in space})
                 eid = cand
                 break
             except EntryGone:

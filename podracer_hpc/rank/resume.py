@@ -243,8 +243,9 @@ def _set_aside(p: Path, why: str) -> None:
     os.replace(p, p.with_name(f"{p.name}.{why}"))
 
 
-# Keys a resumed run may change (what it trains to, how it logs and evaluates, where it runs).
-RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name")
+# Config keys a resumed run may change (a section, or a dotted key of one): what it trains to, how it
+# logs and evaluates, where it runs, whether it reads unkeyed leaderboard entries.
+RESUMABLE_KEYS = ("total_env_steps", "log", "eval", "device", "threads", "name", "tournament.accept_unkeyed")
 
 
 def config_changes(run_config: Path, checkpoint_config: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -269,7 +270,7 @@ def _diff_config(old: dict[str, Any], new: dict[str, Any], defaults: dict[str, A
     does not have (added to podracer-hpc since) is no difference if this run has its default."""
     out = []
     for k in sorted(set(old) | set(new)):
-        if not prefix and k in RESUMABLE_KEYS:
+        if prefix + k in RESUMABLE_KEYS:
             continue
         a, b, d = old.get(k), new.get(k), (defaults or {}).get(k)
         if isinstance(a, dict) and isinstance(b, dict):

@@ -39,8 +39,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from podracer_hpc.docfield import ConfigError
 from podracer_hpc.envs.registry import as_kwargs, options_from
 from podracer_hpc.tools.backtest_args import parser
+from podracer_hpc.tools.trust import from_args
 from podracer_hpc.trading.data import MarketData
 from podracer_hpc.trading.env import Market, StockTradingEnv, get_market, market_of, tickers_from_state
 from podracer_hpc.trading.fields import DataError, is_daily, market_source
@@ -197,26 +199,53 @@ def load_exported_policy(
     return policy, cfg_dict
 
 
-def load_policy(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
+def load_policy(
+    path: str | os.PathLike, device: str | torch.device = "cpu", trust: Any = None
+) -> tuple[Policy, dict[str, Any]]:
     """The deterministic policy of a pod checkpoint, a leaderboard entry or an exported policy
-    (:func:`load_exported_policy`): (policy, run config dict)."""
+    (:func:`load_exported_policy`): (policy, run config dict). ``trust``: what the user allowed
+    (tools/trust.py; None: the defaults): an entry is read through its leaderboard (keyed checksum
+    checked), and a file owned by an outsider is refused unless allowed. Only a ``stock_trading``
+    agent is read, and its env is built here from the trading options (no stored code runs)."""
     from podracer_hpc.agents.ppo import PPOAgent
     from podracer_hpc.agents.settings import PPOConfig
     from podracer_hpc.config import from_dict
     from podracer_hpc.files import safeio
-    from podracer_hpc.pool.leaderboard import ENTRY_KIND
+    from podracer_hpc.files.owner import check_owner, group_of
+    from podracer_hpc.pool.leaderboard import ENTRY_KIND, EntryGone, InvalidEntryId, Leaderboard
+    from podracer_hpc.tools.trust import Trust
 
-    dev = torch.device(device)
-    exported = load_exported_policy(path, dev) if Path(path).is_file() else None
+    trust = trust if trust is not None else Trust()
+    dev, path = torch.device(device), Path(path)
+    if path.is_file() and not trust.allow_foreign:
+        check_owner(
+            path, group_of(path.parent.parent if path.parent.name in ("checkpoints", "entries") else path.parent)
+        )
+    exported = load_exported_policy(path, dev) if path.is_file() else None
     if exported is not None:
         return exported
-    try:
-        tensors, meta, _ = safeio.load(path, "pod-state", device=dev)
-    except safeio.StateFileError as e:
-        if "expected a 'pod-state'" not in str(e):
-            raise
-        tensors, meta, _ = safeio.load(path, ENTRY_KIND, device=dev)
-        meta = dict(meta.get("meta") or meta)
+    if path.suffix == ".json" or path.parent.name == "entries":
+        board = Leaderboard(
+            path.parent.parent, read_only=True, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign
+        )
+        try:
+            tensors, meta = board.load(path.name.split(".", 1)[0], device=dev)
+        except (EntryGone, InvalidEntryId) as e:
+            raise safeio.StateFileError(str(e)) from None
+    else:
+        try:
+            tensors, meta, _ = safeio.load(path, "pod-state", device=dev)
+        except safeio.StateFileError as e:
+            if "expected a 'pod-state'" not in str(e):
+                raise
+            if not trust.accept_unkeyed:  # an entry's tensors without their leaderboard: no keyed checksum
+                raise safeio.StateFileError(
+                    f"{path}: a leaderboard entry's tensors outside its leaderboard: its keyed checksum cannot be "
+                    "checked. Give the entry in its leaderboard (<leaderboard>/entries/<id>.safetensors), or "
+                    "--accept-unkeyed if you know who wrote it"
+                ) from None
+            tensors, meta, _ = safeio.load(path, ENTRY_KIND, device=dev)
+            meta = dict(meta.get("meta") or meta)
     cfg_dict = meta.get("config") or {}
     if (cfg_dict.get("env") or {}).get("name") != "stock_trading":
         raise safeio.StateFileError(
@@ -435,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from podracer_hpc.files.safeio import StateFileError
 
     try:
-        policy, cfg = load_policy(args.checkpoint, args.device)
+        policy, cfg = load_policy(args.checkpoint, args.device, from_args(args))
         trading = (cfg.get("env") or {}).get("trading") or {}
         env_cfg = as_kwargs(options_from(TradingOptions, trading, "the checkpoint's env.trading", ignore_unknown=True))
 
@@ -468,7 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rebalance_every=args.rebalance_every,
             plot=args.plot or None,
         )
-    except (DataError, StateFileError, ValueError) as e:
+    except (DataError, StateFileError, ValueError, ConfigError) as e:
         print(f"podracer backtest: error: {e}", file=sys.stderr)
         return 2
     print(table(result))

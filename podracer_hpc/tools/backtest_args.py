@@ -41,4 +41,7 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--plot", default="backtest.png", help="PNG of the account values ('' for none)")
     ap.add_argument("--device", default="cpu")
+    from podracer_hpc.tools.trust import add_arguments  # no torch either: --config, --trust-config, ...
+
+    add_arguments(ap)
     return ap

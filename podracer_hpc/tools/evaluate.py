@@ -15,6 +15,11 @@ window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 
 in a run directory it is skipped with a warning. ``--max-steps`` (default 10,000) cuts every
 episode after that many env steps, with a note when an agent's stored ``env.max_episode_steps``
 is longer (a stored 10,000,000 would hold an evaluation for hours).
+
+The env is built from the task registry and the agent's stored config; an option of it that names
+code (``env.jax.factory``, ...) is used only when it equals that of ``--config JOB.yaml`` or with
+``--trust-config``; files owned by outsiders and unkeyed entries are refused unless
+``--allow-foreign-files`` / ``--accept-unkeyed`` (tools/trust.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any
 
 from podracer_hpc.config import MAX_EPISODE_STEPS, Config, from_dict
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.tools.trust import Trust, UntrustedConfig, add_arguments, from_args
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
@@ -51,19 +57,28 @@ class Agent:
     meta: dict
 
 
-def load_file(path: Path) -> Agent:
+def load_file(path: Path, trust: Trust = Trust()) -> Agent:
     """A checkpoint or a leaderboard entry file (its .safetensors or its .json sidecar)."""
     from podracer_hpc.files import safeio
+    from podracer_hpc.files.owner import check_owner, group_of
     from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
 
     if path.suffix == ".json" or path.parent.name == "entries":
-        board, eid = Leaderboard(path.parent.parent, read_only=True), path.name.split(".", 1)[0]
+        board = Leaderboard(
+            path.parent.parent,
+            read_only=True,
+            accept_unkeyed=trust.accept_unkeyed,
+            allow_foreign=trust.allow_foreign,
+        )
+        eid = path.name.split(".", 1)[0]
         try:
             tensors, meta = board.load(eid)
         except (EntryGone, EntryCorrupt, InvalidEntryId) as e:
             raise EvaluateError(str(e)) from None
         return Agent(f"entry {eid}", path, tensors, meta)
     try:
+        if not trust.allow_foreign:  # the run's group: the run directory's (a checkpoint's grandparent)
+            check_owner(path, group_of(path.parent.parent if path.parent.name == "checkpoints" else path.parent))
         tensors, meta, _ = safeio.load(path, "pod-state")
     except safeio.StateFileError as e:
         raise EvaluateError(
@@ -72,7 +87,7 @@ def load_file(path: Path) -> Agent:
     return Agent(f"rank {meta.get('rank', '?')} checkpoint", path, tensors, meta)
 
 
-def find_agents(path: Path, top: int, skipped: list[str] | None = None) -> list[Agent]:
+def find_agents(path: Path, top: int, skipped: list[str] | None = None, trust: Trust = Trust()) -> list[Agent]:
     """The agents PATH names (see the module doc); raises EvaluateError when there are none.
     Reads only: nothing in the run directory or the leaderboard is created or renamed. A run
     directory's agents that cannot be loaded are left out, each with why in ``skipped``."""
@@ -84,11 +99,16 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None) -> list[
     if not path.exists():
         raise EvaluateError(f"{path}: no such file or directory")
     if not path.is_dir():  # a file, or what stands in for one (a FIFO, a device): load_file says what it is
-        return [load_file(path)]
+        return [load_file(path, trust)]
     skipped = [] if skipped is None else skipped
     run = RunDir(path)
     agents = []
-    board = Leaderboard(run.leaderboard(_shared_leaderboard(run.config)), read_only=True)
+    board = Leaderboard(
+        run.leaderboard(_shared_leaderboard(run.config)),
+        read_only=True,
+        accept_unkeyed=trust.accept_unkeyed,
+        allow_foreign=trust.allow_foreign,
+    )
     with warnings.catch_warnings(record=True) as seen:  # a listing's skipped files: reported below
         warnings.simplefilter("always")
         listed = board.list()[: max(top, 0)]
@@ -97,7 +117,7 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None) -> list[
         board.tensors_path(e.id) for e in listed
     ]:
         try:
-            agents.append(load_file(p))
+            agents.append(load_file(p, trust))
         except EvaluateError as e:
             skipped.append(str(e))
     if not agents and skipped:
@@ -124,15 +144,19 @@ def _shared_leaderboard(config_yaml: Path) -> str:
     return str((d.get("tournament") or {}).get("leaderboard_dir") or "") if isinstance(d, dict) else ""
 
 
-def config_of(agent: Agent, episodes: int, max_steps: int = 0) -> Config:
+def config_of(agent: Agent, episodes: int, max_steps: int = 0, trust: Trust = Trust()) -> Config:
     """The config an agent is evaluated with: its own, on one training env and the CPU, with
-    ``episodes`` evaluation episodes cut after ``max_steps`` env steps (0: as stored)."""
+    ``episodes`` evaluation episodes cut after ``max_steps`` env steps (0: as stored); raises
+    EvaluateError when it does not fit, or names code the user did not (:class:`Trust`)."""
     d = agent.meta.get("config")
     if not isinstance(d, dict):
         raise EvaluateError(f"{agent.path}: records no config; not a podracer-hpc agent")
     try:
         cfg = from_dict(Config, d)
-    except ConfigError as e:
+        trust.check_config(cfg, agent.path)
+    except (ConfigError, ValueError) as e:
+        if isinstance(e, UntrustedConfig):
+            raise EvaluateError(str(e)) from None
         raise EvaluateError(f"{agent.path}: its config does not fit this podracer-hpc ({e})") from None
     if cfg.env.name == "stock_trading":
         raise EvaluateError(
@@ -157,18 +181,22 @@ def config_of(agent: Agent, episodes: int, max_steps: int = 0) -> Config:
     )
 
 
-def evaluate(agent: Agent, episodes: int, seed: int, device: str, max_steps: int = DEFAULT_MAX_STEPS) -> dict[str, Any]:
+def evaluate(
+    agent: Agent, episodes: int, seed: int, device: str, max_steps: int = DEFAULT_MAX_STEPS, trust: Trust = Trust()
+) -> dict[str, Any]:
     """One agent's row: its episodes on the start states of ``seed``, each cut after ``max_steps``."""
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.pod import Pod
     from podracer_hpc.pool.fitness import Fitness
 
-    cfg = config_of(agent, episodes, max_steps)
+    cfg = config_of(agent, episodes, max_steps, trust)
     try:
         pod = Pod(cfg, rank=0, device=device)
         policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
     except (StateFileError, MemoryError) as e:
         raise EvaluateError(str(e)) from None
+    except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here
+        raise EvaluateError(f"{agent.path}: cannot build its task's env ({cfg.env.name}): {e}") from None
     fit = Fitness(tuple(pod.evaluate(seed, agent=policy).cpu().tolist()), seed)
     r = list(fit.returns)
     std = math.sqrt(sum((x - fit.mean) ** 2 for x in r) / len(r)) if r else math.nan
@@ -221,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"cut every episode after N env steps (default {DEFAULT_MAX_STEPS:,}; a note says when an agent's "
         "env.max_episode_steps is longer): an evaluation steps its episodes together, N times at most",
     )
+    add_arguments(p)
     args = p.parse_args(argv)
     if not 1 <= args.max_steps <= MAX_EPISODE_STEPS:
         print(
@@ -236,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     skipped: list[str] = []
     try:
-        agents = find_agents(Path(args.path), args.top, skipped)
+        trust = from_args(args)
+        agents = find_agents(Path(args.path), args.top, skipped, trust)
         for s in skipped:
             print(f"podracer evaluate: skipped: {s}", file=sys.stderr, flush=True)
         print(
@@ -248,8 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for a in agents:
             try:
-                rows.append(evaluate(a, args.episodes, args.seed, args.device, args.max_steps))
-            except EvaluateError as e:
+                rows.append(evaluate(a, args.episodes, args.seed, args.device, args.max_steps, trust))
+            except (EvaluateError, ConfigError) as e:
                 if len(agents) == 1:
                     raise
                 skipped.append(str(e))  # a run directory's bad agent: the others are still evaluated
@@ -258,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {a.label}: {rows[-1]['return_mean']:.1f}", file=sys.stderr, flush=True)
         if not rows:
             raise EvaluateError(f"{args.path}: none of its {len(agents)} agent(s) could be evaluated")
-    except EvaluateError as e:
+    except (EvaluateError, ConfigError) as e:
         print(f"podracer evaluate: error: {e}", file=sys.stderr)
         return 2
     print(table(rows))

@@ -40,6 +40,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from podracer_hpc.docfield import ConfigError
+from podracer_hpc.tools.trust import add_arguments, from_args
+
 __all__ = [
     "ACTION_CODES",
     "ExportError",
@@ -322,9 +325,10 @@ def _evaluate_message(e: Exception) -> str:
     return str(e).split(" (podracer evaluate reads")[0]
 
 
-def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
+def pod_and_agent(path: str | os.PathLike, trust: Any = None) -> tuple[Any, Any, dict[str, Any]]:
     """(a one-env CPU pod of the agent's own config, the agent, its meta) for a pod checkpoint or a
-    leaderboard entry, loaded as ``podracer evaluate`` loads it (evaluate.py)."""
+    leaderboard entry, loaded as ``podracer evaluate`` loads it (evaluate.py), with what the user
+    allowed (``trust``: tools/trust.py; None: nothing beyond the defaults)."""
     import torch
 
     from podracer_hpc.config import Config, from_dict
@@ -332,7 +336,9 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
     from podracer_hpc.files.safeio import StateFileError
     from podracer_hpc.pod import Pod
     from podracer_hpc.tools.evaluate import EvaluateError, config_of, load_file
+    from podracer_hpc.tools.trust import Trust, UntrustedConfig
 
+    trust = trust if trust is not None else Trust()
     path = Path(path)
     if not path.exists():
         raise ExportError(f"{path}: no such file")
@@ -342,11 +348,14 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
             "a leaderboard entry (<leaderboard>/entries/<id>.safetensors)"
         )
     try:
-        loaded = load_file(path)
+        loaded = load_file(path, trust)
         d = loaded.meta.get("config")
         if isinstance(d, dict) and (d.get("env") or {}).get("name") == "stock_trading":
             try:  # evaluate refuses these (they are judged on a backtest); a policy of them exports all the same
                 cfg = from_dict(Config, d)
+                trust.check_config(cfg, path)
+            except UntrustedConfig as e:
+                raise ExportError(str(e)) from None
             except ConfigError as e:
                 raise ExportError(f"{path}: its config does not fit this podracer-hpc ({e})") from None
             cfg = dataclasses.replace(
@@ -356,7 +365,7 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
                 device="cpu",
             )
         else:
-            cfg = config_of(loaded, 1)
+            cfg = config_of(loaded, 1, trust=trust)
     except EvaluateError as e:
         raise ExportError(_evaluate_message(e)) from None
     try:
@@ -365,7 +374,7 @@ def pod_and_agent(path: str | os.PathLike) -> tuple[Any, Any, dict[str, Any]]:
         agent = pod.candidate(loaded.tensors, loaded.meta, source=str(path))
     except (StateFileError, MemoryError) as e:
         raise ExportError(str(e)) from None
-    except (ValueError, OSError, ImportError) as e:  # the task's env cannot be built here (its data, its package)
+    except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here
         raise ExportError(
             f"{path}: cannot build its task's env ({cfg.env.name}) to read the action bounds: {e}"
         ) from None
@@ -516,9 +525,10 @@ def _onnx(module: Any, obs: Any, tmp: Path, description: dict[str, Any], exporte
 
 
 def export_policy(
-    checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLike, onnx_exporter: str = "auto"
+    checkpoint: str | os.PathLike, fmt: str, out: str | os.PathLike, onnx_exporter: str = "auto", trust: Any = None
 ) -> dict[str, Any]:
-    """Write the deterministic policy of ``checkpoint`` to ``out`` as ``fmt``; returns what was written."""
+    """Write the deterministic policy of ``checkpoint`` to ``out`` as ``fmt``; returns what was written
+    (``trust``: what the user allowed, tools/trust.py)."""
     import torch
 
     if fmt not in FORMATS:
@@ -529,7 +539,7 @@ def export_policy(
         raise ExportError(f"--out {out}: is a directory; give a file name (e.g. {out / name})")
     if out.exists() and checkpoint.exists() and out.resolve() == checkpoint.resolve():
         raise ExportError(f"--out {out}: is the checkpoint itself; give another file name")
-    pod, agent, meta = pod_and_agent(checkpoint)
+    pod, agent, meta = pod_and_agent(checkpoint, trust)
     discrete = bool(pod.env.discrete)
     module = _exported_policy_class()(
         agent, discrete, getattr(pod.env, "action_low", None), getattr(pod.env, "action_high", None)
@@ -634,6 +644,7 @@ def _parser() -> argparse.ArgumentParser:
         "TorchScript-based one, deprecated since torch 2.9), auto (default): dynamo when onnxscript "
         "is installed",
     )
+    add_arguments(q)
     return p
 
 
@@ -648,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         else:
-            result = export_policy(args.checkpoint, args.format, args.out, args.onnx_exporter)
+            result = export_policy(args.checkpoint, args.format, args.out, args.onnx_exporter, from_args(args))
             c = result["check"]
             said = (
                 f"acts like the pod to {c['max_abs_diff']:.2g} on {c['observations']} observations"
@@ -656,7 +667,7 @@ def main(argv: list[str] | None = None) -> int:
                 else c["by"]
             )
             print(f"{result['task']} policy ({result['format']}) in {args.out}: {said}", file=sys.stderr)
-    except ExportError as e:
+    except (ExportError, ConfigError) as e:
         print(f"podracer export {args.what}: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(result), flush=True)

@@ -326,6 +326,46 @@ def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
     assert out.stdout.split() == [str(snap.path / "podracer_hpc" / "__init__.py"), snap.revision], out.stderr
 
 
+def test_a_changed_snapshot_is_not_reused(tmp_path, capsys):
+    """A snapshot is reused only while it holds what it froze: a planted podracer_hpc/__init__.py,
+    or a file added beside the package, never runs; the snapshot is written again and the
+    tampered one kept aside."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: snap\n")
+    snap = launch.make_snapshot(launch.plan_snapshot(tmp_path / "run", str(job)))
+    meta = json.loads((snap.path / "SNAPSHOT.json").read_text())
+    assert len(meta["sha256"]) == 64 and meta["sha256"].startswith(snap.id)
+    init = snap.path / "podracer_hpc" / "__init__.py"
+    original = init.read_bytes()
+    marker = tmp_path / "marker"
+    cache = snap.path / "podracer_hpc" / "__pycache__"
+    for plant in ("init", "beside", "cache"):
+        if plant == "init":
+            init.write_bytes(original + f"\nopen({str(marker)!r}, 'w').close()\n".encode())
+        elif plant == "beside":
+            (snap.path / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+        else:
+            cache.mkdir()
+            (cache / "__init__.cpython-311.pyc").write_bytes(b"planted")
+        again = launch.make_snapshot(launch.plan_snapshot(tmp_path / "run", str(job)))  # the next submit
+        assert again.path == snap.path and init.read_bytes() == original
+        assert not (snap.path / "sitecustomize.py").exists() and not cache.exists()
+        err = capsys.readouterr().err
+        assert ("moved aside" in err) == (plant != "cache"), err  # a cache is not content: only removed
+    aside = sorted(p.name for p in snap.path.parent.iterdir() if ".mismatch-" in p.name)
+    assert len(aside) == 2 and all(p.startswith(f".{snap.id}.mismatch-") for p in aside)
+    out = subprocess.run(
+        [sys.executable, "-c", "import podracer_hpc"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1"},
+    )
+    assert out.returncode == 0 and not marker.exists(), out.stderr
+    assert launch.make_snapshot(launch.plan_snapshot(tmp_path / "run", str(job))).path == snap.path  # intact: reused
+    assert "moved aside" not in capsys.readouterr().err
+
+
 def test_local_submit_runs_and_waits(tmp_path, capsys):
     r = req(
         tasks_per_node=2,

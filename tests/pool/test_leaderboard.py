@@ -24,6 +24,7 @@ from podracer_hpc.pool.leaderboard import (
     EntryCorrupt,
     EntryGone,
     EntryInfo,
+    EntryRefused,
     InvalidEntryId,
     Leaderboard,
     make_entry_id,
@@ -156,7 +157,9 @@ def _install_foreign(lb: Leaderboard, eid: str, write) -> None:
 
     write(lb.tensors_path(eid))
     sha = hashlib.sha256(lb.tensors_path(eid).read_bytes()).hexdigest()
-    sidecar = {"format": lb_mod.SIDECAR_FORMAT, "version": 1, "id": eid, "score": 99.0, "sha256": sha}
+    sidecar = {"format": lb_mod.SIDECAR_FORMAT, "version": 3, "id": eid, "score": 99.0, "sha256": sha}
+    sidecar["hmac"] = lb_mod._sidecar_hmac(lb.secret(create=True), sidecar)  # a group member, who has the secret
+    sidecar["sidecar_sha256"] = lb_mod._sidecar_digest(sidecar)
     lb.sidecar_path(eid).write_text(json.dumps(sidecar))
 
 
@@ -211,6 +214,7 @@ def test_nan_scores(lb: Leaderboard):
     p.write_text(p.read_text().replace('"score": 1.0', '"score": NaN'))  # ...with a NaN score
     null_id = lb.publish(state(0), 1.0, meta())
     rewrite_sidecar(lb, null_id, score=None, version=1, sidecar_sha256=None)
+    lb = Leaderboard(lb.root, accept_unkeyed=True)  # legacy sidecars are read only when asked for
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a NaN entry is skipped quietly: not a candidate, not an error
         assert [e.id for e in lb.list()] == [ok]
@@ -395,27 +399,52 @@ def test_an_edited_score_never_ranks_and_is_quarantined(lb: Leaderboard):
         lb.load(forged)
 
 
-def test_an_edited_score_with_a_recomputed_digest_is_refused_on_load(lb: Leaderboard):
-    """Whoever also recomputes the sidecar digest is caught by the checksummed copy in the tensor file."""
+def test_an_edited_score_with_a_recomputed_digest_is_refused(lb: Leaderboard):
+    """Whoever also recomputes the (unkeyed) sidecar digest is caught by the keyed one: the entry
+    never ranks nor loads, and its files stay as they are (evidence)."""
+    honest = lb.publish(state(1.0), 1.0, meta())
     forged = lb.publish(state(2.0), 2.0, meta())
     p = lb.sidecar_path(forged)
     d = json.loads(p.read_text())
     d["score"] = 1e9
     d["sidecar_sha256"] = lb_mod._sidecar_digest(d)
     p.write_text(json.dumps(d))
-    assert lb.list()[0].score == 1e9  # it ranks (the digest matches)...
+    with pytest.warns(LeaderboardWarning, match="forged or from another leaderboard"):
+        assert [e.id for e in lb.list()] == [honest]
+    with pytest.raises(EntryRefused, match="forged or from another leaderboard"):
+        lb.load(forged)
+    assert p.exists()  # refused, not quarantined
+
+
+def test_an_unkeyed_sidecar_with_a_recomputed_digest_is_refused_on_load(lb: Leaderboard):
+    """A reader that accepts unkeyed (older) entries still has the checksummed copy of the
+    score in the tensor file: an edited score ranks but is never loaded."""
+    forged = lb.publish(state(2.0), 2.0, meta())
+    p = lb.sidecar_path(forged)
+    d = json.loads(p.read_text())
+    d.update(score=1e9, version=2)
+    del d["hmac"]
+    d["sidecar_sha256"] = lb_mod._sidecar_digest(d)
+    p.write_text(json.dumps(d))
+    with pytest.warns(LeaderboardWarning, match="written before entries were keyed"):
+        assert lb.list() == []  # refused by default
+    old = Leaderboard(lb.root, accept_unkeyed=True)
+    assert old.list()[0].score == 1e9  # it ranks (the digest matches)...
     with pytest.raises(EntryCorrupt, match="score differ"):
-        lb.load(forged)  # ...but is never loaded, and leaves the listing
-    assert forged not in {e.id for e in lb.list()}
+        old.load(forged)  # ...but is never loaded, and leaves the listing
+    assert forged not in {e.id for e in old.list()}
 
 
-def test_version_1_sidecars_still_load_and_their_score_is_checked(lb: Leaderboard):
+def test_version_1_sidecars_load_only_when_asked_for_and_their_score_is_checked(lb: Leaderboard):
     old = lb.publish(state(1.0), 1.0, meta())
     p = lb.sidecar_path(old)
     d = json.loads(p.read_text())
     d["version"] = 1
-    del d["sidecar_sha256"]
+    del d["sidecar_sha256"], d["hmac"]
     p.write_text(json.dumps(d))
+    with pytest.raises(EntryRefused, match="--accept-unkeyed"):
+        lb.load(old)
+    lb = Leaderboard(lb.root, accept_unkeyed=True)
     assert [e.id for e in lb.list()] == [old]
     tensors, m = lb.load(old)
     assert torch.equal(tensors["actor.weight"], state(1.0)["actor.weight"]) and m["pod"] == 0

@@ -1,6 +1,6 @@
 """Files written before the package's modules moved into folders still load after the move: a
 pod checkpoint resumes and continues exactly as an unbroken run of today's code, and a leaderboard
-entry loads (checksum verified) and evaluates.
+entry loads (checksum verified) and evaluates when the reader accepts unkeyed entries.
 
 The fixture (tests/fixtures/run-before-layout/) is a one-pod quickstart run stopped after 6
 updates by the code of the flat layout; nothing in a checkpoint or an entry names a module."""
@@ -42,7 +42,18 @@ def _weights(run: Path) -> dict[str, torch.Tensor]:
 def test_a_checkpoint_from_before_the_move_resumes_as_an_unbroken_run(tmp_path):
     old = tmp_path / "old"
     shutil.copytree(FIXTURE, old)
-    r = run_cli("train", str(old / "config.yaml"), "--run-dir", str(old), "--stop-after-updates", "2", "--quiet")
+    # its leaderboard's entry was written before entries were keyed: the job accepts it (its own)
+    r = run_cli(
+        "train",
+        str(old / "config.yaml"),
+        "--run-dir",
+        str(old),
+        "--set",
+        "tournament.accept_unkeyed=true",
+        "--stop-after-updates",
+        "2",
+        "--quiet",
+    )
     assert r.returncode == EXIT_REQUEUE and "resuming from" in r.stderr, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["env_steps"] == 8 * 64 * 16
     fresh = tmp_path / "fresh"
@@ -59,8 +70,12 @@ def test_a_checkpoint_from_before_the_move_resumes_as_an_unbroken_run(tmp_path):
 def test_a_leaderboard_entry_from_before_the_move_loads_and_evaluates(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(FIXTURE, run)
-    tensors, meta = Leaderboard(run / "leaderboard").load(ENTRY)
+    # written before entries were keyed (no hmac): read only when asked for (docs/security.md)
+    tensors, meta = Leaderboard(run / "leaderboard", accept_unkeyed=True).load(ENTRY)
     assert tensors and meta["pod"] == 0 and meta["env_steps"] == 4096, meta
-    r = run_cli("evaluate", str(run / "leaderboard" / "entries" / f"{ENTRY}.safetensors"), "--episodes", "2")
+    path = str(run / "leaderboard" / "entries" / f"{ENTRY}.safetensors")
+    r = run_cli("evaluate", path, "--episodes", "2")
+    assert r.returncode == 2 and "--accept-unkeyed" in r.stderr, r.stderr
+    r = run_cli("evaluate", path, "--episodes", "2", "--accept-unkeyed")
     assert r.returncode == 0, r.stderr
     assert ENTRY in r.stdout
