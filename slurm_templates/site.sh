@@ -72,6 +72,9 @@
 # ---- the environment of every rank (srun passes the batch shell's environment on)
 export PODRACER_COMM="${PODRACER_COMM:-mpi}"   # fail loudly if MPI cannot be loaded
 export PYTHONUNBUFFERED=1
+# Every rank imports the same modules: none may write __pycache__ into the shared checkout, snapshot
+# or venv (hundreds of ranks racing to write the same .pyc files at the first start).
+export PYTHONDONTWRITEBYTECODE=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 # HDF5 file locking of the pods' logs. HDF5 locks every file it opens (flock); Lustre mounted
 # without the `flock` option (or with `noflock`) answers ENOSYS and the log cannot be created.
