@@ -9,7 +9,8 @@
 #                                 the script: 0 complete, requeue on 75, else the failure code.
 #                                 srun gets --cpus-per-task (Slurm 22.05-23.02 srun does not inherit
 #                                 it from sbatch) and, when the job has GPUs, --gpus-per-task=1 (one
-#                                 bound GPU per pod; PODRACER_GPU_BIND=none: every GPU visible);
+#                                 bound GPU per pod, --gpu-bind=single:1 --distribution=block:block: on
+#                                 the NUMA node of its CPUs; PODRACER_GPU_BIND=none: every GPU visible);
 #                                 more pods than GPUs on a node is refused (exit 2).
 #   podracer_rundir JOBFILE       creates $PODRACER_RUN_DIR, moves the job's output into it
 #                                 ($PODRACER_RUN_DIR/slurm-<job id>.out; the #SBATCH --output file
@@ -285,7 +286,9 @@ podracer_launch() {
         ((per_node <= gpus)) ||
             podracer_die "$per_node pods per node but $gpus GPUs per node: two pods would share a GPU (one pod per GPU: --ntasks-per-node <= --gpus-per-node)"
         case $PODRACER_GPU_BIND in
-            per-task) res+=(--gpus-per-task=1)
+            # one GPU per pod on the socket of its CPUs: --gpus-per-task alone implies per_task:1 (GPUs in
+            # task order, whatever socket srun's default block:cyclic gave the task's CPUs)
+            per-task) res+=(--gpus-per-task=1 --gpu-bind=single:1 --distribution=block:block)
                 export PODRACER_GPU_BIND ;;
             none) ;;
             *) podracer_die "PODRACER_GPU_BIND=$PODRACER_GPU_BIND: use per-task or none" ;;
@@ -294,11 +297,14 @@ podracer_launch() {
     local extra=()
     # shellcheck disable=SC2206  # word-split on purpose: "--cpu-bind=cores --network=..."
     [[ -n ${PODRACER_SRUN_ARGS:-} ]] && extra=($PODRACER_SRUN_ARGS)
+    for o in "${extra[@]}" "${opts[@]}"; do
+        [[ $o == --gpu-bind=*closest* ]] && podracer_die "$o: each pod would see every GPU near its CPUs and fail its one-GPU check; the default already binds one GPU on the pod's NUMA node (--gpu-bind=single:1): drop it"
+    done
     local srun=(srun --mpi="$PODRACER_MPI" --wait="$PODRACER_SRUN_WAIT" "${res[@]}" "${extra[@]}" "${opts[@]}" "${cmd[@]}")
     local v
     for v in $(compgen -e | LC_ALL=C sort); do
         case $v in
-            PODRACER_COMM | PODRACER_GPU* | PODRACER_CACHE_DIR | PODRACER_GIT_REVISION | PYTHONUNBUFFERED | \
+            PODRACER_COMM | PODRACER_GPU* | PODRACER_CACHE_DIR | PODRACER_GIT_REVISION | PYTHONUNBUFFERED | PYTHONDONTWRITEBYTECODE | \
                 PYTHONPATH | PYTHONSAFEPATH | OMP_NUM_THREADS | SRUN_CPUS_PER_TASK | HDF5_USE_FILE_LOCKING | \
                 NCCL_* | UCX_* | PMIX_MCA_* | OMPI_MCA_*)
                 podracer_say "env $v=${!v}" ;;

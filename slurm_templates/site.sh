@@ -17,7 +17,11 @@
 : "${PODRACER_PARTITION:=}"        # e.g. batch        -> sbatch --partition
 : "${PODRACER_ACCOUNT:=}"          # e.g. myproject    -> sbatch --account
 : "${PODRACER_QOS:=}"              # e.g. normal       -> sbatch --qos
-: "${PODRACER_CPUS_PER_TASK:=}"    # e.g. 16 (DGX H100: 112 cores / 8 GPUs, minus a few) -> sbatch --cpus-per-task
+: "${PODRACER_CPUS_PER_TASK:=}"    # e.g. 14 (DGX H100/H200/B200: 112 cores / 8 GPUs) -> sbatch --cpus-per-task
+# CPUs per node as Slurm counts them for a job (DGX H100/H200/B200: 112 cores; 224 with hyper-threads
+# unless --hint=nomultithread). podracer submit --site only: a GPU job's --cpus-per-task defaults to
+# this / --tasks-per-node, and more than fits is refused before queueing (default: sinfo's).
+: "${PODRACER_NODE_CPUS:=}"
 : "${PODRACER_MEM:=}"              # e.g. 0 (all of the node) or 256G  -> sbatch --mem
 : "${PODRACER_CONSTRAINT:=}"       # e.g. h100         -> sbatch --constraint
 : "${PODRACER_MAIL_TYPE:=}"        # e.g. END,FAIL     -> sbatch --mail-type
@@ -68,6 +72,9 @@
 # ---- the environment of every rank (srun passes the batch shell's environment on)
 export PODRACER_COMM="${PODRACER_COMM:-mpi}"   # fail loudly if MPI cannot be loaded
 export PYTHONUNBUFFERED=1
+# Every rank imports the same modules: none may write __pycache__ into the shared checkout, snapshot
+# or venv (hundreds of ranks racing to write the same .pyc files at the first start).
+export PYTHONDONTWRITEBYTECODE=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 # HDF5 file locking of the pods' logs. HDF5 locks every file it opens (flock); Lustre mounted
 # without the `flock` option (or with `noflock`) answers ENOSYS and the log cannot be created.

@@ -16,7 +16,8 @@ Called once per rank at start-up, before the pod's env is built:
   descheduled partner turned a busy node into a 25-50x slowdown (bench/HISTORY.md, "A pod on a
   node it does not have to itself").
 - :func:`start_line` is the one line every pod prints: rank, host, device (GPU name, or CPU and
-  threads), env backend, torch and CUDA versions, code revision.
+  threads), where it runs (its GPU's NUMA node, its CPU list and their NUMA nodes, from /sys, and
+  a warning when they differ), env backend, torch and CUDA versions, code revision.
 
 Launchers (``podracer submit``, slurm_templates/) export ``PODRACER_GIT_REVISION`` (the code
 snapshot's revision, :func:`code_revision`) and ``PODRACER_CACHE_DIR``.
@@ -44,6 +45,11 @@ __all__ = [
     "cpu_threads",
     "Threads",
     "start_line",
+    "cpu_list",
+    "describe_device",
+    "gpu_numa_node",
+    "numa_nodes_of",
+    "placement",
     "node_caches",
     "code_revision",
     "gpus_requested",
@@ -247,21 +253,107 @@ def _gpu_uuid(idx: int) -> str:
             return f"cuda:{idx}"
 
 
+def cpu_list(cpus: set[int] | list[int]) -> str:
+    """{0, 1, 2, 5} -> ``"0-2,5"`` (the kernel's cpulist syntax)."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [c]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    """``"0-2,5"`` -> {0, 1, 2, 5}."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        a, _, b = part.partition("-")
+        if a.strip().isdigit():
+            out.update(range(int(a), int(b if b.strip().isdigit() else a) + 1))
+    return out
+
+
+def numa_nodes_of(cpus: set[int], sys_root: str | os.PathLike = "/sys") -> list[int]:
+    """The NUMA nodes that ``cpus`` lie on (``/sys/devices/system/node/node*/cpulist``; [] where
+    the machine does not tell)."""
+    found = []
+    for d in sorted(Path(sys_root, "devices", "system", "node").glob("node[0-9]*")):
+        try:
+            if _parse_cpu_list((d / "cpulist").read_text()) & cpus:
+                found.append(int(d.name[4:]))
+        except (OSError, ValueError):
+            continue
+    return sorted(found)
+
+
+def gpu_numa_node(pci_bus_id: str, sys_root: str | os.PathLike = "/sys") -> int | None:
+    """The NUMA node of the GPU at PCI address ``pci_bus_id`` (``0000:1b:00.0``), from
+    ``/sys/bus/pci/devices/<id>/numa_node``; None where unknown (-1: a machine without NUMA)."""
+    try:
+        node = int(Path(sys_root, "bus", "pci", "devices", pci_bus_id.lower(), "numa_node").read_text())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def _pci_bus_id(idx: int) -> str:
+    """The PCI address of CUDA device ``idx`` (``0000:1b:00.0``); "" where torch does not say."""
+    p = torch.cuda.get_device_properties(idx)
+    bus, dev, dom = (getattr(p, k, None) for k in ("pci_bus_id", "pci_device_id", "pci_domain_id"))
+    return f"{dom or 0:04x}:{bus:02x}:{dev:02x}.0" if bus is not None and dev is not None else ""
+
+
+def placement(cpus: set[int], gpu_pci: str = "", sys_root: str | os.PathLike = "/sys") -> tuple[str, str]:
+    """Where a pod runs: (`` on CPUs 0-13 (NUMA 0)``, ``NUMA 0``: its GPU's node, "" without a
+    GPU or where unknown); the CPUs' part ends with a warning when they are not on the GPU's node
+    (its threads would reach the GPU across the sockets' link)."""
+    nodes = numa_nodes_of(cpus, sys_root) if cpus else []
+    where = f" on CPUs {cpu_list(cpus)}" if cpus else ""
+    if nodes:
+        where += f" (NUMA {','.join(map(str, nodes))})"
+    gpu_node = gpu_numa_node(gpu_pci, sys_root) if gpu_pci else None
+    if gpu_node is None:
+        return where, ""
+    if nodes and gpu_node not in nodes:
+        where += f", not on its GPU's NUMA node {gpu_node}: bind pods next to their GPU (podracer submit's default)"
+    return where, f"NUMA {gpu_node}"
+
+
 def describe_device(
-    device: torch.device | str, threads: int | None = None, environ: Mapping[str, str] | None = None
+    device: torch.device | str,
+    threads: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    cpus: set[int] | None = None,
+    gpu_pci: str | None = None,
+    sys_root: str | os.PathLike = "/sys",
 ) -> str:
-    """``GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3)`` or ``CPU x86_64, 16 threads``."""
+    """``GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3, NUMA 0), 14 CPU threads on CPUs
+    0-13 (NUMA 0)`` or ``CPU x86_64, 16 threads on CPUs 0-15 (NUMA 0)``. ``cpus``: the pod's
+    affinity (default: this process's); ``gpu_pci``: its GPU's PCI address (default: torch's);
+    ``sys_root``: where the machine's topology is read (``/sys``)."""
     env = os.environ if environ is None else environ
     device = torch.device(device)
     vis = env.get("CUDA_VISIBLE_DEVICES")
+    cpus = _affinity() if cpus is None else cpus
     if device.type == "cuda":
         idx = device.index if device.index is not None else torch.cuda.current_device()
         name = torch.cuda.get_device_name(idx)
-        where = f"cuda:{idx}" + (f", CUDA_VISIBLE_DEVICES={vis}" if vis is not None else "")
-        return f"GPU {name} ({where})" + (f", {threads} CPU thread{'s' * (threads != 1)}" if threads else "")
+        on_cpus, gpu_node = placement(cpus, _pci_bus_id(idx) if gpu_pci is None else gpu_pci, sys_root)
+        where = ", ".join(
+            [f"cuda:{idx}"] + ([f"CUDA_VISIBLE_DEVICES={vis}"] if vis is not None else []) + [gpu_node] * bool(gpu_node)
+        )
+        n = f", {threads} CPU thread{'s' * (threads != 1)}" if threads else ", CPU threads"
+        return f"GPU {name} ({where}){n}{on_cpus}"
     if device.type == "cpu":
         n = threads or torch.get_num_threads()
         text = f"CPU {platform.machine() or platform.processor() or ''}".rstrip() + f", {n} thread{'s' * (n != 1)}"
+        text += placement(cpus, "", sys_root)[0]
         if vis:
             text += f" (GPUs visible but unused: CUDA_VISIBLE_DEVICES={vis})"
         return text
@@ -419,14 +511,20 @@ def start_line(
     local_rank: int | None = None,
     revision: str | None = None,
     environ: Mapping[str, str] | None = None,
+    cpus: set[int] | None = None,
+    gpu_pci: str | None = None,
+    sys_root: str | os.PathLike = "/sys",
 ) -> str:
     """The one line a pod prints at start-up, e.g.
 
-    ``pod 3/32 on dgx017 (local 3): GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3),
-    16 CPU threads | env backend warp | torch 2.5.1+cu124, CUDA 12.4 | code 85cb676``
+    ``pod 3/32 on dgx017 (local 3): GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3,
+    NUMA 0), 14 CPU threads on CPUs 42-55 (NUMA 0) | env backend warp | torch 2.5.1+cu124, CUDA
+    12.4 | code 85cb676``
 
-    ``pod 0/1 on laptop: CPU x86_64, 2 threads | env backend torch | torch 2.13.0+cpu, CUDA none
-    (CPU-only build) | code 85cb676-dirty``
+    ``pod 0/1 on laptop: CPU x86_64, 2 threads on CPUs 0-1 (NUMA 0) | env backend torch | torch
+    2.13.0+cpu, CUDA none (CPU-only build) | code 85cb676-dirty``
+
+    (The GPU's NUMA node and the CPUs' are read from ``sys_root``; see :func:`describe_device`.)
     """
     who = f"pod {rank}" + (f"/{world_size}" if world_size else "") + f" on {host}"
     if local_rank is not None:
@@ -434,6 +532,7 @@ def start_line(
     cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CUDA none (CPU-only build)"
     rev = revision if revision is not None else code_revision(environ)
     return (
-        f"{who}: {describe_device(device, threads, environ)} | env backend {backend} | "
+        f"{who}: {describe_device(device, threads, environ, cpus=cpus, gpu_pci=gpu_pci, sys_root=sys_root)} | "
+        f"env backend {backend} | "
         f"torch {torch.__version__}, {cuda} | code {rev}"
     )

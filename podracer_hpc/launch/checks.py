@@ -10,9 +10,34 @@ from pathlib import Path
 
 from podracer_hpc.config import Config, job_file, load_config
 from podracer_hpc.launch.errors import LaunchError
-from podracer_hpc.launch.request import Request, check_fields, parse_sbatch, parse_srun, run_dir_for
+from podracer_hpc.launch.request import (
+    LARGE_JOB_RANKS,
+    Request,
+    check_fields,
+    fit_cpus,
+    parse_sbatch,
+    parse_srun,
+    run_dir_for,
+)
 
-__all__ = ["check_run_dir", "validate"]
+__all__ = ["SHARED_FS", "check_run_dir", "mount_of", "shared_interpreter", "validate"]
+
+# filesystem types (the mount table's) that every node shares over the network: a Python there is
+# read by every rank at every start (and requeue)
+SHARED_FS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "beegfs",
+    "ceph",
+    "panfs",
+    "wekafs",
+    "fuse.sshfs",
+)
 
 
 def validate(req: Request, dry_run: bool = False) -> Config:
@@ -48,7 +73,11 @@ def validate(req: Request, dry_run: bool = False) -> Config:
     if req.executor == "slurm":
         from podracer_hpc.launch.slurm import check_request  # submitit: only when Slurm is asked for
 
+        if note := fit_cpus(req, req.node_cpus, "--node-cpus"):
+            print(f"note: {note}", file=sys.stderr)
         check_request(req, cfg, dry_run)
+        if not req.container_image and (why := shared_interpreter(sys.executable, req.ranks * max(1, len(req.array)))):
+            print(f"warning: {why}", file=sys.stderr)
     elif req.nodes > 1:
         raise LaunchError("--executor local runs on this machine: use --nodes 1 (and --tasks-per-node for the pods)")
     return cfg
@@ -91,3 +120,42 @@ def check_run_dir(path: Path) -> None:
             f"--run-dir {path}: no permission to {what} {anc}; choose a --run-dir you can write to "
             "(on the cluster's shared filesystem)"
         )
+
+
+def mount_of(path: str, mounts: str | None = None) -> tuple[str, str]:
+    """(mount point, filesystem type) of ``path`` by the mount table (``/proc/self/mounts``, or
+    ``mounts``: its text); ("", "") when unknown."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text()
+        except OSError:
+            return "", ""
+    p = os.path.abspath(path)
+    best = ("", "")
+    for line in mounts.splitlines():
+        f = line.split()
+        if len(f) < 3:
+            continue
+        point = f[1].encode().decode("unicode_escape")  # \040 for a space
+        inside = p == point or p.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, f[2])
+    return best
+
+
+def shared_interpreter(executable: str, ranks: int, mounts: str | None = None) -> str:
+    """Why a job of ``ranks`` ranks should not start its Python from where ``executable`` lives
+    ("" when it may): an interpreter (and its venv or conda env) on a network filesystem is read by
+    every rank at every start and requeue, some 13,000 file-name calls per rank for this package's
+    imports, a metadata storm for the file server at 64 ranks and more."""
+    if ranks < LARGE_JOB_RANKS:
+        return ""
+    point, kind = mount_of(str(Path(executable).parent), mounts)
+    if kind not in SHARED_FS:
+        return ""
+    return (
+        f"the ranks' Python {executable} lives on {point} ({kind}, shared by every node): {ranks} ranks "
+        "would each read its thousands of files at every start and requeue. For a job this large, run the "
+        "ranks in the container (--container-image) or from a venv staged to node-local disk (sbcast a "
+        "tarball of it to /tmp; docs/slurm-templates.md, 'Shared filesystem')"
+    )

@@ -25,7 +25,9 @@ __all__ = [
     "Request",
     "add_arguments",
     "check_fields",
+    "fit_cpus",
     "from_args",
+    "gpu_sbatch_refusal",
     "own_sbatch",
     "parse_array",
     "parse_sbatch",
@@ -33,6 +35,7 @@ __all__ = [
     "run_dir_for",
     "slurm_minutes",
     "task_overrides",
+    "threads_per_core_one",
 ]
 
 MAIL_TYPES = {
@@ -61,6 +64,10 @@ LAUNCHER_SBATCH = {
     "ntasks": "--nodes and --tasks-per-node",
     "gpus-per-task": "--gpus-per-node (one bound GPU per pod)",
 }
+# sbatch/srun GPU options that would bypass the one-bound-GPU-per-pod binding: refused with what to use
+GPU_OPTIONS = ("gres", "gpus", "gpus-per-socket", "gpu-bind", "ntasks-per-gpu", "cpus-per-gpu")
+# pods at or above which a start from a shared filesystem's interpreter is warned about
+LARGE_JOB_RANKS = 64
 
 
 def _min(n: int) -> Callable[[Any], str]:
@@ -74,6 +81,18 @@ def _no_spaces(v: str) -> str:
 def _mem(v: str) -> str:
     ok = not v or re.fullmatch(r"[0-9]+[KMGT]?B?", v.upper())
     return "" if ok else "expected a size per node such as 64G, 500M or 0 (all of the node's)"
+
+
+def _gpu_type(v: str) -> str:
+    return "" if not v or re.fullmatch(r"[A-Za-z0-9_.-]+", v) else "expected a GRES type name such as h100"
+
+
+def _gpus_arg(text: str) -> tuple[str, int]:
+    """``--gpus-per-node``: ``8`` or a typed ``h100:8`` -> (type, count)."""
+    m = re.fullmatch(r"(?:([A-Za-z0-9_.-]+):)?([0-9]+)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a count (8) or TYPE:COUNT (h100:8)")
+    return m.group(1) or "", int(m.group(2))
 
 
 def _mail(v: str) -> str:
@@ -148,8 +167,15 @@ class Request:
         1, "pod ranks per node (one per GPU)", "--tasks-per-node", check=_min(1), sbatch="ntasks_per_node"
     )
     gpus_per_node: int = opt(
-        0, "GPUs per node (one bound GPU per pod)", "--gpus-per-node", check=_min(0), sbatch="gpus_per_node"
+        0,
+        "GPUs per node, N or TYPE:N (h100:8); one bound GPU per pod",
+        "--gpus-per-node",
+        check=_min(0),
+        sbatch="gpus_per_node",
+        metavar="[TYPE:]N",
+        parse=_gpus_arg,
     )
+    gpu_type: str = opt("", "the GRES type of --gpus-per-node TYPE:N (h100); '' = any", cli="none", check=_gpu_type)
     pods_per_job: int = opt(
         0,
         "run the pool of --nodes x --tasks-per-node pods as several jobs of this many pods each "
@@ -202,6 +228,15 @@ class Request:
         sbatch="cpus_per_task",
         metavar="N",
     )
+    node_cpus: int = opt(
+        0,
+        "CPUs per node that the job's tasks can have, as Slurm counts them (DGX H100/H200/B200: 112 "
+        "cores; 224 with hyper-threads, unless --sbatch hint=nomultithread); a GPU job's --cpus-per-task "
+        "defaults to N / --tasks-per-node; default: sinfo's, where Slurm is here",
+        "--node-cpus",
+        check=_min(0),
+        metavar="N",
+    )
     mem: str = opt("", "memory per node, sbatch syntax: 64G, 0 = all of it", "--mem", check=_mem, sbatch="mem")
     exclusive: bool = opt(False, "whole nodes (no other jobs on them)", "--exclusive", sbatch="exclusive", cli="flag")
     qos: str = opt("", "Slurm quality of service", "--qos", check=_no_spaces, sbatch="qos")
@@ -222,8 +257,9 @@ class Request:
     )
     gpu_bind: str = opt(
         "per-task",
-        "per-task (default): srun --gpus-per-task=1, each pod sees and checks its one GPU; "
-        "none: each pod sees the node's GPUs and takes GPU <local rank>",
+        "per-task (default): srun --gpus-per-task=1 --gpu-bind=single:1 --distribution=block:block, "
+        "each pod sees and checks its one GPU, on the NUMA node of its CPUs; none: each pod sees the "
+        "node's GPUs and takes GPU <local rank>",
         "--gpu-bind",
         choices=("per-task", "none"),
     )
@@ -380,6 +416,8 @@ def from_args(args: argparse.Namespace, slurm_here: bool) -> Request:
     if kw["executor"] == "auto":
         kw["executor"] = "slurm" if slurm_here else "local"
     kw["array"], kw["array_parallelism"] = parse_array(kw["array"]) if kw["array"] else ([], 0)
+    if isinstance(kw["gpus_per_node"], tuple):  # --gpus-per-node [TYPE:]N
+        kw["gpu_type"], kw["gpus_per_node"] = kw["gpus_per_node"]
     if kw["site"]:
         from podracer_hpc.launch.site import apply_site
 
@@ -457,8 +495,46 @@ def _option_items(items: list[str], flag: str, own: dict[str, str], example: str
 
 def parse_sbatch(items: list[str]) -> dict[str, Any]:
     """``--sbatch KEY=VALUE`` (or a bare ``KEY`` for a flag) items -> {key: value}; refuses keys
-    that have a submit option of their own or that the launcher must set."""
-    return dict(_option_items(items, "--sbatch", own_sbatch(), "--sbatch reservation=dgx --sbatch hint=nomultithread"))
+    that have a submit option of their own or that the launcher must set, and GPUs asked for
+    past ``--gpus-per-node`` (:func:`gpu_sbatch_refusal`)."""
+    out = dict(_option_items(items, "--sbatch", own_sbatch(), "--sbatch reservation=dgx --sbatch hint=nomultithread"))
+    for key, value in out.items():
+        if why := gpu_sbatch_refusal(key, value):
+            raise LaunchError(why)
+    return out
+
+
+def gpu_sbatch_refusal(key: str, value: Any) -> str:
+    """Why ``--sbatch KEY=VALUE`` may not ask for GPUs ("" when it asks for none): GPUs that
+    reach the job past ``--gpus-per-node`` are not bound (no srun --gpus-per-task, and
+    PODRACER_GPUS=0, so a pod would not even check it has one)."""
+    text = "" if value is True else str(value)
+    unbound = (
+        "GPUs asked for here reach the job unbound (no --gpus-per-task, PODRACER_GPUS=0: each pod sees "
+        "every GPU of the node, or none, and nothing checks it)"
+    )
+    if key == "gres":
+        gpus = [g for g in text.split(",") if g.split(":")[0] == "gpu"]
+        if not gpus:
+            return ""
+        m = re.fullmatch(r"gpu(?::([A-Za-z0-9_.-]+))?:([0-9]+)", gpus[0])
+        use = (
+            f"--gpus-per-node {m.group(1) + ':' if m.group(1) else ''}{m.group(2)}" if m else "--gpus-per-node [TYPE:]N"
+        )
+        rest = ",".join(g for g in text.split(",") if g not in gpus)
+        keep = f"; keep the rest as --sbatch gres={rest}" if rest else ""
+        return f"--sbatch gres={text}: use podracer submit {use} instead (one bound GPU per pod): {unbound}{keep}"
+    if key == "gpus":
+        return (
+            f"--sbatch gpus={text}: use podracer submit --gpus-per-node (GPUs per node, e.g. {text} GPUs over "
+            f"N nodes is --gpus-per-node {text}/N; TYPE:N for a GPU type) instead: {unbound}"
+        )
+    if key in GPU_OPTIONS:
+        return (
+            f"--sbatch {key}{'=' + text if text else ''}: podracer submit binds one GPU to each pod itself "
+            "(--gpus-per-node [TYPE:]N, --gpu-bind per-task|none); drop this option"
+        )
+    return ""
 
 
 # srun options the launcher sets itself (--srun may not): what to use instead
@@ -467,6 +543,9 @@ OWN_SRUN = {
     "mpi": "--mpi",
     "cpus-per-task": "--cpus-per-task",
     "gpus-per-task": "--gpu-bind",
+    "gpus": "--gpus-per-node",
+    "gpus-per-node": "--gpus-per-node",
+    "ntasks-per-gpu": "--gpus-per-node and --tasks-per-node (one pod per GPU)",
     "container-image": "--container-image",
     "container-mounts": "--container-mounts",
     "container-workdir": "",
@@ -481,6 +560,16 @@ def parse_srun(items: list[str]) -> list[str]:
     """``--srun KEY=VALUE`` (or a bare ``KEY``) items -> srun's ``--key=value`` arguments; refuses
     what the launcher sets itself."""
     pairs = _option_items(items, "--srun", OWN_SRUN, "--srun cpu-bind=cores --srun network=single_node_vni")
+    for k, v in pairs:
+        if k == "gpu-bind" and str(v).split(",")[-1].startswith("closest"):
+            # closest binds each task to every GPU of its socket (4 of a DGX's 8): srun starts, then every
+            # pod fails its one-GPU check (cluster/device.py) after the queue wait
+            raise LaunchError(
+                f"--srun gpu-bind={v}: each pod would see every GPU near its CPUs (four on a DGX) and "
+                "fail its one-GPU check at start; the default --gpu-bind per-task already binds each pod "
+                "to one GPU on its own NUMA node (srun --gpu-bind=single:1 --distribution=block:block): "
+                "drop this option"
+            )
     return [f"--{k}" if v is True else f"--{k}={v}" for k, v in pairs]
 
 
@@ -505,6 +594,43 @@ def slurm_minutes(text: str) -> int | None:
     else:
         h, m = 0, parts[0]
     return d * 1440 + h * 60 + m  # seconds dropped: a limit of 45:30 admits --time 45, not 46
+
+
+def fit_cpus(req: Request, node_cpus: int, where: str) -> str:
+    """CPUs per pod against the node's ``node_cpus`` (as Slurm counts them for this job; ``where``:
+    where that number comes from). A GPU job that left ``--cpus-per-task`` unset gets the node's
+    share (``node_cpus // tasks_per_node``: each pod the CPUs of its GPU's share of the node; the
+    request is changed); a request that asks for more CPUs than a node has is refused with the
+    numbers. Returns a note for the user ("" when nothing was derived)."""
+    if node_cpus <= 0:
+        return ""
+    tasks, share = req.tasks_per_node, node_cpus // req.tasks_per_node
+    if share < 1:
+        raise LaunchError(
+            f"--tasks-per-node {tasks}: a node has {node_cpus} CPUs ({where}), fewer than one per pod; "
+            f"use --tasks-per-node {node_cpus} or fewer"
+        )
+    if req.cpus_per_task == 0 and req.gpus_per_node:
+        req.cpus_per_task = share
+        return (
+            f"--cpus-per-task {share} = {node_cpus} CPUs per node ({where}) / --tasks-per-node {tasks}; "
+            "give --cpus-per-task to choose"
+        )
+    want = tasks * max(1, req.cpus_per_task)
+    if want > node_cpus:
+        raise LaunchError(
+            f"--tasks-per-node {tasks} x --cpus-per-task {max(1, req.cpus_per_task)} = {want} CPUs per node, "
+            f"but a node has {node_cpus} ({where}): the job would never start. Use --cpus-per-task "
+            f"{share} ({node_cpus} / {tasks}), or fewer tasks per node"
+        )
+    return ""
+
+
+def threads_per_core_one(req: Request) -> bool:
+    """Whether the job asks for one thread per core (``--sbatch hint=nomultithread`` or
+    ``threads-per-core=1``): then Slurm's CPUs are the node's physical cores."""
+    extra = parse_sbatch(req.sbatch)
+    return extra.get("hint") == "nomultithread" or str(extra.get("threads-per-core", "")) == "1"
 
 
 def check_fields(req: Request) -> None:

@@ -26,6 +26,7 @@ SITE_KEYS: dict[str, tuple[str, str]] = {
     "PODRACER_ACCOUNT": ("account", "str"),
     "PODRACER_QOS": ("qos", "str"),
     "PODRACER_CPUS_PER_TASK": ("cpus_per_task", "int"),
+    "PODRACER_NODE_CPUS": ("node_cpus", "int"),
     "PODRACER_MEM": ("mem", "str"),
     "PODRACER_CONSTRAINT": ("constraint", "str"),
     "PODRACER_MAIL_TYPE": ("mail_type", "str"),

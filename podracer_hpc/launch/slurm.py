@@ -33,11 +33,13 @@ from podracer_hpc.launch.errors import LaunchError, SlurmUnreachable
 from podracer_hpc.launch.request import (
     HDF5_LOCKING,
     Request,
+    fit_cpus,
     parse_sbatch,
     parse_srun,
     run_dir_for,
     slurm_minutes,
     task_overrides,
+    threads_per_core_one,
 )
 from podracer_hpc.launch.snapshot import Snapshot, make_snapshot, plan_snapshot
 
@@ -75,9 +77,11 @@ def _sinfo(fmt: str, partition: str = "") -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()]
 
 
-def _gres_gpus(text: str) -> int:
-    """GPUs in a node's GRES as sinfo prints it (``gpu:8``, ``gpu:h100:8(S:0-1)``, ``(null)``)."""
-    return sum(int(m) for m in re.findall(r"gpu(?::[A-Za-z0-9_.-]+)?:([0-9]+)", text))
+def _gres_gpus(text: str, gpu_type: str = "") -> int:
+    """GPUs in a node's GRES as sinfo prints it (``gpu:8``, ``gpu:h100:8(S:0-1)``, ``(null)``);
+    ``gpu_type``: only those of that type."""
+    found = re.findall(r"gpu(?::([A-Za-z0-9_.-]+))?:([0-9]+)", text)
+    return sum(int(n) for t, n in found if not gpu_type or t == gpu_type)
 
 
 def check_request(req: Request, cfg: Config, dry_run: bool) -> None:
@@ -145,19 +149,14 @@ def _check_partition(req: Request, part: str) -> None:
             f"--time {req.time_min}: partition {part!r} allows at most {max(limits)} minutes "
             "(sinfo -o %l); the job would never start"
         )
-    cpus = [int(re.sub(r"[^0-9]", "", x)) for x in _sinfo("%c", part) if re.sub(r"[^0-9]", "", x)]
-    want = req.tasks_per_node * max(1, req.cpus_per_task)
-    if cpus and want > max(cpus):
-        raise LaunchError(
-            f"--tasks-per-node {req.tasks_per_node} x --cpus-per-task {max(1, req.cpus_per_task)} = "
-            f"{want} CPUs per node: the nodes of partition {part!r} have at most {max(cpus)} "
-            "(sinfo -o %c); the job would never start"
-        )
-    gpus = [_gres_gpus(x) for x in _sinfo("%G", part)]
+    if not req.node_cpus:  # --node-cpus (or the site's) wins: it was checked in validate
+        _check_cpus(req, part)
+    gpus = [_gres_gpus(x, req.gpu_type) for x in _sinfo("%G", part)]
     if gpus and req.gpus_per_node > max(gpus):
+        typed = f" of type {req.gpu_type}" if req.gpu_type else ""
         raise LaunchError(
-            f"--gpus-per-node {req.gpus_per_node}: the nodes of partition {part!r} have at most "
-            f"{max(gpus)} GPUs (sinfo -o %G); the job would never start"
+            f"--gpus-per-node {req.gpu_type + ':' if req.gpu_type else ''}{req.gpus_per_node}: the nodes of "
+            f"partition {part!r} have at most {max(gpus)} GPUs{typed} (sinfo -o %G); the job would never start"
         )
     if gpus and max(gpus) and not req.gpus_per_node:
         if req.exclusive:
@@ -171,6 +170,25 @@ def _check_partition(req: Request, part: str) -> None:
             f"(--gpus-per-node): its pods run on the CPU",
             file=sys.stderr,
         )
+
+
+def _check_cpus(req: Request, part: str) -> None:
+    """CPUs per pod against the partition's nodes (sinfo: CPUs and threads per core; physical
+    cores when the job asks for one thread per core): derived for a GPU job that gave none,
+    refused when they cannot fit (request.fit_cpus)."""
+    nodes = []
+    for line in _sinfo("%c %Z", part):
+        f = [int(re.sub(r"[^0-9]", "", x) or 0) for x in line.split()]
+        if f and f[0]:
+            nodes.append(f[0] // max(1, f[1]) if len(f) > 1 and threads_per_core_one(req) else f[0])
+    if not nodes:
+        return
+    one = threads_per_core_one(req)
+    where = f"sinfo -o %c{' / %Z: physical cores, one thread per core' if one else ''}, partition {part!r}"
+    if req.cpus_per_task or not req.gpus_per_node:
+        fit_cpus(req, max(nodes), where)  # refused only when no node of the partition fits
+    elif note := fit_cpus(req, min(nodes), where):  # derived: so that every node of the partition fits
+        print(f"note: {note}", file=sys.stderr)
 
 
 def _check_mpi_plugin(mpi: str) -> None:
@@ -294,6 +312,8 @@ def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
     lines = [
         "trap : USR1 USR2  # a warning signal to the whole job (scancel --full) must not end this shell",
         "export PYTHONUNBUFFERED=1",
+        # every rank imports the same modules: none may write __pycache__ into the shared snapshot/venv
+        "export PYTHONDONTWRITEBYTECODE=1",
     ]
     if req.modules:
         lines.append(f"module load {req.modules}  # the site's modules (--site: PODRACER_MODULES)")
@@ -339,7 +359,15 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
     if req.cpus_per_task:
         srun.append(f"--cpus-per-task={req.cpus_per_task}")
     if req.gpus_per_node and req.gpu_bind == "per-task":
-        srun.append("--gpus-per-task=1")
+        # One GPU per pod, next to the pod's CPUs. --gpus-per-task alone implies --gpu-bind=per_task:1,
+        # which hands out GPUs in task order whatever the task's CPUs, while srun's default
+        # distribution (block:cyclic) spreads each task's CPUs over both sockets of a DGX: about half
+        # the pods would run on the other socket from their GPU. block:block gives each task
+        # consecutive cores of one socket (tasks 0-3 on socket 0, 4-7 on socket 1 of a DGX
+        # H100/H200/B200: 8 x 14 of its 2 x 56 cores), and single:1 binds it to one GPU of that
+        # socket's (gres.conf Cores=). closest would bind all of them (four), and the pod's one-GPU
+        # check would refuse it.
+        srun += ["--gpus-per-task=1", "--gpu-bind=single:1", "--distribution=block:block"]
     if req.container_image and req.container_runtime == "pyxis":
         base = str(run_dir_for(req, cfg))
         mounts = ",".join(m for m in (f"{base}:{base}", req.container_mounts) if m)
@@ -367,6 +395,8 @@ def parameters(req: Request, cfg: Config, snap: Snapshot | None = None) -> dict[
         if not name or name in ("job_name", "array") or not value:
             continue
         params[name] = value.upper() if name in ("mem", "mail_type") else value
+    if req.gpus_per_node and req.gpu_type:  # typed GPUs: --gpus-per-node=h100:8, still one bound per pod
+        params["gpus_per_node"] = f"{req.gpu_type}:{req.gpus_per_node}"
     if req.jobs > 1:  # a pool of several jobs: each job is its own world of --pods-per-job pods
         params["nodes"] = req.job_nodes
     return params

@@ -205,7 +205,7 @@ def test_start_line_says_where_the_pod_runs(env):
         3, "n1", torch.device("cpu"), 2, "torch", world_size=4, local_rank=1, revision="abc1234-dirty", environ=env
     )
     assert line.startswith("pod 3/4 on n1 (local 1): CPU ")
-    assert ", 2 threads | env backend torch | torch " + torch.__version__ in line
+    assert ", 2 threads on CPUs " in line and " | env backend torch | torch " + torch.__version__ in line
     assert line.endswith("| code abc1234-dirty")
     assert ("CUDA none (CPU-only build)" in line) == (torch.version.cuda is None)
 
@@ -221,3 +221,73 @@ def test_code_revision_prefers_the_snapshot(env, tmp_path, monkeypatch):
 
     monkeypatch.setattr(R, "__file__", str(pkg / "files" / "rundir.py"))
     assert D.code_revision(env) == "feed123-dirty" == R.git_revision(env)
+
+
+def _fake_sys(root, nodes: dict[int, str], gpus: dict[str, int]):
+    """A /sys tree with NUMA nodes (node -> cpulist) and GPUs (PCI address -> numa_node)."""
+    for n, cpus in nodes.items():
+        d = root / "devices" / "system" / "node" / f"node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    (root / "devices" / "system" / "node" / "possible").write_text("0-1\n")  # not a node directory
+    for pci, node in gpus.items():
+        d = root / "bus" / "pci" / "devices" / pci
+        d.mkdir(parents=True)
+        (d / "numa_node").write_text(f"{node}\n")
+    return root
+
+
+def test_start_line_names_the_gpus_numa_node_and_the_pods_cpus(env, tmp_path):
+    """A 2-socket DGX's topology (56 cores a socket, hyper-threads 112-223), read from a /sys tree."""
+    sys_root = _fake_sys(tmp_path, {0: "0-55,112-167", 1: "56-111,168-223"}, {"0000:1b:00.0": 0, "0000:9b:00.0": 1})
+    assert D.cpu_list({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8" and D.cpu_list(set()) == ""
+    assert D.numa_nodes_of(set(range(42, 56)), sys_root) == [0]
+    assert D.numa_nodes_of({55, 56}, sys_root) == [0, 1]
+    assert D.gpu_numa_node("0000:9B:00.0", sys_root) == 1 and D.gpu_numa_node("0000:00:00.0", sys_root) is None
+    near = D.placement(set(range(42, 56)), "0000:1b:00.0", sys_root)
+    assert near == (" on CPUs 42-55 (NUMA 0)", "NUMA 0")
+    far, node = D.placement(set(range(56, 70)), "0000:1b:00.0", sys_root)
+    assert far.startswith(" on CPUs 56-69 (NUMA 1), not on its GPU's NUMA node 0") and node == "NUMA 0"
+    line = D.start_line(
+        0, "dgx1", "cpu", 14, "torch", revision="abc", environ=env, cpus=set(range(56, 70)), sys_root=sys_root
+    )
+    assert ", 14 threads on CPUs 56-69 (NUMA 1) | env backend torch" in line
+
+
+def test_start_line_where_the_machine_does_not_tell(env, tmp_path):
+    (tmp_path / "bus" / "pci" / "devices" / "0000:1b:00.0").mkdir(parents=True)
+    (tmp_path / "bus" / "pci" / "devices" / "0000:1b:00.0" / "numa_node").write_text("-1\n")  # no NUMA
+    assert D.placement({0, 1}, "0000:1b:00.0", tmp_path) == (" on CPUs 0-1", "")
+    line = D.start_line(0, "n", "cpu", 2, "torch", revision="abc", environ=env, cpus={0, 1}, sys_root=tmp_path)
+    assert ": CPU " in line and ", 2 threads on CPUs 0-1 | env backend" in line
+    # this machine's own /sys: whatever it tells, the line names the pod's CPUs
+    assert " on CPUs " in D.start_line(0, "n", "cpu", 1, "torch", revision="abc", environ=env)
+
+
+def test_a_gpu_pods_line_names_its_gpu_its_numa_node_and_its_cpus(env, tmp_path, monkeypatch):
+    """The GPU branch's formatting on this CPU-only machine: the GPU's name is injected (a DGX's
+    fourth GPU, on socket 0), the topology is a /sys tree."""
+    sys_root = _fake_sys(tmp_path, {0: "0-55", 1: "56-111"}, {"0000:5d:00.0": 0})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda idx=None: "NVIDIA H100 80GB HBM3")
+    line = D.start_line(
+        3,
+        "dgx017",
+        torch.device("cuda:0"),
+        14,
+        "warp",
+        world_size=32,
+        local_rank=3,
+        revision="abc",
+        environ={**env, "CUDA_VISIBLE_DEVICES": "3"},
+        cpus=set(range(42, 56)),
+        gpu_pci="0000:5d:00.0",
+        sys_root=sys_root,
+    )
+    assert line.startswith(
+        "pod 3/32 on dgx017 (local 3): GPU NVIDIA H100 80GB HBM3 (cuda:0, CUDA_VISIBLE_DEVICES=3, NUMA 0), "
+        "14 CPU threads on CPUs 42-55 (NUMA 0) | env backend warp"
+    ), line
+    apart = D.describe_device("cuda:0", 14, env, cpus=set(range(56, 70)), gpu_pci="0000:5d:00.0", sys_root=sys_root)
+    assert apart.endswith(
+        "on CPUs 56-69 (NUMA 1), not on its GPU's NUMA node 0: bind pods next to their GPU (podracer submit's default)"
+    )

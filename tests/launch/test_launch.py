@@ -173,11 +173,13 @@ GOLDEN_CASES = {
         array_parallelism=2,
     ),
     # issue 14: every resource option, the pass-through, the HDF5 and cache settings, no snapshot
+    # a DGX H100 (2 x 56 cores): 8 pods x 14 cores fit with --hint=nomultithread (16 would not); typed GPUs
     "submit_dgx_resources": dict(
         nodes=4,
         tasks_per_node=8,
         gpus_per_node=8,
-        cpus_per_task=16,
+        gpu_type="h100",
+        cpus_per_task=14,
         mem="0",
         exclusive=True,
         qos="normal",
@@ -284,10 +286,10 @@ def test_pmix_with_the_mpich_wheel_is_refused(monkeypatch):
 def test_sinfo_checks_cpus_gpus_and_mpi_plugins(monkeypatch):
     from podracer_hpc.launch import slurm
 
-    answers = {"%P": ["debug*"], "%D": ["4"], "%l": ["infinite"], "%c": ["2"], "%G": ["gpu:2(S:0)"]}
+    answers = {"%P": ["debug*"], "%D": ["4"], "%l": ["infinite"], "%c %Z": ["2 1"], "%G": ["gpu:2(S:0)"]}
     monkeypatch.setattr(slurm, "_sinfo", lambda fmt, part="": answers[fmt])
     monkeypatch.setattr(slurm.shutil, "which", lambda name: None)  # no srun: plugins not listed
-    with pytest.raises(launch.LaunchError, match="= 4 CPUs per node: .* at most 2"):
+    with pytest.raises(launch.LaunchError, match="= 4 CPUs per node, but a node has 2"):
         slurm._check_against_slurm(req(executor="slurm", tasks_per_node=2, cpus_per_task=2))
     with pytest.raises(launch.LaunchError, match="at most 2 GPUs"):
         slurm._check_against_slurm(req(executor="slurm", tasks_per_node=1, gpus_per_node=4))
@@ -739,12 +741,12 @@ def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
 # stands in for Slurm: the real-cluster tier (tests/slurm) takes minutes to queue 100 array
 # tasks, and what is checked here is how often and how Slurm is asked, and how its answer is read.
 # ------------------------------------------------------------------------------------------
-SCONTROL_ARRAY = """JobId=905 ArrayJobId=900 ArrayTaskId=5 JobName=big JobState=RUNNING Reason=None Restarts=1
-ExitCode=0:0
-JobId=901 ArrayJobId=900 ArrayTaskId=1 JobName=big JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0
-JobId=900 ArrayJobId=900 ArrayTaskId=6-99%4 JobName=big JobState=PENDING Reason=JobArrayTaskLimit Restarts=0
-ExitCode=0:0
-"""
+SCONTROL_ARRAY = (  # scontrol -o: one line per job
+    "JobId=905 ArrayJobId=900 ArrayTaskId=5 JobName=big JobState=RUNNING Reason=None Restarts=1 ExitCode=0:0\n"
+    "JobId=901 ArrayJobId=900 ArrayTaskId=1 JobName=big JobState=COMPLETED Reason=None Restarts=0 ExitCode=0:0\n"
+    "JobId=900 ArrayJobId=900 ArrayTaskId=6-99%4 JobName=big JobState=PENDING Reason=JobArrayTaskLimit "
+    "Restarts=0 ExitCode=0:0\n"
+)
 
 
 def test_scontrol_and_sacct_answers_are_parsed_per_array_task():
@@ -894,3 +896,139 @@ def test_bad_site_container_and_srun_options_fail_before_anything_runs(args, mes
         timeout=120,
     )
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Pods next to their GPU, typed GPUs, CPUs that fit a DGX, a start that spares the filesystem
+# ------------------------------------------------------------------------------------------
+def test_gpu_pods_are_bound_to_one_gpu_on_their_own_socket(monkeypatch):
+    from podracer_hpc.launch.slurm import parameters as slurm_parameters
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    cfg = load_config("jobs/quickstart.yaml")
+    srun = slurm_parameters(req(executor="slurm", tasks_per_node=8, gpus_per_node=8), cfg)["srun_args"]
+    i = srun.index("--gpus-per-task=1")
+    assert srun[i : i + 3] == ["--gpus-per-task=1", "--gpu-bind=single:1", "--distribution=block:block"]
+    assert not any("gpu" in a for a in slurm_parameters(req(executor="slurm", tasks_per_node=2), cfg)["srun_args"])
+    unbound = slurm_parameters(req(executor="slurm", tasks_per_node=2, gpus_per_node=2, gpu_bind="none"), cfg)
+    assert not any("gpu-bind" in a or "distribution" in a for a in unbound["srun_args"])
+    # --srun gpu-bind=...: the user's comes last (srun takes the last), but closest is refused
+    own = slurm_parameters(req(executor="slurm", gpus_per_node=1, srun=["gpu-bind=map_gpu:0"]), cfg)["srun_args"]
+    assert own[-1] == "--gpu-bind=map_gpu:0"
+    for bind in ("closest", "verbose,closest"):
+        with pytest.raises(launch.LaunchError, match="fail its one-GPU check"):
+            launch.validate(req(executor="slurm", mpi="pmi2", gpus_per_node=1, srun=[f"gpu-bind={bind}"]), dry_run=True)
+
+
+def test_typed_gpus_are_accepted_and_stay_bound():
+    script = _dry_run("--mpi", "pmi2", "--nodes", "2", "--tasks-per-node", "8", "--gpus-per-node", "h100:8")
+    assert "#SBATCH --gpus-per-node=h100:8\n" in script
+    assert "export PODRACER_GPUS=8 " in script and "--gpus-per-task=1 --gpu-bind=single:1" in script
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--gpus-per-node", "h100:x"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "TYPE:COUNT (h100:8)" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_sinfo_counts_only_the_gpus_of_the_type_asked_for(monkeypatch):
+    from podracer_hpc.launch import slurm
+
+    answers = {"%P": ["dgx*"], "%D": ["2"], "%l": ["infinite"], "%c %Z": ["224 2"], "%G": ["gpu:a100:8(S:0-1)"]}
+    monkeypatch.setattr(slurm, "_sinfo", lambda fmt, part="": answers[fmt])
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
+    with pytest.raises(launch.LaunchError, match="at most 0 GPUs of type h100"):
+        slurm._check_against_slurm(req(executor="slurm", tasks_per_node=8, gpus_per_node=8, gpu_type="h100"))
+    slurm._check_against_slurm(req(executor="slurm", tasks_per_node=8, gpus_per_node=8, gpu_type="a100"))
+
+
+@pytest.mark.parametrize(
+    "sbatch, message",
+    [
+        ("gres=gpu:h100:8", "use podracer submit --gpus-per-node h100:8 instead"),
+        ("gres=gpu:8,nvme:1", "--gpus-per-node 8 instead .* keep the rest as --sbatch gres=nvme:1"),
+        ("gpus=16", "16 GPUs over N nodes is --gpus-per-node 16/N"),
+        ("gpus-per-socket=4", "binds one GPU to each pod itself"),
+        ("gpu-bind=closest", "binds one GPU to each pod itself"),
+        ("gpus-per-node=8", "use podracer submit --gpus-per-node instead"),
+    ],
+)
+def test_gpus_asked_for_through_sbatch_are_refused_with_the_option_to_use(sbatch, message, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(launch.LaunchError, match=message):
+        launch.validate(req(executor="slurm", mpi="pmi2", sbatch=[sbatch]), dry_run=True)
+    assert launch.parse_sbatch(["gres=nvme:1"]) == {"gres": "nvme:1"}  # other GRES pass
+
+
+def test_cpus_per_task_come_from_the_node_or_are_refused_with_the_numbers(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    dgx = dict(executor="slurm", mpi="pmi2", nodes=4, tasks_per_node=8, gpus_per_node=8, node_cpus=112)
+    r = req(**dgx)
+    launch.validate(r, dry_run=True)
+    assert r.cpus_per_task == 14 and "--cpus-per-task 14 = 112 CPUs per node" in capsys.readouterr().err
+    assert "--cpus-per-task=14 --gpus-per-task=1" in launch.sbatch_text(r, load_config(r.job_file))
+    with pytest.raises(launch.LaunchError, match=r"8 x --cpus-per-task 16 = 128 CPUs per node, but a node has 112"):
+        launch.validate(req(**{**dgx, "cpus_per_task": 16}), dry_run=True)
+    with pytest.raises(launch.LaunchError, match="Use --cpus-per-task 14"):
+        launch.validate(req(**{**dgx, "cpus_per_task": 16}), dry_run=True)
+    cpu_job = req(**{**dgx, "gpus_per_node": 0})
+    launch.validate(cpu_job, dry_run=True)
+    assert cpu_job.cpus_per_task == 0  # a CPU job keeps Slurm's default
+
+
+def test_sinfo_gives_physical_cores_under_nomultithread(monkeypatch, capsys):
+    from podracer_hpc.launch import slurm
+
+    answers = {"%P": ["dgx*"], "%D": ["4"], "%l": ["infinite"], "%c %Z": ["224 2"], "%G": ["gpu:h100:8"]}
+    monkeypatch.setattr(slurm, "_sinfo", lambda fmt, part="": answers[fmt])
+    monkeypatch.setattr(slurm.shutil, "which", lambda name: None)
+    ht = req(executor="slurm", tasks_per_node=8, gpus_per_node=8)
+    slurm._check_against_slurm(ht)
+    assert ht.cpus_per_task == 28  # 224 hyper-threads / 8
+    one = req(executor="slurm", tasks_per_node=8, gpus_per_node=8, sbatch=["hint=nomultithread"])
+    slurm._check_against_slurm(one)
+    assert one.cpus_per_task == 14 and "physical cores" in capsys.readouterr().err
+    with pytest.raises(launch.LaunchError, match="128 CPUs per node, but a node has 112"):
+        slurm._check_against_slurm(
+            req(executor="slurm", tasks_per_node=8, gpus_per_node=8, cpus_per_task=16, sbatch=["hint=nomultithread"])
+        )
+
+
+def test_the_golden_dgx_site_fits_its_node():
+    script = _dry_run("--site", str(SITE), "--nodes", "4", "--tasks-per-node", "8", "--gpus-per-node", "8")
+    assert "#SBATCH --cpus-per-task=14\n" in script
+    r = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "submit", "jobs/quickstart.yaml", "--executor", "slurm"]
+        + ["--dry-run", "--site", str(SITE), "--tasks-per-node", "8", "--gpus-per-node", "8", "--cpus-per-task", "16"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, "PATH": "/nonexistent"},
+    )
+    assert r.returncode == 2 and "= 128 CPUs per node, but a node has 112 (--node-cpus)" in r.stderr, r.stderr
+
+
+MOUNTS = """proc /proc proc rw 0 0
+/dev/sda1 / ext4 rw 0 0
+nas:/export/home /home nfs4 rw,vers=4.2 0 0
+lfs@o2ib:/scratch /lustre lustre rw 0 0
+/dev/nvme0n1 /home/me/local\\040disk xfs rw 0 0
+"""
+
+
+def test_a_large_job_from_a_network_home_is_warned_about():
+    from podracer_hpc.launch import checks
+
+    assert checks.mount_of("/home/me/env/bin/python", MOUNTS) == ("/home", "nfs4")
+    assert checks.mount_of("/home/me/local disk/venv/bin/python", MOUNTS) == ("/home/me/local disk", "xfs")
+    assert checks.mount_of("/homework/x", MOUNTS) == ("/", "ext4")
+    why = checks.shared_interpreter("/home/me/miniconda/envs/rl/bin/python", 512, MOUNTS)
+    assert "/home (nfs4" in why and "512 ranks" in why and "--container-image" in why and "sbcast" in why
+    assert "lustre" in checks.shared_interpreter("/lustre/venv/bin/python", 64, MOUNTS)
+    assert checks.shared_interpreter("/home/me/env/bin/python", 63, MOUNTS) == ""  # a small job
+    assert checks.shared_interpreter("/opt/venv/bin/python", 512, MOUNTS) == ""  # node-local
+    assert checks.shared_interpreter("/home/me/local disk/venv/bin/python", 512, MOUNTS) == ""

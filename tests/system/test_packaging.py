@@ -20,9 +20,12 @@ def _name_and_min(req: str) -> tuple[str, str | None]:
     return m.group(1).lower().replace("_", "-"), low
 
 
-def test_environment_yml_lists_every_pyproject_dependency():
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    env = yaml.safe_load((REPO / "environment.yml").read_text())
+TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis", "ruff", "nbformat", "nbclient", "ipykernel")
+
+
+def _conda_deps(file: str) -> dict[str, str | None]:
+    """name -> lowest version of a conda environment file's dependencies (conda's and pip's)."""
+    env = yaml.safe_load((REPO / file).read_text())
     conda = {}
     pip_deps = next((d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d), [])
     for dep in [d for d in env["dependencies"] if isinstance(d, str) and d != "pip"] + pip_deps:
@@ -30,12 +33,31 @@ def test_environment_yml_lists_every_pyproject_dependency():
             continue
         name, low = _name_and_min(dep.split("=", 1)[0] if "==" not in dep and ">=" not in dep else dep)
         conda[name] = low
-    reqs = project["dependencies"] + [r for r in project["optional-dependencies"]["test"] if not r.startswith("mpich")]
-    for req in reqs:
+    return conda
+
+
+def test_environment_yml_lists_every_pyproject_dependency():
+    """The runtime dependencies are in environment.yml; the test extra in it or in
+    environment-dev.yml, where the test tools go (a compute node's environment carries none)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    runtime, dev = _conda_deps("environment.yml"), _conda_deps("environment-dev.yml")
+    tests = [r for r in project["optional-dependencies"]["test"] if not r.startswith("mpich")]
+    for req, env, where in [(r, runtime, "environment.yml") for r in project["dependencies"]] + [
+        (r, {**runtime, **dev}, "environment.yml or environment-dev.yml") for r in tests
+    ]:
         name, low = _name_and_min(req)
         cname = CONDA_NAMES.get(name, name)
-        assert cname in conda, f"{name} is in pyproject.toml but not in environment.yml"
-        assert conda[cname] == low, f"{name}: pyproject wants >={low}, environment.yml >={conda[cname]}"
+        assert cname in env, f"{name} is in pyproject.toml but not in {where}"
+        assert env[cname] == low, f"{name}: pyproject wants >={low}, {where} >={env[cname]}"
+    for tool in TEST_TOOLS:
+        assert tool in dev and tool not in runtime, f"{tool}: a test tool belongs in environment-dev.yml only"
+
+
+def test_environment_yml_pins_the_sites_mpi_abi_and_names_cuda_per_gpu_generation():
+    text = (REPO / "environment.yml").read_text()
+    deps = [d for d in yaml.safe_load(text)["dependencies"] if isinstance(d, str)]
+    assert "openmpi=4.1.*=external_*" in deps and "HPC-X" in text  # HPC-X ships Open MPI 4.1
+    assert re.search(r"B200.*12\.8", text) and re.search(r"H100.*12\.6", text)
 
 
 def test_environment_yml_gives_a_cuda_torch_on_a_login_node_without_a_gpu():
