@@ -329,12 +329,9 @@ class RankRun:
             self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
     def take_lock(self) -> None:
-        """The run directory's writer lock for this world (:func:`podracer_hpc.rank.lock.take_world_lock`)."""
-        try:
-            self.lock = take_world_lock(self.comm, self.rundir, self.part, self.say)
-        except OSError as e:
-            why = f"{e.strerror}: {e.filename}" if e.filename else str(e)
-            raise TrainingError(f"rank 0 could not take the run directory's lock ({why})") from None
+        """The run directory's writer lock for this world (:func:`podracer_hpc.rank.lock.take_world_lock`;
+        an OSError of rank 0's, a read-only or full run directory, reaches the command's advice)."""
+        self.lock = take_world_lock(self.comm, self.rundir, self.part, self.say)
 
     def part_checkpoints(self) -> list[int]:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts

@@ -732,7 +732,9 @@ def test_array_throttled_later_task_joins_shared_leaderboard(cluster, jobs) -> N
     assert f"tournament.leaderboard_dir={board}" in text[0]
     # the later task started from the entries the earlier ones had published
     # (whether task 1 also joined depends on which of the first two published first: not asserted)
-    assert text[2].count("joined from leaderboard entry") == 2, text[2]
+    # (a join evaluates an entry first: one that does not beat a fresh agent is skipped, saying so)
+    considered = text[2].count("joined from leaderboard entry") + text[2].count("does not beat a fresh agent")
+    assert considered >= 2, text[2]
     assert len(list((board / "entries").glob("*.json"))) >= 1
 
 

@@ -51,14 +51,16 @@ def test_a_checkpoint_from_before_the_move_resumes_as_an_unbroken_run(tmp_path):
         "--set",
         "tournament.accept_unkeyed=true",
         "--stop-after-updates",
-        "2",
+        "1",
         "--quiet",
     )
     assert r.returncode == EXIT_REQUEUE and "resuming from" in r.stderr, r.stderr
-    assert json.loads(r.stdout.splitlines()[-1])["env_steps"] == 8 * 64 * 16
+    # 7 updates: before the round at 8,192 env steps, where the old, unkeyed entry and a fresh run's
+    # keyed one would be judged apart
+    assert json.loads(r.stdout.splitlines()[-1])["env_steps"] == 7 * 64 * 16
     fresh = tmp_path / "fresh"
     r = run_cli(
-        "train", "jobs/quickstart.yaml", "--run-dir", str(fresh), *SETTINGS, "--stop-after-updates", "8", "--quiet"
+        "train", "jobs/quickstart.yaml", "--run-dir", str(fresh), *SETTINGS, "--stop-after-updates", "7", "--quiet"
     )
     assert r.returncode == EXIT_REQUEUE, r.stderr
     a, b = _weights(old), _weights(fresh)

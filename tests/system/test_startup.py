@@ -19,7 +19,7 @@ PPO = ["agent.rollout_steps=8", "agent.num_minibatches=2", "agent.update_epochs=
 # modules each step of the loop imports once the training clock runs (RankRun.start's end).
 PROBE = r"""
 import json, sys, time
-from podracer_hpc import run as R
+from podracer_hpc.rank import program as R
 from podracer_hpc.config import load_config
 assert "torch._dynamo" not in sys.modules
 imported_at = {}

@@ -184,7 +184,7 @@ def test_parquet_needs_pyarrow_or_round_trips(tmp_path, monkeypatch):
         import pyarrow.parquet as pq
     except ImportError:
         p.write_bytes(b"PAR1")
-        with pytest.raises(DataError, match="pip install pyarrow"):
+        with pytest.raises(DataError, match=r"pip install .podracer-hpc\[trading\]."):
             load_market(p)
         return
     md = synthetic_market(2, 20, seed=2)
@@ -194,7 +194,7 @@ def test_parquet_needs_pyarrow_or_round_trips(tmp_path, monkeypatch):
     pq.write_table(pa.table(cols), p)
     assert torch.equal(load_market(p).close, md.close)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(DataError, match="pip install pyarrow"):
+    with pytest.raises(DataError, match=r"pip install .podracer-hpc\[trading\]."):
         load_market(p)
 
 
