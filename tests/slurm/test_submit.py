@@ -159,7 +159,7 @@ def test_array_tasks_join_the_shared_leaderboard(slurm_cluster, tmp_path):
     # task 2 starts after a first task ended and must take the leaderboard's entries into account: it
     # joins one, or says why not (a join evaluates an entry first and skips one that does not beat a
     # fresh agent)
-    said = "".join(f.read_text(errors="replace") for f in (run / "task2").rglob("*.err"))
+    said = "".join(f.read_text(errors="replace") for f in (run / "slurm").rglob("*_2_*log.err"))
     assert joins[2] or "does not beat a fresh agent" in said, f"task 2 did not consider the leaderboard: {joins}"
     assert not (joins[0] and joins[1]), "with %2 the first two tasks start together on an empty leaderboard"
     assert Leaderboard(run / "leaderboard").list()
