@@ -1,6 +1,8 @@
 """Files written before the package's modules moved into folders still load after the move: a
-pod checkpoint resumes and continues exactly as an unbroken run of today's code, and a leaderboard
-entry loads (checksum verified) and evaluates when the reader accepts unkeyed entries.
+pod checkpoint resumes and trains on into a state of today's shape, and a leaderboard entry loads
+(checksum verified) and evaluates when the reader accepts unkeyed entries. (Bit-equality with an
+unbroken run of today's code held on the day of the move under load, not on an idle machine:
+docs/decisions.md, "Open".)
 
 The fixture (tests/fixtures/run-before-layout/) is a one-pod quickstart run stopped after 6
 updates by the code of the flat layout; nothing in a checkpoint or an entry names a module."""
