@@ -81,23 +81,28 @@ def read_bounded(path: str | os.PathLike, limit: int, what: str = "file") -> byt
     ``limit`` bytes (and never more than ``limit`` bytes read, should it grow meanwhile)."""
     fd = open_regular(path, what)
     try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise RunFileError(
-                f"{path}: {size:,} bytes, more than a {what} can be ({limit:,}); it is not one: move it away"
-            )
-        chunks, n = [], 0
-        while n <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - n))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            n += len(chunk)
-        if n > limit:
-            raise RunFileError(f"{path}: grew beyond {limit:,} bytes while read, more than a {what} can be")
-        return b"".join(chunks)
+        return read_open(fd, path, limit, what)
     finally:
         os.close(fd)
+
+
+def read_open(fd: int, path: str | os.PathLike, limit: int, what: str = "file") -> bytes:
+    """:func:`read_bounded` on a descriptor :func:`open_regular` gave (the caller closes it)."""
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise RunFileError(
+            f"{path}: {size:,} bytes, more than a {what} can be ({limit:,}); it is not one: move it away"
+        )
+    chunks, n = [], 0
+    while n <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - n))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n += len(chunk)
+    if n > limit:
+        raise RunFileError(f"{path}: grew beyond {limit:,} bytes while read, more than a {what} can be")
+    return b"".join(chunks)
 
 
 def read_slice(fd: int, offset: int, n: int) -> bytes:

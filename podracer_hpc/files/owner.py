@@ -25,7 +25,7 @@ import pwd
 import stat
 from pathlib import Path
 
-from podracer_hpc.files.bounded import RunFileError, open_regular
+from podracer_hpc.files.bounded import open_regular, read_open
 from podracer_hpc.files.safeio import StateFileError
 
 __all__ = ["ALLOW_FLAG", "ForeignFile", "check_owner", "group_of", "read_owned"]
@@ -102,28 +102,15 @@ def check_owner(path: str | os.PathLike, gid: int | None, st: os.stat_result | N
 
 
 def read_owned(
-    path: str | os.PathLike, gid: int | None, allow_foreign: bool = False, limit: int | None = None, what: str = "file"
+    path: str | os.PathLike, gid: int | None, limit: int, allow_foreign: bool = False, what: str = "file"
 ) -> bytes:
-    """The bytes of the regular file ``path`` (a FIFO or a device refused without blocking) after
-    :func:`check_owner` on the open file (``allow_foreign``: no check), refused when it holds more
-    than ``limit`` bytes (None: no bound)."""
+    """The bytes of the regular file ``path`` (a FIFO or a device refused without blocking), at most
+    ``limit`` (:func:`podracer_hpc.files.bounded.read_open`), after :func:`check_owner` on the open
+    file (``allow_foreign``: no check)."""
     fd = open_regular(path, what)
     try:
-        st = os.fstat(fd)
         if not allow_foreign:
-            check_owner(path, gid, st)
-        if limit is not None and st.st_size > limit:
-            raise RunFileError(f"{path}: {st.st_size:,} bytes, more than a {what} can be ({limit:,}): move it away")
-        bound = limit if limit is not None else st.st_size + (1 << 20)
-        chunks, n = [], 0
-        while n <= bound:
-            b = os.read(fd, min(1 << 20, bound + 1 - n))
-            if not b:
-                break
-            chunks.append(b)
-            n += len(b)
-        if limit is not None and n > limit:
-            raise RunFileError(f"{path}: grew beyond {limit:,} bytes while read, more than a {what} can be")
-        return b"".join(chunks)
+            check_owner(path, gid, os.fstat(fd))
+        return read_open(fd, path, limit, what)
     finally:
         os.close(fd)

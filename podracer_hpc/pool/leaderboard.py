@@ -384,7 +384,7 @@ class Leaderboard:
         path = self.sidecar_path(entry_id)
         count_op("open")
         try:
-            raw = read_owned(path, self.gid, self.allow_foreign, MAX_JSON_BYTES, "leaderboard sidecar")
+            raw = read_owned(path, self.gid, MAX_JSON_BYTES, self.allow_foreign, "leaderboard sidecar")
             d = loads_json(raw, str(path))  # a regular file of a sane size, nested as JSON allows
         except FileNotFoundError:
             raise EntryGone(f"leaderboard entry {entry_id} is gone (pruned?): {path} does not exist") from None
