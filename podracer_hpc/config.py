@@ -150,6 +150,7 @@ class LogConfig:
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "dexpbt", "none")
 SYNC_MODES = ("collective", "async")
+INITIAL_HPARAMS = ("auto", "job", "prior")  # tournament.initial_hparams
 ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
 
 
@@ -231,6 +232,12 @@ class TournamentConfig:
         "pbt: a pod that copied another is not replaced again for this many rounds (PBT's 'ready'; "
         "3: a new learning rate needs 50-75k Pendulum steps to show, bench/HISTORY.md)",
     )
+    initial_hparams: str = F(
+        "auto",
+        "pbt/dexpbt: where a fresh pool starts: job (every pod the job's values) | prior (pod 0 the job's, "
+        "every other pod its own draw from tournament.hparam_space, random search's draw for its seed) | "
+        "auto: prior when tournament.hparam_space is declared, else job",
+    )
     threshold_std: float = F(
         0.1,
         "dexpbt: leaders score above max(mean + threshold_std x std, mean + threshold_abs) of the pool's "
@@ -295,6 +302,10 @@ class TournamentConfig:
             raise ValueError(f"tournament.threshold_std must be a number >= 0, got {self.threshold_std}")
         if not (math.isfinite(self.threshold_abs) and self.threshold_abs >= 0):
             raise ValueError(f"tournament.threshold_abs must be a number >= 0 (return units), got {self.threshold_abs}")
+        if self.initial_hparams not in INITIAL_HPARAMS:
+            raise ValueError(
+                f"tournament.initial_hparams must be one of {INITIAL_HPARAMS}, got {self.initial_hparams!r}"
+            )
         if not 0.0 <= self.mutation_rate <= 1.0:
             raise ValueError(f"tournament.mutation_rate must be in [0, 1], got {self.mutation_rate}")
         self.change_range = tuple(float(f) for f in self.change_range)

@@ -98,7 +98,7 @@ class RoundRecord:
     env_steps: int  # the pod's env steps at the round
     wall_s: float  # the run's wall time at the round
     fitness: float  # the pod's evaluation return (NaN if it failed)
-    action: str  # keep | load_entry | copy_pod | reset | join
+    action: str  # keep | load_entry | copy_pod | reset | join | draw (round -1: the first hparams)
     source: Source = field(default_factory=Source)
     old_hparams: dict[str, float] = field(default_factory=dict)
     new_hparams: dict[str, float] = field(default_factory=dict)

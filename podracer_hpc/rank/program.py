@@ -287,8 +287,8 @@ class RankRun:
                 pool_size=self.pool_size,
                 part=self.part.index if self.part.count > 1 else None,
             )
-            if self.state is None:
-                self.pool.join()
+            if self.state is None and self.pool.join() is None:
+                self.pool.draw_first_hparams()
             else:
                 self.pool.last_copy_round = self.state.last_copy_round
             if comm.rank == 0 and cfg.tournament.mode in ("pbt", "dexpbt"):

@@ -53,7 +53,14 @@ __all__ = [
     "read_metadata",
 ]
 
-ACTION_CODES = {"keep": 0, "load_entry": 1, "copy_pod": 2, "reset": 3, "join": 4}  # tournament/action_code; else -1
+ACTION_CODES = {
+    "keep": 0,
+    "load_entry": 1,
+    "copy_pod": 2,
+    "reset": 3,
+    "join": 4,
+    "draw": 5,
+}  # tournament/action_code; else -1
 METADATA_KEY = (
     "podracer.json"  # the TorchScript extra file / ONNX metadata key (podracer_hpc/tools/backtest.py's EXPORTED_META)
 )

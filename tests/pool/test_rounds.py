@@ -151,6 +151,35 @@ def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
     assert res["pbt"] > res["none"] + 100, res
 
 
+@pytest.mark.parametrize("initial", ["auto", "job"])
+def test_a_pbt_pool_with_a_declared_prior_starts_from_random_searchs_draws(tmp_path, initial):
+    """tournament.initial_hparams: with a declared space (auto) pods 1.. start from the draw random
+    search makes for their seed, logged as round -1 'draw'; pod 0 keeps the job's values; 'job'
+    starts every pod at the job's values."""
+    from podracer_hpc.files.records import read_records
+    from podracer_hpc.pool.hparams import prior_draw
+
+    space = "{learning_rate: [1.0e-5, 1.0e-2, true]}"
+    run = tmp_path / "run"
+    sets = ["total_env_steps=4096", "tournament.mode=pbt", "tournament.interval_env_steps=4096"]
+    sets += [
+        "eval.interval_env_steps=4096",
+        f"tournament.hparam_space={space}",
+        f"tournament.initial_hparams={initial}",
+    ]
+    r = run_mpi(3, *train_args(run, *sets))
+    assert r.returncode == 0, r.stderr
+    for k in range(3):
+        first = read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"])[0]
+        if initial == "job" or k == 0:
+            assert first.round == 0 and first.old_hparams["learning_rate"] == pytest.approx(1e-3)
+        else:
+            draw = prior_draw({"learning_rate": [1.0e-5, 1.0e-2, True]}, k)  # seed 0 + pod index
+            assert (first.round, first.action) == (-1, "draw")
+            assert first.new_hparams["learning_rate"] == pytest.approx(draw["learning_rate"])
+            assert f"pod {k}" in r.stderr and "starts from its draw from the prior" in r.stderr
+
+
 def test_ranks_resume_in_the_same_round_after_a_torn_post_round_checkpoint(tmp_path):
     """A hard kill after a round, between the ranks' post-round checkpoints: the rank that had
     written its own goes back to its .prev (the last state of the round the other still holds)."""
