@@ -13,7 +13,6 @@ only when a config is built, so importing it stays cheap (no torch).
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import difflib
 import json
 import math
@@ -35,7 +34,7 @@ from podracer_hpc.agents.settings import (
     TD3Config,
     mutable_hparams,
 )
-from podracer_hpc.docfield import ConfigError, F
+from podracer_hpc.docfield import ConfigError, F, coerce, is_section
 from podracer_hpc.files.bounded import RunFileError, loads_yaml, read_yaml
 
 # Upper bounds of sizes: beyond them a value is a typo (1e12 for 1e2), not a run; a pod also
@@ -360,10 +359,6 @@ class Config:
     )
 
 
-def _is_dataclass_type(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
 def _field_types(cls: type) -> dict[str, Any]:
     """The field types of a config class; ``EnvConfig`` stands for its class with the task sections."""
     hints = typing.get_type_hints(cls)
@@ -380,7 +375,7 @@ def describe(cls: type = Config, prefix: str = "", algo: str = "ppo") -> list[tu
         tp = hints[f.name]
         if tp is PPOConfig:
             tp = agent_class(algo)
-        if _is_dataclass_type(tp):
+        if is_section(tp):
             out += describe(tp, prefix + f.name + ".", algo)
         else:
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -394,58 +389,9 @@ def _valid_keys_text(cls: type, prefix: str) -> str:
     hints = _field_types(cls)
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        kind = "section" if _is_dataclass_type(tp) else getattr(tp, "__name__", str(tp))
+        kind = "section" if is_section(tp) else getattr(tp, "__name__", str(tp))
         lines.append(f"  {prefix}{f.name} ({kind}): {f.metadata.get('doc', '')}")
     return "\n".join(lines)
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{key}: expected {expected}, got {value!r} ({type(value).__name__})")
-
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad("true or false")
-    if tp is int:
-        if isinstance(value, bool):
-            raise bad("an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                v = float(value.replace("_", ""))
-            except ValueError:
-                raise bad("an integer") from None
-            if v.is_integer():
-                return int(v)
-        raise bad("an integer")
-    if tp is float:
-        if isinstance(value, bool):
-            raise bad("a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.replace("_", ""))
-            except ValueError:
-                pass
-        raise bad("a number")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (datetime.date, datetime.datetime)):  # YAML reads 2012-12-31 as a date
-            return value.isoformat()
-        if isinstance(value, bool):  # YAML 1.1 reads on/off (yes/no) as booleans: agent.compile: off
-            return "on" if value else "off"
-        raise bad("a string")
-    if tp is list:
-        if isinstance(value, (list, tuple)):
-            return list(value)
-        raise bad("a list")
-    return value
 
 
 def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
@@ -481,10 +427,10 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         if tp is PPOConfig:  # the agent section: the class of its algo (PPO unless it says otherwise)
             sub = data.get(f.name)
             tp = agent_class(sub.get("algo", "ppo") if isinstance(sub, dict) else "ppo", prefix + f.name + ".algo")
-        if _is_dataclass_type(tp):
+        if is_section(tp):
             kwargs[f.name] = from_dict(tp, data.get(f.name), prefix + f.name + ".")
         elif f.name in data:
-            kwargs[f.name] = _coerce(data[f.name], tp, prefix + f.name)
+            kwargs[f.name] = coerce(data[f.name], tp, prefix + f.name)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError, KeyError) as e:
