@@ -35,3 +35,14 @@ def test_submitting_a_complete_run_again_returns_its_summary_and_trains_nothing(
     assert json.loads(again.stdout.strip().splitlines()[-1]) == summary
     assert "is complete" in (run / "launch.log").read_text()
     assert _files(run) == before  # no checkpoint, log, record or summary written again
+
+
+@pytest.mark.parametrize(("value", "seconds"), [(None, 30.0), ("2", 2.0), ("0.5", 30.0), ("soon", 30.0), ("inf", 30.0)])
+def test_how_often_a_wait_asks_slurm_comes_from_the_environment(monkeypatch, value, seconds):
+    from podracer_hpc.launch.watch import SLURM_POLL_ENV, slurm_poll_s
+
+    if value is None:
+        monkeypatch.delenv(SLURM_POLL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SLURM_POLL_ENV, value)
+    assert slurm_poll_s() == seconds
