@@ -301,7 +301,9 @@ class DeviceModel:
     (default: the system itself) of ``(training seconds - seconds in rounds) / env steps``.
     The all-reduce of one gradient step over ``N`` devices (``data_parallel`` runs, N > 1):
     ``2 x param_bytes / bandwidth + latency x log2 N`` (a ring's bytes, a tree's latency);
-    ``param_bytes`` 0: 4 bytes per parameter the run's log records (``param_count``)."""
+    ``param_bytes`` 0: 4 bytes per parameter the run's log records (``param_count``).
+    Seconds of one round: ``round_s`` when given (a stated cost, e.g. measured on an idle machine or
+    a GPU cluster), else each round's smallest ``tournament_s`` over the pods in the run's logs."""
 
     step_s: float = 0.0
     reference: str = ""
@@ -309,6 +311,7 @@ class DeviceModel:
     allreduce_gbytes_per_s: float = 25.0
     allreduce_latency_s: float = 1e-5
     param_bytes: float = 0.0
+    round_s: float = 0.0
 
     def allreduce_s(self, devices: int, param_count: float) -> float:
         """Seconds of one all-reduce of the gradients over ``devices`` (0 for one device; NaN
@@ -387,6 +390,8 @@ def _device_row(run: Run, row: dict[str, Any], device: DeviceModel) -> dict[str,
     budget = float(max(costs["final_steps"], default=0))
     ar = device.allreduce_s(devices, costs["param_count"]) if dp else 0.0
     upto = x if reached else math.inf
+    if device.round_s > 0:  # a stated cost per round instead of the seconds the logs measured
+        costs["rounds"] = [(steps, device.round_s) for steps, _ in costs["rounds"]]
     return {
         "scheme": run.scheme,
         "env_steps_per_pod": budget / devices if dp else budget,
@@ -403,6 +408,8 @@ def _with_device_time(rows: list[dict[str, Any]], device: DeviceModel) -> None:
     target when reached, else the bound the run's whole budget took (censored)."""
     for r in rows:
         r["device_step_s"], r["device_step_source"] = device.step_for(str(r["system"]), rows)
+        if device.round_s > 0 and r["round_s"] > 0:
+            r["device_step_source"] += f"; rounds {device.round_s:g} s each (round_s)"
         steps = r["env_steps_per_pod_to_target"] if math.isfinite(r["env_steps_per_pod_to_target"]) else None
         total = (steps if steps is not None else r["env_steps_per_pod"]) * r["device_step_s"]
         total += r["round_s_to_target"] + r["allreduce_s_to_target"]

@@ -132,6 +132,15 @@ def test_device_time_is_env_steps_per_pod_times_step_seconds_plus_rounds(study):
     assert row(t, "pool0")["device_s_to_target"] == pytest.approx(5.0 + 0.4)
 
 
+def test_a_stated_round_cost_replaces_the_seconds_the_logs_measured(study):
+    t = table(study, reference="solo", round_s=0.05)
+    pool = row(t, "pool2")  # one round before its crossing at 3000, four in its whole budget
+    assert pool["round_s_to_target"] == pytest.approx(0.05) and pool["round_s"] == pytest.approx(0.2)
+    assert pool["device_s_to_target"] == pytest.approx(3000 * 0.001 + 0.05)
+    assert pool["device_step_source"] == "solo at 1 pod (3 runs); rounds 0.05 s each (round_s)"
+    assert row(t, "solo1")["device_step_source"] == "solo at 1 pod (3 runs)"  # no rounds, nothing stated
+
+
 def test_a_run_that_never_reaches_the_target_is_censored_at_its_budget(study):
     t = table(study, reference="solo")
     miss = row(t, "pool1")

@@ -191,6 +191,11 @@ class StudyConfig:
         "device-equivalent time: the system whose one-pod runs give every system's seconds per env step "
         "('': each system its own one-pod runs)",
     )
+    round_s: float = F(
+        0.0,
+        "device-equivalent time: seconds of one tournament round on the pods' devices, stated (e.g. "
+        "bench/tournament_overhead.py on an idle machine); 0: each round's smallest tournament_s in the logs",
+    )
     allreduce: AllreduceConfig = F(AllreduceConfig, "the all-reduce model of data_parallel systems (docs/studies.md)")
 
     def __post_init__(self) -> None:
@@ -205,6 +210,8 @@ class StudyConfig:
         self.points, self.seeds = _ints(self.points, "points", 1), _ints(self.seeds, "seeds", 0)
         if not (math.isfinite(self.device_step_s) and self.device_step_s >= 0):
             raise ValueError(f"device_step_s must be >= 0 seconds (0: measured), got {self.device_step_s}")
+        if not (math.isfinite(self.round_s) and self.round_s >= 0):
+            raise ValueError(f"round_s must be >= 0 seconds (0: measured from the logs), got {self.round_s}")
         if not isinstance(self.systems, dict) or not self.systems:
             raise ValueError(
                 "systems is required: a mapping of names to systems, e.g.\n  systems:\n    podracer: {job: "
@@ -466,6 +473,7 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
         a.gbytes_per_s,
         a.latency_s,
         a.param_bytes,
+        cfg.round_s,
     )
     return Study(
         name,
