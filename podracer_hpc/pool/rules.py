@@ -109,6 +109,10 @@ class Candidate(NamedTuple):
     kind: str | None = None  # the agent's kind (agents.settings.agent_kind); None: unknown, compatible with any pod
 
 
+def _changed(last_copy_round: int) -> str:
+    return f"copied at round {last_copy_round}" if last_copy_round >= 0 else "started at round -1"
+
+
 @dataclass(frozen=True)
 class PodReport:
     """What one pod tells the others at a tournament round (small and picklable)."""
@@ -117,7 +121,7 @@ class PodReport:
     fitness: float  # evaluation return of the deterministic policy; NaN if evaluation failed
     env_steps: int  # environment steps this pod's agent has been trained on
     hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
-    last_copy_round: int = -1  # the last round at which this pod took another agent (-1: never)
+    last_copy_round: int = -1  # the last round this pod took another agent (-1: the pool's start)
     returns: tuple[float, ...] = ()  # the episodes behind ``fitness``, on the round's common start states
     kind: str = ""  # the agent's kind (agents.settings.agent_kind: learner and network); pods take only their own
 
@@ -431,9 +435,9 @@ def pbt_select(
     finite = [r for r in order if is_finite(fit[r])]
     k = quantile_size(n, quantile)
     sources = finite[:k]
-    # The k worst pods that are ready (a pod that copied another fewer than ready_rounds rounds
-    # ago is skipped, and the next worst ready pod outside the sources takes its place), plus
-    # every non-finite pod.
+    # The k worst pods that are ready (a pod that copied another, or started, fewer than
+    # ready_rounds rounds ago is skipped, and the next worst ready pod outside the sources takes
+    # its place), plus every non-finite pod.
     targets = {r for r in range(n) if not is_finite(fit[r])}
     not_ready: set[int] = set()
     source_set, finite_targets = set(sources), 0  # a set and a count: linear in the pool
@@ -441,7 +445,7 @@ def pbt_select(
         if finite_targets >= k:
             break
         last = reports[r].last_copy_round
-        if last >= 0 and round - last < ready_rounds:
+        if round - last < ready_rounds:
             not_ready.add(r)
         else:
             targets.add(r)
@@ -454,7 +458,7 @@ def pbt_select(
         base = dict(rank=r, publish=False, fitness=fit[r], old_hparams=dict(me.hparams))
         if r in not_ready:
             decisions[r] = Decision(
-                action="keep", reason=f"bottom of the pool, not ready (copied at round {me.last_copy_round})", **base
+                action="keep", reason=f"bottom of the pool, not ready ({_changed(me.last_copy_round)})", **base
             )
             continue
         if r not in targets:

@@ -299,7 +299,7 @@ class RankRun:
                     else "the default space (tournament.hparam_space is empty)"
                 )
                 rule = (
-                    f"a pod that copied another is not replaced again for {t.ready_rounds} rounds"
+                    f"a pod that copied another, or started, is not replaced for {t.ready_rounds} rounds"
                     if t.mode == "pbt"
                     else f"only pods beyond the pool's mean +- {t.threshold_std:g} std act (dexpbt)"
                 )

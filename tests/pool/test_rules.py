@@ -422,7 +422,7 @@ def test_decide_rejects_incomplete_tables():
 
 
 def test_decision_record():
-    d = decide(reports([0.0, 1.0]), [], round=0, seed=0, cfg=cfg("pbt"))[0]
+    d = decide(reports([0.0, 1.0]), [], round=3, seed=0, cfg=cfg("pbt"))[0]
     assert d.action == "copy_pod" and d.replaces and d.action_code == ACTION_CODES["copy_pod"]
     json.dumps(d.to_dict())
 
@@ -488,7 +488,9 @@ def test_pbt_with_an_empty_space_explores_the_default_ppo_space():
     assert set(DEFAULT_PBT_SPACE) == {"learning_rate", "ent_coef", "clip_coef", "gae_lambda"}
     assert "learning_rate [1e-05, 0.01] log" in describe_space(DEFAULT_PBT_SPACE)
     hp = {"learning_rate": 3e-6, "ent_coef": 0.0, "clip_coef": 0.2, "gae_lambda": 0.95}
-    ds = decide([PodReport(0, -1000.0, 1000, hp), PodReport(1, -100.0, 1000, hp)], [], 0, 0, cfg)
+    ds = decide(
+        [PodReport(0, -1000.0, 1000, hp), PodReport(1, -100.0, 1000, hp)], [], 3, 0, cfg
+    )  # round 3: past the start's ready_rounds
     new = ds[0].new_hparams
     assert ds[0].action == "copy_pod" and set(new) == set(DEFAULT_PBT_SPACE)
     for k, r in DEFAULT_PBT_SPACE.items():
@@ -502,7 +504,7 @@ def test_pbt_with_an_empty_space_explores_the_default_ppo_space():
 @pytest.mark.parametrize(
     "last_copy,round,ready,replaced",
     [
-        (-1, 5, 2, True),  # never copied: ready
+        (-1, 5, 2, True),  # never copied, long after the start: ready
         (4, 5, 2, False),  # copied at the last round: protected
         (3, 5, 2, True),  # two rounds ago: ready again
         (4, 5, 0, True),  # ready_rounds 0: the old behaviour
@@ -525,6 +527,18 @@ def test_pbt_ready_criterion_protects_a_freshly_explored_pod(last_copy, round, r
         assert "not ready" in ds[0].reason
         assert ds[3].action == "copy_pod" and ds[3].source_rank == 1
     assert sum(d.action == "copy_pod" for d in ds) == 1
+
+
+@pytest.mark.parametrize(("round", "copies"), [(0, 0), (1, 0), (2, 1), (3, 1)])
+def test_no_pod_is_ready_before_it_trained_ready_rounds_intervals_from_the_start(round, copies):
+    """The start counts as round -1: with ready_rounds 3 the first replacement is at round 2 (after
+    intervals 0, 1 and 2), however far apart the first evaluations are."""
+    cfg = TournamentConfig(mode="pbt", ready_rounds=3, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
+    pods = [PodReport(r, f, 1000, {"learning_rate": 1e-3}) for r, f in enumerate([-1300.0, -100.0, -200.0, -300.0])]
+    ds = decide(pods, [], round, 0, cfg)
+    assert sum(d.action == "copy_pod" for d in ds) == copies
+    if not copies:
+        assert ds[0].action == "keep" and "not ready (started at round -1)" in ds[0].reason
 
 
 def test_a_nan_pod_is_replaced_even_when_not_ready():
