@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from podracer_hpc.cluster.jobstate import JobEnd, parse_end, srun_failed_nodes
+from podracer_hpc.cluster.jobstate import JobEnd
 from podracer_hpc.files.retries import append_retry, read_retries, retries_of
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.launch.retry import Verdict, judge, silent_nodes
@@ -24,20 +24,6 @@ srun: error: n1: task 0: Killed
 srun: launch/slurm: _step_signal: Terminating StepId=2111003.0
 srun: error: n2: tasks 1-3: Terminated
 """
-
-
-def test_sacct_says_who_cancelled_and_where_a_job_ran():
-    text = "12_1|CANCELLED by 1000|0:15|n3\n12_2|FAILED|137:0|n[1-2]\n13|PENDING|0:0|None assigned\n"
-    assert parse_end(text, "12_1") == JobEnd("CANCELLED", 1000, "0:15", "n3")
-    assert parse_end(text, "12_2") == JobEnd("FAILED", None, "137:0", "n[1-2]")
-    assert parse_end(text, "13") == JobEnd("PENDING", None, "0:0", "")
-    assert parse_end(text, "14") is None
-
-
-def test_srun_names_the_node_of_the_task_that_died_first():
-    assert srun_failed_nodes(SRUN_KILLED) == ["n1", "n2"]
-    assert srun_failed_nodes("srun: error: n4: task 2: Exited with exit code 3\n") == ["n4"]
-    assert srun_failed_nodes("no srun here\n") == []
 
 
 def test_a_crash_is_retried_without_the_node_srun_names():
