@@ -154,6 +154,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
     try:
         req = launch.from_args(args, slurm_here=shutil.which("sbatch") is not None)
+        _check_retries(args, req)
         cfg = launch.validate(req, dry_run=args.dry_run)
         if args.dry_run:
             _print_dry_run(req, cfg, args.config)
@@ -165,7 +166,12 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait or not launched.run_dirs:
             return 0
         try:
-            summaries = launch.wait(launched, timeout_s=args.timeout or float("inf"))
+            summaries = launch.wait(
+                launched,
+                timeout_s=args.timeout or float("inf"),
+                slurm_every_s=args.poll_slurm,
+                retry=_retrier(req, cfg, launched, args.retries, {}),
+            )
         except KeyboardInterrupt:
             print("interrupted: the job goes on (cancel it with scancel or kill)", file=sys.stderr)
             return 130
@@ -177,6 +183,82 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return e.exit_code
     except launch.LaunchError as e:  # a request that cannot be right: nothing (more) was queued
         print(f"podracer submit: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _check_retries(args: argparse.Namespace, req) -> None:
+    """--retries K and --poll-slurm: refused before anything is queued when they cannot work."""
+    from podracer_hpc.launch.errors import LaunchError
+
+    if args.poll_slurm < 1:
+        raise LaunchError(
+            f"--poll-slurm {args.poll_slurm:g}: give 1 second or more (default 30, or $PODRACER_SLURM_POLL_S)"
+        )
+    if not args.retries:
+        return
+    if args.retries < 0:
+        raise LaunchError(f"--retries {args.retries}: give the number of retries per part, 0 or more")
+    if not args.wait and not args.dry_run:
+        raise LaunchError(
+            "--retries needs --wait (the retries are made by the command that watches the jobs); a pool "
+            "submitted without --wait is watched and retried by: podracer resume RUN_DIR --retries K"
+        )
+    if req.executor != "slurm" or req.array:
+        raise LaunchError(
+            "--retries resubmits Slurm jobs: a pool's parts (--pods-per-job) or one job, with --executor slurm "
+            "and no --array"
+        )
+
+
+def _retrier(req, cfg, launched, retries: int, excluded: dict):
+    """The retry hook of --wait for ``retries`` > 0 (None otherwise)."""
+    if retries <= 0 or launched.executor != "slurm":
+        return None
+    from podracer_hpc import launch
+    from podracer_hpc.launch.retry import Retrier
+
+    return Retrier(launched, retries, lambda part, nodes: launch.resubmit(req, cfg, launched, part, nodes), excluded)
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from podracer_hpc import launch
+
+    try:
+        if args.retries < 0 or args.poll_slurm < 1:
+            raise launch.LaunchError(
+                f"--retries {args.retries} --poll-slurm {args.poll_slurm:g}: give K >= 0 retries per part and "
+                "a poll of 1 second or more"
+            )
+        from pathlib import Path
+
+        req, cfg, launched, excluded = launch.resume_pool(Path(args.run_dir))
+        if not launched.jobs:
+            print(f"{args.run_dir}: every part of the pool is done", file=sys.stderr)
+            return 0
+        print(
+            f"watching {len(launched.jobs)} part(s) of the pool in {args.run_dir}: jobs "
+            + ", ".join(j.job_id for j in launched.jobs)
+            + f"; up to {args.retries} retr{'ies' if args.retries != 1 else 'y'} per part",
+            file=sys.stderr,
+            flush=True,
+        )
+        summaries = launch.wait(
+            launched,
+            timeout_s=args.timeout or float("inf"),
+            slurm_every_s=args.poll_slurm,
+            retry=_retrier(req, cfg, launched, args.retries, excluded),
+        )
+        for s in summaries:
+            print(json.dumps(s), flush=True)
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted: the jobs go on", file=sys.stderr)
+        return 130
+    except launch.JobError as e:
+        print(f"podracer resume: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except launch.LaunchError as e:
+        print(f"podracer resume: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -344,6 +426,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from podracer_hpc.launch.watch import slurm_poll_s  # torch-free: --help stays fast
+
     p = argparse.ArgumentParser(prog="podracer", description="Massively parallel deep RL pods on Slurm clusters.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -382,6 +466,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(s)
     s.set_defaults(func=_cmd_submit)
+
+    rs = sub.add_parser(
+        "resume",
+        help="watch a pool of several Slurm jobs submitted without --wait (as --wait does) and retry its "
+        "parts that fail, hang or are ended by the system (--retries K)",
+    )
+    rs.add_argument("run_dir", metavar="RUN_DIR")
+    rs.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        metavar="K",
+        help="resubmit a part that failed, hung or was ended by the system, from its checkpoints, up to K times "
+        "(counted over every watcher: <run>/retries.jsonl), excluding the node that failed; a part you "
+        "cancelled is not retried",
+    )
+    rs.add_argument(
+        "--poll-slurm",
+        type=float,
+        default=slurm_poll_s(),
+        metavar="SECONDS",
+        help="ask Slurm at most this often (default $PODRACER_SLURM_POLL_S or 30)",
+    )
+    rs.add_argument("--timeout", type=float, default=0, help="seconds to watch at most (default: until the pool ends)")
+    rs.set_defaults(func=_cmd_resume)
 
     st = sub.add_parser("status", help="pods and leaderboard of a run, while it trains (--watch) or after")
     st.add_argument("run_dir")

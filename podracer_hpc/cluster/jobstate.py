@@ -14,7 +14,18 @@ import subprocess
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["SlurmJobState", "parse_scontrol", "parse_sacct", "slurm_job_state", "slurm_job_states", "task_ids"]
+__all__ = [
+    "JobEnd",
+    "SlurmJobState",
+    "job_end",
+    "parse_end",
+    "parse_scontrol",
+    "parse_sacct",
+    "slurm_job_state",
+    "slurm_job_states",
+    "srun_failed_nodes",
+    "task_ids",
+]
 
 TIMEOUT_S = 30
 
@@ -159,3 +170,53 @@ def slurm_job_state(job_id: str) -> SlurmJobState | None:
     Returns None when Slurm could not be asked right now (slurmctld busy): ask again later.
     """
     return slurm_job_states([job_id])[job_id]
+
+
+@dataclass
+class JobEnd:
+    """How a job that ended ended: its state, who cancelled it (``by_uid``: sacct's ``CANCELLED by
+    UID``; None when unknown: no accounting, or not cancelled), its exit code and its nodes."""
+
+    state: str
+    by_uid: int | None = None
+    exit_code: str = ""
+    nodes: str = ""
+
+
+def parse_end(text: str, job_id: str) -> JobEnd | None:
+    """``sacct -n -X -P -o JobID,State,ExitCode,NodeList`` output: the record of ``job_id`` (an
+    array task ``123_4`` as sacct prints it), None when it is not there."""
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or parts[0] != job_id or not parts[1]:
+            continue
+        words = parts[1].split()
+        uid = int(words[2]) if len(words) == 3 and words[1] == "by" and words[2].isdigit() else None
+        return JobEnd(words[0], uid, parts[2], "" if parts[3] in ("None assigned", "(null)") else parts[3])
+    return None
+
+
+def job_end(job_id: str) -> JobEnd | None:
+    """How ``job_id`` ended, from accounting (``sacct``: the state, who cancelled it, the nodes),
+    else from slurmctld (``scontrol``, for MinJobAge seconds: no canceller); None when neither knows."""
+    out = _run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"])
+    end = parse_end(out.stdout, job_id) if out is not None and out.returncode == 0 else None
+    if end is not None:
+        return end
+    st = slurm_job_state(job_id)
+    return JobEnd(st.state, None, st.exit_code, st.nodes) if st is not None and st.state else None
+
+
+_SRUN_FAILED = re.compile(r"^srun: error: ([^\s:]+): tasks? [0-9,\-]+: (.+)$", re.M)
+
+
+def srun_failed_nodes(text: str) -> list[str]:
+    """The nodes srun names in a job's output for tasks that died or exited non-zero
+    (``srun: error: n2: task 1: Killed``, ``srun: error: n1: tasks 0-1: Exited with exit code 3``),
+    in the order named; tasks killed by srun itself after another task failed
+    (``Terminated``, ``Killed`` after a ``--kill-on-bad-exit``) come after the first."""
+    first: list[str] = []
+    for node, what in _SRUN_FAILED.findall(text):
+        if node not in first:
+            first.append(node)
+    return first

@@ -34,6 +34,7 @@ __all__ = [
     "age",
     "clear_part",
     "describe",
+    "read_aggregate",
     "read_aggregates",
     "read_beats",
     "read_hang",
@@ -163,6 +164,12 @@ def read_aggregates(rundir: RunDir) -> dict[int, dict[str, Any]]:
         if d is not None and d.get("part") == int(head[4:]) and isinstance(d.get("pods"), list):
             out[int(head[4:])] = d
     return dict(sorted(out.items()))
+
+
+def read_aggregate(rundir: RunDir, part: int) -> dict[str, Any] | None:
+    """Part ``part``'s aggregate, if it has written one (one read)."""
+    d = _read(rundir.part_aggregate(part))
+    return d if d is not None and d.get("part") == part and isinstance(d.get("pods"), list) else None
 
 
 def write_hang(rundir: RunDir, part: int, record: dict[str, Any]) -> None:

@@ -18,6 +18,8 @@
     parts/part<k>.json                part k's aggregate: its pods' heartbeats, written by its rank 0 every
                                       log.aggregate_interval_s (podracer status reads these, not every log)
     parts/part<k>.hung.json           part k missed a meeting's deadline: the ranks that did not come, named
+    retries.jsonl                     one row per retry of a part (podracer submit --wait --retries, podracer
+                                      resume): part, old and new job, reason, excluded nodes (retries.py)
     slurm/<job id>/                   submitit's per-task stdout/stderr
     code/<id>/                        the code snapshot a submitted job runs (launch/snapshot.py)
     launch.log                        a local run's mpiexec output (podracer submit --executor local)
@@ -312,6 +314,11 @@ class RunDir:
     def part_hang(self, part: int) -> Path:
         """Part ``part``'s record of a missed meeting deadline (the ranks that did not come)."""
         return self.parts_dir / f"part{part}.hung.json"
+
+    @property
+    def retries_file(self) -> Path:
+        """The rows of the parts' retries (files/retries.py)."""
+        return self.root / "retries.jsonl"
 
     @property
     def slurm_folder(self) -> Path:

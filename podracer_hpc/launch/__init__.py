@@ -19,6 +19,7 @@ request is checked as far as it can be here and the script is printed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from podracer_hpc.cluster.jobstate import SlurmJobState, slurm_job_state, slurm_
 from podracer_hpc.config import Config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files.rundir import RunDir, locked_message
-from podracer_hpc.launch import local, pooljobs
+from podracer_hpc.launch import local, pooljobs, watch
 from podracer_hpc.launch.checks import validate
 from podracer_hpc.launch.errors import JobError, LaunchError, SlurmUnreachable
 from podracer_hpc.launch.local import find_mpiexec, start_command
@@ -93,6 +94,8 @@ __all__ = [
     "plan_snapshot",
     "progress_line",
     "read_summary",
+    "resubmit",
+    "resume_pool",
     "run_dir_for",
     "sbatch_text",
     "slurm_job_state",
@@ -133,8 +136,60 @@ def submit_slurm(req: Request, cfg: Config) -> Launched:
             req.jobs,
             req.job_ranks,
             {g: {"executor": "slurm", "job": h.job_id} for g, h in zip(plan.start, handles)},
+            request=dataclasses.asdict(req),
         )
     return launched
+
+
+def resubmit(req: Request, cfg: Config, launched: Launched, part: int, exclude: list[str]) -> Job:
+    """Submit part ``part`` of the pool (or the job of its own, part 0) again, from its
+    checkpoints, on the code its first submission ran, avoiding ``exclude`` (added to the
+    request's own --exclude); records it in ``pool.json``. A retry (launch/retry.py)."""
+    import importlib
+
+    nodes = ",".join(dict.fromkeys([*filter(None, req.exclude.split(",")), *exclude]))
+    again = dataclasses.replace(req, exclude=nodes)
+    pool = bool(launched.parts)
+    jobs, _, _, _ = importlib.import_module(f"{__name__}.slurm").submit(
+        again, cfg, parts=[part] if pool else None, snapshot=launched.snapshot
+    )
+    job = Job(str(jobs[0].job_id), Path(str(jobs[0].paths.stderr)))
+    if pool:
+        pooljobs.record(
+            RunDir(run_dir_for(req, cfg)),
+            req.jobs,
+            req.job_ranks,
+            {part: {"executor": "slurm", "job": job.job_id, "exclude": exclude}},
+        )
+    return job
+
+
+def resume_pool(run_dir: Path) -> tuple[Request, Config, Launched, dict[int, list[str]]]:
+    """What ``podracer resume RUN_DIR`` watches: the pool's request (as recorded in ``pool.json``
+    at its submission), its config, its parts not done with their last Slurm jobs, and each
+    part's excluded nodes. LaunchError when there is no such pool."""
+    rundir = RunDir(run_dir)
+    pool = pooljobs.read_pool(rundir)
+    if pool is None or not isinstance(pool.get("request"), dict):
+        raise LaunchError(
+            f"{rundir.pool_file} is missing or records no request (a pool submitted by an older podracer, or not "
+            "a pool of several jobs): run the same podracer submit command with --wait --retries K instead"
+        )
+    known = {f.name for f in dataclasses.fields(Request)}
+    req = Request(**{k: v for k, v in pool["request"].items() if k in known})
+    cfg = validate(req, dry_run=False)
+    launched = Launched("slurm", [], pool_jobs=req.jobs)
+    excluded: dict[int, list[str]] = {}
+    for g in range(req.jobs):
+        job = (pool.get("parts") or {}).get(str(g)) or {}
+        excluded[g] = list(job.get("exclude") or [])
+        if job.get("executor") != "slurm" or not job.get("job") or watch.part_done(rundir.root, _pods(req, g)):
+            continue
+        launched.jobs.append(Job(str(job["job"]), rundir.slurm_logs(str(job["job"])) / f"{job['job']}_0_log.err"))
+        launched.run_dirs.append(rundir.root)
+        launched.parts.append(_pods(req, g))
+        launched.stale_summaries.append(None)
+    return req, cfg, launched, excluded
 
 
 def submit_local(req: Request, cfg: Config) -> Launched:

@@ -32,7 +32,7 @@ from podracer_hpc.files.summary import read_records
 from podracer_hpc.launch.errors import LaunchError
 from podracer_hpc.launch.watch import still_active
 
-__all__ = ["Plan", "live_writer", "local_job", "plan", "record"]
+__all__ = ["Plan", "live_writer", "local_job", "plan", "read_pool", "record"]
 
 
 @dataclass
@@ -137,17 +137,31 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
     return out
 
 
-def record(rundir: RunDir, jobs: int, pods_per_job: int, started: dict[int, dict[str, Any]]) -> None:
-    """Write ``pool.json``: the shape and, for each part just started, its job (the others keep theirs)."""
+def record(
+    rundir: RunDir,
+    jobs: int,
+    pods_per_job: int,
+    started: dict[int, dict[str, Any]],
+    request: dict[str, Any] | None = None,
+) -> None:
+    """Write ``pool.json``: the shape and, for each part just started, its job (the others keep
+    theirs; a part's ``exclude``, its nodes to avoid, stays unless given anew); ``request``: the
+    submission's options (what ``podracer resume`` submits again; kept when not given)."""
     old = _read(rundir) or {}
     parts = dict(old.get("parts") or {})
-    parts.update({str(g): job for g, job in started.items()})
+    for g, job in started.items():
+        kept = {"exclude": (parts.get(str(g)) or {}).get("exclude")} if (parts.get(str(g)) or {}).get("exclude") else {}
+        parts[str(g)] = {**kept, **job}
+    data: dict[str, Any] = {"jobs": jobs, "pods_per_job": pods_per_job, "parts": parts}
+    if request is not None or old.get("request") is not None:
+        data["request"] = request if request is not None else old["request"]
     rundir.root.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(
-        rundir.pool_file,
-        (json.dumps({"jobs": jobs, "pods_per_job": pods_per_job, "parts": parts}, indent=1) + "\n").encode(),
-        mode=0o644,
-    )
+    atomic_write_bytes(rundir.pool_file, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
+
+
+def read_pool(rundir: RunDir) -> dict[str, Any] | None:
+    """``pool.json`` (None: no pool here); LaunchError when it is unreadable."""
+    return _read(rundir)
 
 
 def local_job(pid: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from podracer_hpc.config import Config, job_file
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.launch.errors import LaunchError
+from podracer_hpc.launch.watch import slurm_poll_s
 
 __all__ = [
     "ACTIONS",
@@ -243,6 +244,14 @@ class Request:
     constraint: str = opt(
         "", "node features, sbatch syntax (e.g. h100)", "--constraint", check=_no_spaces, sbatch="constraint"
     )
+    exclude: str = opt(
+        "",
+        "nodes the job must not run on, sbatch syntax (n12,n[40-41]); --retries adds a failed part's node",
+        "--exclude",
+        check=_no_spaces,
+        sbatch="exclude",
+        metavar="NODES",
+    )
     job_name: str = opt("", "default podracer-<config name>", "--job-name", check=_no_spaces, sbatch="job_name")
     mail_type: str = opt("", "e.g. END,FAIL", "--mail-type", check=_mail, sbatch="mail_type")
     mail_user: str = opt("", "where Slurm mails", "--mail-user", check=_no_spaces, sbatch="mail_user")
@@ -362,6 +371,28 @@ ACTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
             help="show progress until the job ends (requeues included), then its summary; "
             "exit 0 only when it completed its training, 1 when it failed, was cancelled or vanished, 75 when "
             "a local run was stopped with checkpoints",
+        ),
+    ),
+    (
+        "--retries",
+        dict(
+            type=int,
+            default=0,
+            metavar="K",
+            help="with --wait (Slurm): resubmit a part (or the job) that failed, hung or was ended by the "
+            "system, from its checkpoints, up to K times, excluding the node that failed; a part you "
+            "cancelled is not retried; each retry is a row of <run>/retries.jsonl. A pool submitted "
+            "without --wait: podracer resume RUN_DIR --retries K",
+        ),
+    ),
+    (
+        "--poll-slurm",
+        dict(
+            type=float,
+            default=slurm_poll_s(),
+            metavar="SECONDS",
+            help="--wait asks Slurm at most this often (default $PODRACER_SLURM_POLL_S or 30: slurmctld serves "
+            "every user of the cluster)",
         ),
     ),
     (

@@ -446,15 +446,18 @@ def sbatch_text(req: Request, cfg: Config) -> str:
 
 
 def submit(
-    req: Request, cfg: Config, parts: list[int] | None = None
+    req: Request, cfg: Config, parts: list[int] | None = None, snapshot: Snapshot | None = None
 ) -> tuple[list[Any], list[Path], Snapshot | None, list[Any]]:
     """Submit the request's job (or array; ``parts``: those parts of a pool of several jobs, as
     one array); returns submitit's jobs, their run dirs, the snapshot and each run dir's summary
-    signature from before the submission (RunDir.summary_signature)."""
+    signature from before the submission (RunDir.summary_signature). ``snapshot``: run this code
+    snapshot (a retry runs the code its first submission ran) instead of taking one."""
     base = run_dir_for(req, cfg)
-    snap = None
+    snap = snapshot
     job_file = str(Path(req.job_file).resolve())
-    if req.snapshot:
+    if snap is not None:
+        job_file = str(snap.job_file)
+    elif req.snapshot:
         try:
             snap = make_snapshot(plan_snapshot(base, req.job_file))
         except OSError as e:

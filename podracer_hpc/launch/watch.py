@@ -363,6 +363,33 @@ def _local_step(launched: Launched, i: int, done: Done) -> bool:
     raise JobError(f"local run {launched.label(i)} failed ({why}); see {log}:\n" + _tail(log))
 
 
+def _retried_step(
+    launched: Launched,
+    i: int,
+    watches: list[_Watch],
+    out: Any,
+    confirm_s: float,
+    done: Done,
+    states: dict[str, Any],
+    each: bool,
+    retry: Any,
+) -> bool:
+    """:func:`_slurm_step` of job i; with a ``retry`` hook, a job that ended without completing is
+    replaced by the one it resubmits (watched from now on), and a running one is looked at."""
+    st = states.get(launched.jobs[i].job_id)
+    try:
+        finished = _slurm_step(launched, i, watches[i], out, confirm_s, done, st, each)
+    except JobError as e:
+        if retry is None or (st is not None and still_active(st.state)):
+            raise
+        launched.jobs[i] = retry.ended(i, e)
+        watches[i] = _Watch(seen=False)
+        return False
+    if not finished and retry is not None and st is not None and st.state == "RUNNING":
+        retry.running(i)
+    return finished
+
+
 def _ask_slurm(
     launched: Launched, finished: set[int], watches: list[_Watch], out: Any, counts: str | None
 ) -> tuple[dict[str, Any], str | None]:
@@ -388,6 +415,7 @@ def wait(
     done: Done = _complete,
     progress: Callable[[Path], str] | None = progress_line,
     slurm_every_s: float | None = None,
+    retry: Any = None,
 ) -> list[dict[str, Any]]:
     """Wait for every job with progress lines; returns the summaries of jobs that completed their
     training. Raises JobError as soon as one job ends without completing (failed, cancelled,
@@ -402,7 +430,10 @@ def wait(
     line; beyond, one line of counts (``jobs: 97 RUNNING, 3 PENDING (Priority)``) when they change.
 
     ``done``: what counts as finished, from the run's summary (default: ``complete`` is not false);
-    ``progress``: the line printed for a run directory when it changes (None: no progress lines).
+    ``progress``: the line printed for a run directory when it changes (None: no progress lines);
+    ``retry``: a :class:`retry.Retrier` (``--retries``): a Slurm job that ended without completing
+    is handed to its ``ended`` (which returns the job that replaces it, or raises), and a running
+    one to its ``running`` (which cancels a part gone silent).
     """
     out = out or sys.stderr
     slurm_every_s = slurm_poll_s() if slurm_every_s is None else slurm_every_s
@@ -431,13 +462,10 @@ def wait(
             done_i = _done_of(launched, i, done)
             if launched.executor != "local" and not ask:
                 continue  # Slurm's state is looked at only when it was asked
-            if (
-                _local_step(launched, i, done_i)
-                if launched.executor == "local"
-                else _slurm_step(
-                    launched, i, watches[i], out, confirm_s, done_i, states.get(launched.jobs[i].job_id), each
-                )
-            ):
+            if launched.executor == "local":
+                if _local_step(launched, i, done_i):
+                    finished.add(i)
+            elif _retried_step(launched, i, watches, out, confirm_s, done_i, states, each, retry):
                 finished.add(i)
         if len(finished) == len(launched.run_dirs):
             break

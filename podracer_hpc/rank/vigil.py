@@ -46,6 +46,7 @@ class Vigil:
             "rank": self.comm.rank,
             "part": self.part.index,
             "host": socket.gethostname().split(".")[0],
+            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],  # Slurm's name of it
             "device": device,
             "pid": os.getpid(),
             "job": job_id(),
@@ -115,7 +116,7 @@ class Vigil:
             + f"\nending this world (exit {EXIT_HUNG}); the checkpoints are intact: the same command resumes "
             + ("this part" if self.part.count > 1 else "the run")
         )
-        keys = ("rank", "host", "device", "pid", "job", "update", "env_steps", "doing")
+        keys = ("rank", "host", "node", "device", "pid", "job", "update", "env_steps", "doing")
 
         def named(p: int) -> dict[str, Any]:
             b, silent_s = beats.get(p) or {}, heartbeat.age(beats.get(p), t)
@@ -154,6 +155,8 @@ class Vigil:
             "world_size": self.comm.size,
             "pool_size": pool_size,
             "state": state,
+            "deadline_s": self.timeout(),  # a watcher takes a part silent this long as hung (launch/retry.py)
+            "interval_s": self.cfg.log.aggregate_interval_s,
             "hosts": sorted({str(b.get("host")) for b in beats.values()}),
             "pods": [beats[p] for p in sorted(beats)],
         }

@@ -39,6 +39,7 @@ from podracer_hpc.files.live import (
     pod_fates,
     pod_state,
 )
+from podracer_hpc.files.retries import read_retries, retries_of
 from podracer_hpc.files.rundir import EXIT_HUNG, RunDir
 
 __all__ = ["render", "status", "main"]
@@ -258,6 +259,17 @@ def _pid_alive(job: dict[str, Any]) -> bool | None:
         return True
 
 
+def _retry_text(rows: list[dict[str, Any]]) -> str:
+    """``; retried 2: job 11 -> 12 (failed, exit code 0:9), excluded n3; job 12 -> 15 (...)``."""
+    if not rows:
+        return ""
+    return f"; retried {len(rows)}: " + "; ".join(
+        f"job {r['old_job']} -> {r['new_job']} ({r['reason']})"
+        + (f", excluded {','.join(r['excluded'])}" if r["excluded"] else "")
+        for r in rows[-3:]
+    )
+
+
 def _part_lines(
     run_dir: Path, monitor: Monitor, statuses: list[PodStatus], total: int, states: dict[str, Any] | None
 ) -> tuple[list[str], set[int]]:
@@ -270,6 +282,7 @@ def _part_lines(
     if not jobs:
         return [], set()
     rd, by_pod = RunDir(run_dir), {p.rank: p for p in statuses}
+    retried = read_retries(rd)
     lines, ended = [f"parts: {jobs} job{'s' * (jobs != 1)} of {per_job} pods"], set()
     for k in range(jobs):
         pods = range(k * per_job, (k + 1) * per_job)
@@ -293,7 +306,10 @@ def _part_lines(
             st = (states or {}).get(jid)
             if st is not None and st.nodes:
                 where = f" on nodes {st.nodes}"
-            lines.append(f"  part {k}: no record yet ({jtext} {sstate or 'state unknown'}{where})")
+            lines.append(
+                f"  part {k}: no record yet ({jtext} {sstate or 'state unknown'}{where})"
+                + _retry_text(retries_of(retried, k))
+            )
             continue
         counts: dict[str, int] = {}
         for i in pods:
@@ -312,6 +328,7 @@ def _part_lines(
         lines.append(
             f"  part {k}: {jtext} {state}, hosts {hosts}, pods {pods_text}, last heartbeat {_age(beat)}"
             + (f"; hung: {', '.join(str(h.get('pod')) for h in hang.get('hung') or [])}" if hang else "")
+            + _retry_text(retries_of(retried, k))
         )
     if len(lines) > PART_ROWS + 1:
         lines = lines[:1] + [x for x in lines[1:] if "RUNNING," not in x][:PART_ROWS]
