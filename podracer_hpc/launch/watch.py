@@ -436,7 +436,7 @@ def wait(
     one to its ``running`` (which cancels a part gone silent).
     """
     out = out or sys.stderr
-    slurm_every_s = slurm_poll_s() if slurm_every_s is None else slurm_every_s
+    every = slurm_poll_s() if slurm_every_s is None else slurm_every_s
     deadline = time.monotonic() + timeout_s
     last: dict[str, str] = {}
     watches = [_Watch() for _ in launched.run_dirs]
@@ -446,7 +446,7 @@ def wait(
     asked = -math.inf  # monotonic time Slurm was last asked
     while len(finished) < len(launched.run_dirs):
         states: dict[str, Any] = {}
-        ask = launched.executor != "local" and time.monotonic() - asked >= slurm_every_s
+        ask = launched.executor != "local" and time.monotonic() - asked >= every
         if ask:  # one scheduler call for every job still watched
             asked = time.monotonic()
             states, counts = _ask_slurm(launched, finished, watches, out, counts if not each else None)
@@ -454,11 +454,7 @@ def wait(
         for i, d in enumerate(launched.run_dirs):
             if i in finished:
                 continue
-            line = progress(d) if progress is not None and str(d) not in shown else ""
-            shown.add(str(d))
-            if line and last.get(str(d)) != line:
-                print(line, file=out, flush=True)
-                last[str(d)] = line
+            _show_progress(d, progress, shown, last, out)
             done_i = _done_of(launched, i, done)
             if launched.executor != "local" and not ask:
                 continue  # Slurm's state is looked at only when it was asked
@@ -476,6 +472,17 @@ def wait(
         time.sleep(poll_s)
     firsts = {str(d): i for i, d in reversed(list(enumerate(launched.run_dirs)))}  # a pool: its one summary
     return [summary_after_success(launched.run_dirs[i], launched.stale_summaries[i]) for i in sorted(firsts.values())]
+
+
+def _show_progress(
+    d: Path, progress: Callable[[Path], str] | None, shown: set[str], last: dict[str, str], out: Any
+) -> None:
+    """Print run directory ``d``'s progress line when it changed (once per poll: ``shown``)."""
+    line = progress(d) if progress is not None and str(d) not in shown else ""
+    shown.add(str(d))
+    if line and last.get(str(d)) != line:
+        print(line, file=out, flush=True)
+        last[str(d)] = line
 
 
 def _tail(path: Path, n: int = 15) -> str:
