@@ -19,11 +19,11 @@ from safetensors.torch import save_file
 from podracer_hpc.files import safeio
 from podracer_hpc.pool import entryfiles
 from podracer_hpc.pool import leaderboard as lb_mod
+from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import LeaderboardWarning
 from podracer_hpc.pool.leaderboard import (
     EntryCorrupt,
     EntryGone,
-    EntryInfo,
     EntryRefused,
     InvalidEntryId,
     Leaderboard,
@@ -585,10 +585,10 @@ def test_every_pod_is_drawn_about_equally_often(tmp_path):
     ],
 )
 def test_plan_prune_keeps_the_top_k_and_the_kept(top_k, keep, expect):
-    infos = [EntryInfo(i, s, None, None, None, None) for i, s in (("c", 1.0), ("a", 4.0), ("d", 0.5), ("b", 3.0))]
+    infos = [Entry(i, s) for i, s in (("c", 1.0), ("a", 4.0), ("d", 0.5), ("b", 3.0))]
     assert sorted(plan_prune(infos, top_k, keep)) == expect
 
 
 def test_plan_prune_keeps_the_top_k_of_each_group():
-    infos = [EntryInfo(f"{g}{i}", float(i), None, None, None, None, meta={"kind": g}) for g in "xy" for i in range(3)]
+    infos = [Entry(f"{g}{i}", float(i), meta={"kind": g}) for g in "xy" for i in range(3)]
     assert sorted(plan_prune(infos, 1, group=lambda e: e.meta["kind"])) == ["x0", "x1", "y0", "y1"]

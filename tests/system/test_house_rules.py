@@ -190,7 +190,7 @@ def test_a_part_imports_only_the_parts_below_it(part):
     assert not bad, f"{part} may import only {sorted(MAY_IMPORT[part])}: {bad}"
 
 
-PURE = ["podracer_hpc.pool.rules", "podracer_hpc.pool.fitness", "podracer_hpc.pool.hparams"]
+PURE = ["podracer_hpc.pool.rules", "podracer_hpc.pool.fitness", "podracer_hpc.pool.hparams", "podracer_hpc.pool.entry"]
 PURE_LIBRARIES = {
     "__future__",
     "math",
