@@ -189,7 +189,7 @@ def test_a_pod_refuses_an_agent_of_another_kind(tmp_path, one_torch_thread):
     ppo = Pod(load_config("jobs/quickstart.yaml", ["env.num_envs=16"]))
     t, meta = sac.agent_tensors()
     assert meta["algo"] == "sac" and meta["kind"] == sac.kind and meta["shapes"] == {"obs": 3, "act": 1}
-    for take in (lambda: ppo.load_agent(t, meta), lambda: ppo.candidate(t, meta)):
+    for take in (lambda: ppo.load_agent(t, meta), lambda: ppo.agent_from(t, meta)):
         with pytest.raises(safeio.StateFileError, match="does not fit this pod: a 'sac 16x16 relu norm' agent"):
             take()
     t2, meta2 = ppo.agent_tensors()

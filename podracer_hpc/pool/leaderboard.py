@@ -344,14 +344,10 @@ class Leaderboard:
         out.sort(key=lambda e: (-e.score, e.id))
         return out
 
-    def candidates(self, top_k: int | None = None, with_steps: bool = False) -> list[tuple]:
-        """``[(id, score)]`` best first, optionally only the top ``top_k``: the tournament's input.
-
-        ``with_steps``: ``(id, score, env_steps)`` items, for the tournament's freshness rule.
-        """
+    def candidates(self, top_k: int | None = None) -> list[Entry]:
+        """The entries a rule may draw: :meth:`list`, optionally only the top ``top_k``."""
         entries = self.list()
-        chosen = entries if top_k is None else entries[:top_k]
-        return [(e.id, e.score, e.env_steps) if with_steps else (e.id, e.score) for e in chosen]
+        return entries if top_k is None else entries[:top_k]
 
     def info(self, entry_id: str) -> Entry:
         """The sidecar of one entry; :class:`EntryGone` if absent, :class:`EntryCorrupt` if bad."""
@@ -532,18 +528,18 @@ class Leaderboard:
 
     def load_best_available(
         self,
-        candidates: Iterable[str | Entry | tuple[str, float]],
+        candidates: Iterable[Entry | str],
         device: str | torch.device = "cpu",
         skip_corrupt: bool = True,
     ) -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
-        """Load the first candidate that still exists; returns ``(entry_id, tensors, meta)``.
+        """Load the first candidate (an entry, or its id) that still exists; returns ``(entry_id, tensors, meta)``.
 
         Entries that are gone are skipped; corrupt ones too (with a warning) unless
         ``skip_corrupt`` is False. Raises :class:`EntryGone` if none could be loaded.
         """
         tried: list[str] = []
         for c in candidates:
-            eid = c.id if isinstance(c, Entry) else c[0] if isinstance(c, tuple) else c
+            eid = c.id if isinstance(c, Entry) else c
             tried.append(str(eid))
             try:
                 tensors, meta = self.load(eid, device=device)

@@ -204,10 +204,12 @@ class Pool:
             what = f"leaderboard entry {eid}"
             compared = None
             if verify is not None:
-                cand = self.pod.evaluate(verify.seed, agent=self.pod.candidate(tensors, meta, source=what))
+                theirs = self.pod.evaluate(verify.seed, agent=self.pod.agent_from(tensors, meta, source=what))
                 margin = self.tcfg.margin_se
-                ok, m, se = better(verify.returns, cand.cpu().tolist(), margin)
-                compared = Comparison(verify.se, verify.seed, verify.episodes, float(cand.mean()), m, se, margin, True)
+                ok, m, se = better(verify.returns, theirs.cpu().tolist(), margin)
+                compared = Comparison(
+                    verify.se, verify.seed, verify.episodes, float(theirs.mean()), m, se, margin, True
+                )
                 if not ok:
                     self.say(
                         f"round {index}: kept own agent: entry {eid} on this round's start states "
@@ -320,25 +322,25 @@ class Pool:
             infos = self.comm.bcast(self.board.list() if self.comm.rank == 0 else None)
         else:
             infos = self.board.list()
-        entries = [(e.id, e.score) for e in infos if entry_kind(e.meta) == self.pod.kind][: self.tcfg.top_k]
+        entries = [e for e in infos if entry_kind(e.meta) == self.pod.kind][: self.tcfg.top_k]
         if not entries:
             return None
         # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
         k = self.index % len(entries)
         eid, own = None, None
-        for cand, _score in entries[k:] + entries[:k]:
+        for entry in entries[k:] + entries[:k]:
             try:
-                _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
-                what = f"leaderboard entry {cand}"
+                _, tensors, meta = self.board.load_best_available([entry], device=self.pod.device, skip_corrupt=False)
+                what = f"leaderboard entry {entry.id}"
                 hp = {str(n): v for n, v in dict(meta.get("hparams") or {}).items()}
                 bad = check_hparams(hp, self.declared(), self.cfg.agent.algo)
                 if bad:
                     raise safeio.StateFileError(f"{what}: hyperparameters refused: {'; '.join(bad)}")
                 seed = eval_seed(self.cfg.seed, "join")
                 own = self.pod.evaluate(seed).cpu().tolist() if own is None else own
-                cand_returns = self.pod.evaluate(seed, agent=self.pod.candidate(tensors, meta, source=what))
+                theirs = self.pod.evaluate(seed, agent=self.pod.agent_from(tensors, meta, source=what))
                 margin = self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0
-                ok, m, se = better(own, cand_returns.cpu().tolist(), margin)
+                ok, m, se = better(own, theirs.cpu().tolist(), margin)
                 if not ok:
                     self.say(
                         f"skipping {what}: it does not beat a fresh agent on the join's start states "
@@ -348,16 +350,16 @@ class Pool:
                 space = self.declared()
                 self.pod.load_agent(tensors, meta, source=what, load_hparams=False)
                 self.pod.set_hparams({n: float(v) for n, v in hp.items() if n in space})
-                eid = cand
+                eid = entry.id
                 break
             except EntryGone:
                 continue
             except (EntryCorrupt, safeio.StateFileError) as e:
-                self.say(f"skipping leaderboard entry {cand}: {e}")
+                self.say(f"skipping leaderboard entry {entry.id}: {e}")
         if eid is None:
             self.say("no leaderboard entry could be loaded; starting from scratch")
             return None
-        score = dict(entries).get(eid, float("nan"))
+        score = {e.id: e.score for e in entries}.get(eid, float("nan"))
         self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
         if self.log is not None:  # round -1: how this pod started
             hp = self.hparams()

@@ -192,7 +192,7 @@ def evaluate(
     cfg = config_of(agent, episodes, max_steps, trust)
     try:
         pod = Pod(cfg, rank=0, device=device)
-        policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
+        policy = pod.agent_from(agent.tensors, agent.meta, source=str(agent.path))
     except (StateFileError, MemoryError) as e:
         raise EvaluateError(str(e)) from None
     except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here

@@ -371,7 +371,7 @@ def pod_and_agent(path: str | os.PathLike, trust: Any = None) -> tuple[Any, Any,
     try:
         with torch.random.fork_rng(devices=[]):  # Pod seeds the global RNG: leave the caller's as it was
             pod = Pod(cfg, rank=0, device="cpu")
-        agent = pod.candidate(loaded.tensors, loaded.meta, source=str(path))
+        agent = pod.agent_from(loaded.tensors, loaded.meta, source=str(path))
     except (StateFileError, MemoryError) as e:
         raise ExportError(str(e)) from None
     except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here

@@ -74,8 +74,8 @@ def test_publish_list_load_roundtrip(lb: Leaderboard):
     torch.testing.assert_close(tensors["actor.weight"], torch.full((3, 2), 5.0))
     assert tensors["optim.step"].dtype == torch.int64
     assert m == meta(pod=1, rnd=3)
-    assert lb.candidates() == [(e.id, e.score) for e in listed]
-    assert lb.candidates(top_k=1) == [(best.id, 5.0)]
+    assert lb.candidates() == listed
+    assert lb.candidates(top_k=1) == [best]
     assert lb.info(best.id) == best
     # a second Leaderboard object on the same directory (another rank) sees the same
     assert Leaderboard(lb.root).list() == listed
@@ -249,7 +249,8 @@ def test_tensors_gone_after_sidecar_read(lb: Leaderboard):
     os.unlink(lb.tensors_path(a))  # a pruner deleted the tensors right after we read the sidecar
     with pytest.raises(EntryGone):
         lb.load(a)
-    assert lb.load_best_available([(a, 5.0), (b, 1.0)])[0] == b
+    assert lb.load_best_available([lb.info(b), a])[0] == b  # an entry or its id
+    assert lb.load_best_available([a, lb.info(b)])[0] == b
 
 
 def test_load_best_available_skips_corrupt_with_warning(lb: Leaderboard):

@@ -244,7 +244,7 @@ def reference(checkpoint, num_envs=64, steps=20):
         eval=dataclasses.replace(cfg.eval, episodes=1),
     )
     pod = Pod(cfg)
-    agent = pod.candidate(tensors, meta)
+    agent = pod.agent_from(tensors, meta)
     gen = torch.Generator().manual_seed(7)
     obs, seen = pod.env.reset(11), []
     with torch.no_grad():
