@@ -306,7 +306,6 @@ ELSEWHERE = {
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
     "cluster/mpich.py": "tests/cluster/test_mpi.py",
-    "pool/population.py": "tests/pool/test_rounds_async.py",
     "files/live.py": "tests/tools/test_status.py (status reads the pods through it)",
 }
 
