@@ -301,7 +301,6 @@ ELSEWHERE = {
     "agents/sac.py": "tests/agents/test_offpolicy*.py",
     "agents/td3.py": "tests/agents/test_offpolicy*.py",
     "agents/settings.py": "tests/test_config.py, tests/agents/test_offpolicy.py",
-    "agents/replay.py": "tests/agents/test_offpolicy_math.py (the replay ring, n-step returns)",
     "envs/jax_adapter.py": "tests/envs/test_jax_task.py",
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
