@@ -304,7 +304,6 @@ ELSEWHERE = {
     "envs/jax_adapter.py": "tests/envs/test_jax_task.py",
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
-    "cluster/mpich.py": "tests/cluster/test_mpi.py",
     "files/live.py": "tests/tools/test_status.py (status reads the pods through it)",
 }
 
