@@ -398,7 +398,7 @@ def pod_fates(run_dir: Path, pods: list[PodStatus], ended: bool | set[int]) -> d
         if alive:
             out[p.rank] = "running"
         elif alive is False and not p.error:
-            n = checkpoint_updates(rd.checkpoint(p.rank))
+            n = checkpoint_updates(rd.checkpoint_path(p.rank))
             out[p.rank] = "killed (" + (f"resumes from update {n})" if n is not None else "starts over: no checkpoint)")
         else:
             out[p.rank] = ""

@@ -257,8 +257,9 @@ class RunDir:
     def checkpoints_dir(self) -> Path:
         return self.root / "checkpoints"
 
-    def checkpoint(self, rank: int) -> Path:
-        return self.checkpoints_dir / f"rank{rank}.safetensors"
+    def checkpoint_path(self, pod: int) -> Path:
+        """Pod ``pod``'s checkpoint file (``rank<pod>``: the pod's pool index, as in every file name here)."""
+        return self.checkpoints_dir / f"rank{pod}.safetensors"
 
     def checkpoint_ranks(self) -> list[int]:
         """Ranks that have a checkpoint (or its .prev) here."""
