@@ -337,7 +337,7 @@ class RankRun:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
         left out; a pod beyond the pool counts as a rank beyond this world (a bigger run was here)."""
         mine = self.part.pods(self.comm.size)
-        return [r - mine.start for r in self.rundir.checkpoint_ranks() if r in mine or r >= self.pool_size]
+        return [r - mine.start for r in self.rundir.checkpoint_pods() if r in mine or r >= self.pool_size]
 
     def resume(self, epochs: tuple[int | None, int | None]) -> None:
         """Load the checkpoint (read once: verified, config compared, restored) of the epochs that

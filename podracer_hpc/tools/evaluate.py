@@ -113,7 +113,7 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None, trust: T
         warnings.simplefilter("always")
         listed = board.list()[: max(top, 0)]
     skipped += [str(w.message) for w in seen]
-    for p in [run.checkpoint_path(r) for r in run.checkpoint_ranks() if run.checkpoint_path(r).exists()] + [
+    for p in [run.checkpoint_path(r) for r in run.checkpoint_pods() if run.checkpoint_path(r).exists()] + [
         board.tensors_path(e.id) for e in listed
     ]:
         try:

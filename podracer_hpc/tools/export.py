@@ -192,7 +192,7 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
         raise ExportError(f"{run_dir}: no such run directory")
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: is a file, not a run directory (give the --run-dir of podracer train)")
-    logs = RunDir(run_dir).rank_logs()
+    logs = RunDir(run_dir).pod_logs()
     if not logs:
         raise ExportError(
             f"{run_dir}: holds no logs/<name>_rank<r>.h5; not a run directory, or one that has not started"
