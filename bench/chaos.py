@@ -196,7 +196,7 @@ def stopped_at_a_round(run_dir: Path) -> int:
     n = 0
     for r in range(RANKS):
         try:
-            _, meta, _ = safeio.load(RunDir(run_dir).checkpoint(r), "pod-state")
+            _, meta, _ = safeio.load(RunDir(run_dir).checkpoint_path(r), "pod-state")
         except (OSError, safeio.StateFileError):
             continue
         n += meta.get("pending_round") is not None
@@ -216,8 +216,8 @@ def check(run_dir: Path, ref: Path) -> tuple[int, int, bool]:
         rounds = [x for x in log["tournament"]["round"] if x >= 0]
         want = [x for x in ref_log["tournament"]["round"] if x >= 0]
         lost_rounds += len(set(want) - set(rounds)) + (len(rounds) - len(set(rounds)))
-        ta, ma, _ = safeio.load(RunDir(run_dir).checkpoint(r), "pod-state")
-        tb, mb, _ = safeio.load(RunDir(ref).checkpoint(r), "pod-state")
+        ta, ma, _ = safeio.load(RunDir(run_dir).checkpoint_path(r), "pod-state")
+        tb, mb, _ = safeio.load(RunDir(ref).checkpoint_path(r), "pod-state")
         equal &= (
             ma["updates"] == mb["updates"]
             and set(ta) == set(tb)

@@ -183,7 +183,7 @@ class SimPod:
     def evaluate(self, seed: int, agent: Any = None, episodes: int = 0):
         return self.returns(self.quality if agent is None else agent, seed)
 
-    def candidate(self, tensors: dict, meta: dict, source: str = "") -> float:
+    def agent_from(self, tensors: dict, meta: dict, source: str = "") -> float:
         return float(tensors["actor.w"][0])
 
     def load_agent(self, tensors: dict, meta: dict, source: str = "", load_hparams: bool = True) -> None:

@@ -28,13 +28,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.files.live import find_rank_logs  # noqa: E402
+from podracer_hpc.files.live import find_pod_logs  # noqa: E402
 from podracer_hpc.launch import find_mpiexec  # noqa: E402
 
 
 def final_returns(run_dir: Path) -> list[float]:
     """The last evaluation return of every rank, in rank order."""
-    logs = find_rank_logs(run_dir)
+    logs = find_pod_logs(run_dir)
     return [float(read_log(logs[r])["eval"]["return_mean"][-1]) for r in sorted(logs)]
 
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.files.live import find_rank_logs  # noqa: E402
+from podracer_hpc.files.live import find_pod_logs  # noqa: E402
 
 ADAM = (
     "import time, torch; p = [torch.zeros(3, requires_grad=True)]; t = time.perf_counter(); "
@@ -67,7 +67,7 @@ def train_once(tree: Path, run_dir: Path, target: float, timeout: float, updates
     process_s = time.perf_counter() - t0
     if r.returncode not in (0, 75):  # 75: stopped after --updates, with its checkpoint
         return {"error": r.stderr[-500:], "rc": r.returncode}
-    log = read_log(find_rank_logs(run_dir)[0])
+    log = read_log(find_pod_logs(run_dir)[0])
     tr, ev = log["train"], log["eval"]
     rets = [float(x) for x in ev["return_mean"]]
     hit = next((i for i, x in enumerate(rets) if x >= target), None)

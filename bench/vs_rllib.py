@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from podracer_hpc.files.h5log import read_log  # noqa: E402
-from podracer_hpc.files.live import find_rank_logs  # noqa: E402
+from podracer_hpc.files.live import find_pod_logs  # noqa: E402
 from podracer_hpc.files.rundir import RunDir  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def run(cmd: list[str], timeout: float, log: Path) -> tuple[int, float]:
 
 def crossing(run_dir: Path, target: float) -> dict:
     """First eval row at or above target; else the best. From rank 0's log."""
-    logs = find_rank_logs(run_dir)
+    logs = find_pod_logs(run_dir)
     if not logs:
         return {"reached": False, "error": f"no log in {run_dir}"}
     ev = read_log(logs[min(logs)])["eval"]

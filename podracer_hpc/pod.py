@@ -391,7 +391,7 @@ class Pod:
         )
         return t, meta
 
-    def candidate(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> Agent:
+    def agent_from(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], source: str = "entry") -> Agent:
         """Another agent (a leaderboard entry) in an agent of its own, to evaluate it before taking
         it; the pod's agent, environments and random streams are untouched."""
         self._check_compatible(meta, source)

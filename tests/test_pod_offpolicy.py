@@ -15,8 +15,9 @@ from podracer_hpc.config import MUTABLE_BY_ALGO, Config, TournamentConfig, descr
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.pod import Pod, entry_kind
+from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.leaderboard import Leaderboard
-from podracer_hpc.pool.rules import Candidate, PodReport, decide
+from podracer_hpc.pool.rules import PodReport, decide
 
 JOBS = {"sac": "jobs/pendulum_sac.yaml", "td3": "jobs/pendulum_td3.yaml"}
 TINY = [
@@ -188,7 +189,7 @@ def test_a_pod_refuses_an_agent_of_another_kind(tmp_path, one_torch_thread):
     ppo = Pod(load_config("jobs/quickstart.yaml", ["env.num_envs=16"]))
     t, meta = sac.agent_tensors()
     assert meta["algo"] == "sac" and meta["kind"] == sac.kind and meta["shapes"] == {"obs": 3, "act": 1}
-    for take in (lambda: ppo.load_agent(t, meta), lambda: ppo.candidate(t, meta)):
+    for take in (lambda: ppo.load_agent(t, meta), lambda: ppo.agent_from(t, meta)):
         with pytest.raises(safeio.StateFileError, match="does not fit this pod: a 'sac 16x16 relu norm' agent"):
             take()
     t2, meta2 = ppo.agent_tensors()
@@ -250,7 +251,7 @@ def test_decisions_in_a_mixed_pool_never_cross_kinds(mode):
             )
             for r in range(6)
         ]
-        entries = [Candidate(f"e{i}", -100.0 - i, 10_000, None, KINDS[i % 2]) for i in range(4)]
+        entries = [Entry(f"e{i}", -100.0 - i, 10_000, kind=KINDS[i % 2]) for i in range(4)]
         for d in decide(reports, entries, rnd, 0, tcfg):
             if d.action == "copy_pod":
                 moved += 1

@@ -53,7 +53,7 @@ __all__ = [
     "StatusError",
     "PodStatus",
     "Monitor",
-    "find_rank_logs",
+    "find_pod_logs",
     "pod_fates",
     "pod_state",
     "pod_statuses",
@@ -135,9 +135,9 @@ def _beat_status(pod: int, b: dict[str, Any], path: Path, now: float) -> PodStat
     )
 
 
-def find_rank_logs(run_dir: Path) -> dict[int, Path]:
-    """``{rank: log path}`` (the run directory's layout is rundir.py's)."""
-    return RunDir(run_dir).rank_logs()
+def find_pod_logs(run_dir: Path) -> dict[int, Path]:
+    """``{pod: log path}`` by pool index (the run directory's layout is rundir.py's)."""
+    return RunDir(run_dir).pod_logs()
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -311,7 +311,7 @@ class Monitor:
         covered = size > 0 and all(i in from_beats for i in range(size))
         out = dict(from_beats)
         if not covered:
-            for r, p in find_rank_logs(self.run_dir).items():
+            for r, p in find_pod_logs(self.run_dir).items():
                 if r in from_beats:
                     continue
                 t = self.trackers.get(r)
@@ -398,7 +398,7 @@ def pod_fates(run_dir: Path, pods: list[PodStatus], ended: bool | set[int]) -> d
         if alive:
             out[p.rank] = "running"
         elif alive is False and not p.error:
-            n = checkpoint_updates(rd.checkpoint(p.rank))
+            n = checkpoint_updates(rd.checkpoint_path(p.rank))
             out[p.rank] = "killed (" + (f"resumes from update {n})" if n is not None else "starts over: no checkpoint)")
         else:
             out[p.rank] = ""

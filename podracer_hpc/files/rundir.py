@@ -10,7 +10,7 @@
                                       each part's last job id (a resubmission starts only the parts needed)
     logs/<name>_rank<r>.h5            pod r's HDF5 log (h5log.py; r: the pod's index in the pool, which is
                                       its MPI rank unless the pool runs as several jobs)
-    checkpoints/rank<r>.safetensors   pod r's state (+ .prev, the one before)
+    checkpoints/rank<r>.safetensors   pod r's state (+ .prev, the one before; r: its pool index, as in the log's name)
     leaderboard/                      the default leaderboard (tournament.leaderboard_dir overrides)
     rounds/<i>.json                   the leaderboard listing round i decided on (exact redo)
     rounds/part<k>/<i>.json           the same, of part k of a pool of several jobs (each part decides its own)
@@ -28,6 +28,9 @@
     writer.lock                       who writes the run now (host, pid, start time, job): one writer per
                                       run directory (:func:`take_lock`); writer-part<i>.lock: part i of a pool
                                       of several jobs (each part writes its own pods)
+
+``rank<r>`` in a file name is the pod's pool index (the names predate pools of several jobs, and
+users' scripts read them: docs/decisions.md); in the code it is ``pod``.
 
 Directories are made group-private (0o750, :func:`make_dirs`), whatever the umask.
 
@@ -73,7 +76,7 @@ __all__ = [
     "take_lock",
 ]
 
-_LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<rank>\d+)\.h5$")
+_LOG_RE = re.compile(r"^(?P<name>.+)_rank(?P<pod>\d+)\.h5$")  # rank<r>: the pod's pool index
 _LOCK_RE = re.compile(r"^writer(-part\d+)?\.lock$")
 
 DIR_MODE = 0o750  # run directories and their folders: the owner writes, the group reads, nobody else
@@ -230,12 +233,13 @@ class RunDir:
     def logs_dir(self) -> Path:
         return self.root / "logs"
 
-    def log(self, rank: int) -> Path:
-        return self.logs_dir / f"{self.name}_rank{rank}.h5"
+    def log(self, pod: int) -> Path:
+        """Pod ``pod``'s HDF5 log (``rank<pod>``: the pod's pool index, as in every file name here)."""
+        return self.logs_dir / f"{self.name}_rank{pod}.h5"
 
-    def rank_logs(self) -> dict[int, Path]:
-        """``{rank: log}`` of the logs present; where a rank has several (a run resumed under
-        another name), the newest."""
+    def pod_logs(self) -> dict[int, Path]:
+        """``{pod: log}`` of the logs present, by pool index; where a pod has several (a run resumed
+        under another name), the newest."""
         out: dict[int, Path] = {}
         if not self.logs_dir.is_dir():
             return out
@@ -243,7 +247,7 @@ class RunDir:
             m = _LOG_RE.match(p.name)
             if not m:
                 continue
-            r = int(m["rank"])
+            r = int(m["pod"])
             try:
                 if r not in out or p.stat().st_mtime > out[r].stat().st_mtime:
                     out[r] = p
@@ -252,24 +256,25 @@ class RunDir:
         return dict(sorted(out.items()))
 
     def looks_like_run(self) -> bool:
-        """Whether this is (or is becoming) a run directory: a config.yaml or rank logs."""
-        return self.config.exists() or bool(self.rank_logs())
+        """Whether this is (or is becoming) a run directory: a config.yaml or pod logs."""
+        return self.config.exists() or bool(self.pod_logs())
 
     @property
     def checkpoints_dir(self) -> Path:
         return self.root / "checkpoints"
 
-    def checkpoint(self, rank: int) -> Path:
-        return self.checkpoints_dir / f"rank{rank}.safetensors"
+    def checkpoint_path(self, pod: int) -> Path:
+        """Pod ``pod``'s checkpoint file (``rank<pod>``: the pod's pool index, as in every file name here)."""
+        return self.checkpoints_dir / f"rank{pod}.safetensors"
 
-    def checkpoint_ranks(self) -> list[int]:
-        """Ranks that have a checkpoint (or its .prev) here."""
-        ranks = set()
+    def checkpoint_pods(self) -> list[int]:
+        """Pool indices of the pods that have a checkpoint (or its .prev) here."""
+        pods = set()
         for p in self.checkpoints_dir.glob("rank*"):
             head = p.name.split(".", 1)[0][4:]
             if head.isdigit() and p.name.endswith((".safetensors", ".prev")):
-                ranks.add(int(head))
-        return sorted(ranks)
+                pods.add(int(head))
+        return sorted(pods)
 
     @property
     def pods_dir(self) -> Path:

@@ -32,5 +32,5 @@ def find(path: str | Path) -> Path | None:
     p = Path(path)
     if p.is_absolute() or not p.parts or p.parts[0] not in FOLDERS:
         return None
-    candidate = root() / p
-    return candidate if candidate.exists() else None
+    shipped = root() / p
+    return shipped if shipped.exists() else None

@@ -98,7 +98,7 @@ def plan(rundir: RunDir, jobs: int, pods_per_job: int) -> Plan:
     another shape."""
     old = _read(rundir)
     if old is None:
-        ranks = rundir.checkpoint_ranks()  # one listing of the checkpoints directory
+        ranks = rundir.checkpoint_pods()  # one listing of the checkpoints directory
         if ranks and ranks[-1] >= jobs * pods_per_job:
             raise LaunchError(
                 f"{rundir.root} holds the checkpoints of a bigger run (pod {ranks[-1]}); use a new "

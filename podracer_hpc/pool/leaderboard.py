@@ -43,7 +43,6 @@ import re
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -52,6 +51,7 @@ import numpy as np
 from podracer_hpc.files import safeio
 from podracer_hpc.files.bounded import MAX_JSON_BYTES, RunFileError, loads_json, read_json
 from podracer_hpc.files.owner import ForeignFile, check_owner, group_of, read_owned
+from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import (
     LeaderboardWarning,
     SecretError,
@@ -71,7 +71,6 @@ __all__ = [
     "ENTRY_KIND",
     "EntryCorrupt",
     "EntryGone",
-    "EntryInfo",
     "EntryRefused",
     "InvalidEntryId",
     "Leaderboard",
@@ -134,27 +133,6 @@ def make_entry_id(job: Any = "local", pod: Any = 0, round: Any = 0, digest: str 
     return validate_entry_id(eid)
 
 
-@dataclass(frozen=True)
-class EntryInfo:
-    """One leaderboard entry, as its JSON sidecar describes it."""
-
-    id: str  # entry id (file stem)
-    score: float  # fitness of the published agent (always finite in a listing; NaN if the file's is not)
-    env_steps: int | None  # env steps the agent was trained on
-    pod: int | None  # rank of the publishing pod
-    job: str | None  # job id of the publisher
-    round: int | None  # tournament round of the publication
-    hparams: dict[str, float] = field(default_factory=dict)  # hyperparameters of the publisher
-    created: float = 0.0  # unix time of publication
-    sha256: str = ""  # digest of the .safetensors file
-    meta: dict[str, Any] = field(default_factory=dict)  # everything the publisher passed
-
-    @property
-    def candidate(self) -> tuple[str, float]:
-        """``(id, score)``, the form :mod:`podracer_hpc.pool.rules` takes."""
-        return self.id, self.score
-
-
 class Leaderboard:
     """The leaderboard directory ``root/entries``; cheap to construct on every rank."""
 
@@ -182,7 +160,7 @@ class Leaderboard:
         self.root = Path(root)
         self.read_only = read_only
         create = create and not read_only
-        self._cache: dict[str, EntryInfo] | None = {} if cache else None
+        self._cache: dict[str, Entry] | None = {} if cache else None
         self._refused: set[str] = set()  # entries this object refused once (not read, nor warned about, again)
         self._key: bytes | None = None
         self._secret_of = secret_of
@@ -222,7 +200,7 @@ class Leaderboard:
         """Write a new immutable entry and return its id.
 
         ``meta`` must be JSON-serializable; its keys ``job``, ``pod`` (or ``rank``), ``round``,
-        ``env_steps`` and ``hparams`` become fields of :class:`EntryInfo`. ``score`` must be
+        ``env_steps`` and ``hparams`` become fields of :class:`Entry`. ``score`` must be
         finite (a NaN pod is never published). ``content_id``: derive the id from the content, so
         that publishing the same agent again (a round redone after a kill) returns the entry
         already there instead of adding a copy.
@@ -318,7 +296,7 @@ class Leaderboard:
 
     # ------------------------------------------------------------------ read
 
-    def list(self, max_new: int | None = None, rng: Any = None) -> list[EntryInfo]:
+    def list(self, max_new: int | None = None, rng: Any = None) -> list[Entry]:
         """Complete entries with a finite score, best first (ties by id).
 
         Reads only the sidecars (with ``cache``, only those it has not read before). Unreadable,
@@ -366,20 +344,16 @@ class Leaderboard:
         out.sort(key=lambda e: (-e.score, e.id))
         return out
 
-    def candidates(self, top_k: int | None = None, with_steps: bool = False) -> list[tuple]:
-        """``[(id, score)]`` best first, optionally only the top ``top_k``: the tournament's input.
-
-        ``with_steps``: ``(id, score, env_steps)`` items, for the tournament's freshness rule.
-        """
+    def candidates(self, top_k: int | None = None) -> list[Entry]:
+        """The entries a rule may draw: :meth:`list`, optionally only the top ``top_k``."""
         entries = self.list()
-        chosen = entries if top_k is None else entries[:top_k]
-        return [(e.id, e.score, e.env_steps) if with_steps else e.candidate for e in chosen]
+        return entries if top_k is None else entries[:top_k]
 
-    def info(self, entry_id: str) -> EntryInfo:
+    def info(self, entry_id: str) -> Entry:
         """The sidecar of one entry; :class:`EntryGone` if absent, :class:`EntryCorrupt` if bad."""
         return self._read_sidecar(validate_entry_id(entry_id))
 
-    def _read_sidecar(self, entry_id: str) -> EntryInfo:
+    def _read_sidecar(self, entry_id: str) -> Entry:
         """Parse and check a sidecar (its score is NaN if the file's is not a finite number)."""
         path = self.sidecar_path(entry_id)
         count_op("open")
@@ -421,7 +395,7 @@ class Leaderboard:
         if not isinstance(d.get("sha256"), str) or not _SHA_RE.fullmatch(d["sha256"]):
             raise EntryCorrupt(f"{path}: sidecar has no valid sha256")
         try:
-            return EntryInfo(
+            return Entry(
                 id=entry_id,
                 score=float(d["score"]) if _is_finite_number(d.get("score")) else math.nan,
                 env_steps=_int_or_none(d.get("env_steps")),
@@ -554,18 +528,18 @@ class Leaderboard:
 
     def load_best_available(
         self,
-        candidates: Iterable[str | EntryInfo | tuple[str, float]],
+        candidates: Iterable[Entry | str],
         device: str | torch.device = "cpu",
         skip_corrupt: bool = True,
     ) -> tuple[str, dict[str, torch.Tensor], dict[str, Any]]:
-        """Load the first candidate that still exists; returns ``(entry_id, tensors, meta)``.
+        """Load the first candidate (an entry, or its id) that still exists; returns ``(entry_id, tensors, meta)``.
 
         Entries that are gone are skipped; corrupt ones too (with a warning) unless
         ``skip_corrupt`` is False. Raises :class:`EntryGone` if none could be loaded.
         """
         tried: list[str] = []
         for c in candidates:
-            eid = c.id if isinstance(c, EntryInfo) else c[0] if isinstance(c, tuple) else c
+            eid = c.id if isinstance(c, Entry) else c
             tried.append(str(eid))
             try:
                 tensors, meta = self.load(eid, device=device)
@@ -585,8 +559,8 @@ class Leaderboard:
         top_k: int,
         stale_after_s: float = 900.0,
         keep: Iterable[str] = (),
-        listing: list[EntryInfo] | None = None,
-        group: Callable[[EntryInfo], str] | None = None,
+        listing: list[Entry] | None = None,
+        group: Callable[[Entry], str] | None = None,
     ) -> list[str]:
         """Keep the ``top_k`` best entries (and those in ``keep``); delete the others (sidecar
         first, then tensors). ``group``: keep the ``top_k`` best of each group instead (a mixed
@@ -661,7 +635,7 @@ class Leaderboard:
 
 
 def plan_prune(
-    ranked: Iterable[EntryInfo], top_k: int, keep: Iterable[str] = (), group: Callable[[EntryInfo], str] | None = None
+    ranked: Iterable[Entry], top_k: int, keep: Iterable[str] = (), group: Callable[[Entry], str] | None = None
 ) -> list[str]:
     """The ids a prune deletes: all but the ``top_k`` best of each ``group`` (one group by
     default) and ``keep``. Pure: every rank of a collective round computes the same plan."""

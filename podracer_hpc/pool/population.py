@@ -20,8 +20,9 @@ import torch
 
 from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.records import parse_entry_id
+from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import count_op, make_private_dir, warn, write_new
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, sanitize, validate_entry_id
+from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard, sanitize, validate_entry_id
 
 __all__ = ["PODS_PER_BUCKET", "POPULATION_DIR", "Population", "auto_buckets"]
 
@@ -126,7 +127,7 @@ class Population:
             return []
         return [(i, n) for i in names if (n := parse_entry_id(i)) is not None]
 
-    def sample(self, rng: Any, n: int, exclude: tuple[Any, Any] | None = None) -> list[EntryInfo]:
+    def sample(self, rng: Any, n: int, exclude: tuple[Any, Any] | None = None) -> list[Entry]:
         """The latest entry of up to ``n`` pods drawn at random (``rng``: a numpy Generator), best
         first; ``exclude``: a ``(job, pod)`` left out (the caller). Lists random buckets until it has
         ``n`` pods or has listed ``max(2, ceil(2n / 16))`` of them; reads only the chosen sidecars."""

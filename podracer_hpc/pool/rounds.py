@@ -32,55 +32,27 @@ from podracer_hpc.files.h5log import H5Writer
 from podracer_hpc.files.records import Comparison, RoundRecord, Source
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.pod import Pod, entry_kind
+from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import fs_ops
 from podracer_hpc.pool.fitness import Fitness, better, eval_seed
 from podracer_hpc.pool.hparams import EXPLORING_MODES, check_hparams, declared_space, effective_space, prior_draw
-from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, EntryInfo, Leaderboard, plan_prune
+from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard, plan_prune
 from podracer_hpc.pool.population import Population
-from podracer_hpc.pool.rules import Candidate, Decision, PodReport, decide, make_rng
+from podracer_hpc.pool.rules import Decision, PodReport, decide, make_rng
 
 _STREAM_SAMPLE = 3  # the random stream of an async pod's draws of files to read (tournament.py has 1, 2)
 
-__all__ = ["Listed", "Meeting", "Pool", "pool_line"]
+__all__ = ["Meeting", "Pool", "pool_line"]
 
 
-def _kind_of(e: EntryInfo) -> str:
+def _kind_of(e: Entry) -> str:
     """The group a prune keeps the best of: the entry's kind of agent (a mixed pool keeps each kind's)."""
-    return entry_kind(e.meta)
+    return e.kind or entry_kind(e.meta)
 
 
-@dataclass(frozen=True)
-class Listed:
-    """One leaderboard entry as a collective round lists it (kept in ``rounds/<i>.json`` for an
-    exact redo): what the rules and the prune need of its sidecar, and the evaluation it was
-    scored on (``fitness.Fitness.to_json``; None for an entry of an older version)."""
-
-    id: str
-    score: float
-    env_steps: int | None = None
-    eval: dict[str, Any] | None = None
-    kind: str | None = None  # the agent's kind (agents.settings.agent_kind); None: unknown, any pod may try it
-
-    @classmethod
-    def of(cls, e: EntryInfo) -> "Listed":
-        return cls(e.id, e.score, e.env_steps, e.meta.get("eval"), entry_kind(e.meta))
-
-    def to_json(self) -> list[Any]:
-        return [self.id, self.score, self.env_steps, self.eval, self.kind]
-
-    @classmethod
-    def from_json(cls, row: list[Any]) -> "Listed":
-        return cls(
-            str(row[0]),
-            float(row[1]),
-            row[2] if len(row) > 2 else None,
-            row[3] if len(row) > 3 else None,
-            row[4] if len(row) > 4 else None,
-        )
-
-    def info(self) -> EntryInfo:
-        """What a prune needs of it."""
-        return EntryInfo(self.id, self.score, self.env_steps, None, None, None, meta={"kind": self.kind})
+def _with_kind(e: Entry) -> Entry:
+    """``e`` with its kind of agent read from its meta (what the rules need to match it to a pod)."""
+    return replace(e, kind=entry_kind(e.meta))
 
 
 @dataclass(frozen=True)
@@ -166,20 +138,16 @@ class Pool:
         )
 
     @staticmethod
-    def comparable(listing: list[Listed], fitness: Fitness) -> list[Candidate]:
-        """The rule's view of listed entries, with an entry's episodes only when they were on
+    def comparable(listing: list[Entry], fitness: Fitness) -> list[Entry]:
+        """The listed entries with an entry's episodes (``returns``) only when they were on
         ``fitness``'s start states (else None: a candidate is evaluated again before it is taken)."""
         out = []
         for e in listing:
             ev = Fitness.from_json(e.eval)
-            out.append(
-                Candidate(
-                    e.id, e.score, e.env_steps, ev.returns if ev is not None and ev.key == fitness.key else None, e.kind
-                )
-            )
+            out.append(replace(e, returns=ev.returns if ev is not None and ev.key == fitness.key else None))
         return out
 
-    def listing(self, index: int) -> list[Listed]:
+    def listing(self, index: int) -> list[Entry]:
         """Rank 0's view of the leaderboard for collective round ``index``, the same on a redo.
 
         A round redone after a kill (its checkpoint predates it) must decide on what the first
@@ -190,15 +158,15 @@ class Pool:
         """
         path = self.rundir.round_listing(index, self.part)
         try:
-            return [Listed.from_json(e) for e in read_json(path, what="round listing")]
+            return [Entry.from_listing(row) for row in read_json(path, what="round listing")]
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, KeyError) as e:
             self.say(f"round {index}: ignoring unreadable {path} ({e}); listing the leaderboard again")
-        entries = [Listed.of(e) for e in self.board.list()]
+        rows = [_with_kind(e).to_listing() for e in self.board.list()]
         # (no directory fsync: only a machine crash could lose the name, and then the redo lists again)
-        safeio.atomic_write_bytes(path, json.dumps([e.to_json() for e in entries]).encode(), sync_dir=False)
-        return entries
+        safeio.atomic_write_bytes(path, json.dumps(rows).encode(), sync_dir=False)
+        return [Entry.from_listing(row) for row in rows]  # what a redo reads back, and no more
 
     def publish(self, fitness: Fitness, index: int, hp: dict[str, float], population: bool = False) -> str | None:
         """This pod's agent as a leaderboard entry (``population``: as its entry in :attr:`population`),
@@ -236,10 +204,12 @@ class Pool:
             what = f"leaderboard entry {eid}"
             compared = None
             if verify is not None:
-                cand = self.pod.evaluate(verify.seed, agent=self.pod.candidate(tensors, meta, source=what))
+                theirs = self.pod.evaluate(verify.seed, agent=self.pod.agent_from(tensors, meta, source=what))
                 margin = self.tcfg.margin_se
-                ok, m, se = better(verify.returns, cand.cpu().tolist(), margin)
-                compared = Comparison(verify.se, verify.seed, verify.episodes, float(cand.mean()), m, se, margin, True)
+                ok, m, se = better(verify.returns, theirs.cpu().tolist(), margin)
+                compared = Comparison(
+                    verify.se, verify.seed, verify.episodes, float(theirs.mean()), m, se, margin, True
+                )
                 if not ok:
                     self.say(
                         f"round {index}: kept own agent: entry {eid} on this round's start states "
@@ -352,25 +322,25 @@ class Pool:
             infos = self.comm.bcast(self.board.list() if self.comm.rank == 0 else None)
         else:
             infos = self.board.list()
-        entries = [e.candidate for e in infos if entry_kind(e.meta) == self.pod.kind][: self.tcfg.top_k]
+        entries = [e for e in infos if entry_kind(e.meta) == self.pod.kind][: self.tcfg.top_k]
         if not entries:
             return None
         # Spread the pods over the best entries; fall through to the next one if it is gone or bad.
         k = self.index % len(entries)
         eid, own = None, None
-        for cand, _score in entries[k:] + entries[:k]:
+        for entry in entries[k:] + entries[:k]:
             try:
-                _, tensors, meta = self.board.load_best_available([cand], device=self.pod.device, skip_corrupt=False)
-                what = f"leaderboard entry {cand}"
+                _, tensors, meta = self.board.load_best_available([entry], device=self.pod.device, skip_corrupt=False)
+                what = f"leaderboard entry {entry.id}"
                 hp = {str(n): v for n, v in dict(meta.get("hparams") or {}).items()}
                 bad = check_hparams(hp, self.declared(), self.cfg.agent.algo)
                 if bad:
                     raise safeio.StateFileError(f"{what}: hyperparameters refused: {'; '.join(bad)}")
                 seed = eval_seed(self.cfg.seed, "join")
                 own = self.pod.evaluate(seed).cpu().tolist() if own is None else own
-                cand_returns = self.pod.evaluate(seed, agent=self.pod.candidate(tensors, meta, source=what))
+                theirs = self.pod.evaluate(seed, agent=self.pod.agent_from(tensors, meta, source=what))
                 margin = self.tcfg.margin_se if self.tcfg.mode == "elegantrl" else 0.0
-                ok, m, se = better(own, cand_returns.cpu().tolist(), margin)
+                ok, m, se = better(own, theirs.cpu().tolist(), margin)
                 if not ok:
                     self.say(
                         f"skipping {what}: it does not beat a fresh agent on the join's start states "
@@ -380,16 +350,16 @@ class Pool:
                 space = self.declared()
                 self.pod.load_agent(tensors, meta, source=what, load_hparams=False)
                 self.pod.set_hparams({n: float(v) for n, v in hp.items() if n in space})
-                eid = cand
+                eid = entry.id
                 break
             except EntryGone:
                 continue
             except (EntryCorrupt, safeio.StateFileError) as e:
-                self.say(f"skipping leaderboard entry {cand}: {e}")
+                self.say(f"skipping leaderboard entry {entry.id}: {e}")
         if eid is None:
             self.say("no leaderboard entry could be loaded; starting from scratch")
             return None
-        score = dict(entries).get(eid, float("nan"))
+        score = {e.id: e.score for e in entries}.get(eid, float("nan"))
         self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
         if self.log is not None:  # round -1: how this pod started
             hp = self.hparams()
@@ -474,16 +444,16 @@ class Pool:
         # (same content, same id).
         self.loaded_since_checkpoint |= {x.source_entry for x in decisions if x.action == "load_entry"} - {None}
         needed = self.loaded_since_checkpoint
-        seen = [e.info() for e in entries]  # the listing decided on: no sidecar is read again
+        seen = list(entries)  # the listing decided on: no sidecar is read again
         seen += [
-            EntryInfo(
+            Entry(
                 eid,
                 float(reports[r].fitness),
                 reports[r].env_steps,
                 self.offset + r,
                 self.job,
                 index,
-                meta={"kind": reports[r].kind},
+                kind=reports[r].kind,
             )
             for r, eid in enumerate(entry_of_rank)
             if eid
@@ -509,7 +479,7 @@ class Pool:
         # the top entries only (a prune keeps top_k of each kind), each sidecar read once, and at
         # most 2 top_k new ones per round (a burst of publications at the pool's first round)
         infos = self.board.list(max_new=2 * self.tcfg.top_k, rng=rng)
-        listed = self.comparable([Listed.of(e) for e in infos], fitness)
+        listed = self.comparable([_with_kind(e) for e in infos], fitness)
         copy_from_population = False
         if self.tcfg.mode == "pbt":
             d, src = self._async_pbt(me, fitness, listed, index, rng)
@@ -528,7 +498,7 @@ class Pool:
         return self.record(index, fitness, wall_s, action, source, hp, t0, ops0, d, compared)
 
     def _async_pbt(
-        self, me: PodReport, fitness: Fitness, listed: list[Candidate], index: int, rng: Any
+        self, me: PodReport, fitness: Fitness, listed: list[Entry], index: int, rng: Any
     ) -> tuple[Decision, str | None]:
         """PBT against a random sample of the population (``tournament.population_sample`` other
         pods' latest entries, scored on this pod's start states: episode by episode comparable;
@@ -536,9 +506,7 @@ class Pool:
         for whether this pod enters its top K (then it is published there too)."""
         sample = self.population.sample(rng, self.tcfg.population_sample, exclude=(self.job, self.index))
         pop = [
-            (e, ev.returns)
-            for e in sample
-            if (ev := Fitness.from_json(e.meta.get("eval"))) is not None and ev.key == fitness.key
+            (e, ev.returns) for e in sample if (ev := Fitness.from_json(e.eval)) is not None and ev.key == fitness.key
         ]
         reports = [replace(me, rank=0)]
         reports += [

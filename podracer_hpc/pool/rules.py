@@ -7,7 +7,7 @@ by ``(seed, round, rank, rule)``, and ties are broken by rank, then entry id).
 One round, as the rank program runs it::
 
     reports = comm.allgather(PodReport(rank, fitness, env_steps, hparams))
-    entries = comm.bcast(leaderboard.candidates() if comm.rank == 0 else None)  # one view for all
+    entries = comm.bcast(leaderboard.list() if comm.rank == 0 else None)  # one view for all
     decisions = decide(reports, entries, round, seed, cfg)
     d = decisions[comm.rank]
     my_entry = leaderboard.publish(...) if d.publish else None
@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
+from podracer_hpc.pool.entry import Entry, entries_of
 from podracer_hpc.pool.fitness import better
 from podracer_hpc.pool.hparams import (
     DEFAULT_PBT_SPACE,
@@ -65,7 +66,6 @@ from podracer_hpc.pool.hparams import (
 
 __all__ = [
     "ACTIONS",
-    "Candidate",
     "ACTION_CODES",
     "DEFAULT_PBT_SPACE",
     "Decision",
@@ -95,18 +95,6 @@ ACTION_CODES = {a: i for i, a in enumerate(ACTIONS)}  # integer codes for the HD
 _STREAM_ELEGANTRL = 1
 _STREAM_PBT = 2
 _STREAM_DEXPBT = 3
-
-
-class Candidate(NamedTuple):
-    """A leaderboard entry as a rule sees it: its score, the env steps it was trained on, and its
-    episodes when they were on this round's start states (None: scored elsewhere, not comparable
-    episode by episode). A tuple, so a plain ``(id, score[, env_steps[, returns]])`` works too."""
-
-    id: str
-    score: float
-    env_steps: int | None = None
-    returns: tuple[float, ...] | None = None
-    kind: str | None = None  # the agent's kind (agents.settings.agent_kind); None: unknown, compatible with any pod
 
 
 def _changed(last_copy_round: int) -> str:
@@ -263,7 +251,7 @@ def _compare(
 
 def elegantrl_select(
     own_fitness: Sequence[float],
-    entries: Iterable[tuple[str, float]],
+    entries: Iterable[Entry | tuple],
     round: int,
     seed: int,
     temperature: float = 1.0,
@@ -279,9 +267,9 @@ def elegantrl_select(
 ) -> list[Decision]:
     """ElegantRL-Podracer rule; returns one decision per rank (index = rank).
 
-    Candidates: the finite-score ``entries`` (``(entry_id, score)``, ``(entry_id, score,
-    env_steps)`` or ``(entry_id, score, env_steps, returns)``, e.g. a leaderboard listing;
-    ``returns``: the entry's episodes when they are on this round's start states, else None)
+    Candidates: the finite-score ``entries`` (a leaderboard listing of
+    :class:`~podracer_hpc.pool.entry.Entry`, or tuples as :func:`decide` takes; an entry's
+    ``returns``: its episodes when they are on this round's start states, else None)
     plus, if ``include_pods``, this round's finite-fitness pods; ordered by score descending
     (ties: pods by rank, then entries by id) and cut to ``top_k``. Each pod draws one candidate
     with probabilities :func:`softmax_zscore` (Generator seeded by (seed, round, rank)) and
@@ -328,10 +316,9 @@ def elegantrl_select(
     seen: set[str] = set()
     limits = [min_steps(r) for r in range(n)]
     loosest = None if any(x is None for x in limits) or not limits else min(limits)
-    for item in entries:
-        eid, score = str(item[0]), item[1]
-        e_steps = item[2] if len(item) > 2 else None
-        e_rets = tuple(item[3]) if len(item) > 3 and item[3] is not None else None
+    for e in entries_of(entries):
+        eid, score, e_steps = e.id, e.score, e.env_steps
+        e_rets = tuple(e.returns) if e.returns is not None else None
         if eid in seen or not is_finite(score) or not fresh(e_steps, loosest):
             continue
         seen.add(eid)
@@ -403,7 +390,7 @@ def pbt_select(
     resample_prob: float = 0.25,
     perturb_factors: Sequence[float] = (0.8, 1.2),
     steps_tolerance: float = 0.25,
-    entries: Iterable[tuple[str, float]] = (),
+    entries: Iterable[Entry | tuple] = (),
     top_k: int | None = None,
     ready_rounds: int = 0,
     rng_ranks: Sequence[int] | None = None,
@@ -428,7 +415,7 @@ def pbt_select(
     - Publish: sources that are drawn, plus pods that would enter the top ``top_k`` of
       ``entries`` plus this round's pods (when ``top_k`` is given).
     """
-    reports = _check_reports(reports)
+    reports, entries = _check_reports(reports), entries_of(entries)
     n = len(reports)
     fit = [float(p.fitness) if is_finite(p.fitness) else float("nan") for p in reports]
     order = _ranking(fit)
@@ -515,14 +502,12 @@ def pbt_select(
     return _with_publishers(decisions, drawn | _in_board(fit, finite, entries, top_k))
 
 
-def _in_board(
-    fit: Sequence[float], finite: Sequence[int], entries: Iterable[tuple[str, float]], top_k: int | None
-) -> set[int]:
+def _in_board(fit: Sequence[float], finite: Sequence[int], entries: list[Entry], top_k: int | None) -> set[int]:
     """The pods that would enter the top ``top_k`` of ``entries`` plus this round's finite pods."""
     if top_k is None:
         return set()
     cands = [(fit[r], (0, r, ""), r) for r in finite]
-    cands += [(float(s), (1, 0, str(e)), None) for e, s in entries if is_finite(s)]
+    cands += [(float(e.score), (1, 0, e.id), None) for e in entries if is_finite(e.score)]
     cands.sort(key=lambda c: (-c[0], c[1]))
     return {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
 
@@ -556,7 +541,7 @@ def dexpbt_select(
     mutation_rate: float = 0.25,
     change_range: Sequence[float] = (1.1, 1.5),
     steps_tolerance: float = 0.25,
-    entries: Iterable[tuple[str, float]] = (),
+    entries: Iterable[Entry | tuple] = (),
     top_k: int | None = None,
     rng_ranks: Sequence[int] | None = None,
     labels: Sequence[int] | None = None,
@@ -575,7 +560,7 @@ def dexpbt_select(
       ``entries`` item; else it resets.
     - Publish: drawn sources, plus pods that would enter the top ``top_k`` (as :func:`pbt_select`).
     """
-    reports, entries = _check_reports(reports), list(entries)
+    reports, entries = _check_reports(reports), entries_of(entries)
     n = len(reports)
     fit = [float(p.fitness) if is_finite(p.fitness) else float("nan") for p in reports]
     finite = [r for r in _ranking(fit) if is_finite(fit[r])]
@@ -633,8 +618,8 @@ def dexpbt_select(
     return _with_publishers(decisions, drawn | _in_board(fit, finite, entries, top_k))
 
 
-def _best_entry(entries: Iterable[tuple[str, float]]) -> tuple[str, float] | None:
-    best = sorted(((-float(s), str(e)) for e, s in entries if is_finite(s)))
+def _best_entry(entries: list[Entry]) -> tuple[str, float] | None:
+    best = sorted(((-float(e.score), e.id) for e in entries if is_finite(e.score)))
     return (best[0][1], -best[0][0]) if best else None
 
 
@@ -650,7 +635,7 @@ def _check_reports(reports: Sequence[PodReport]) -> list[PodReport]:
 
 def decide(
     reports: Sequence[PodReport],
-    entries: Iterable[tuple[str, float]],
+    entries: Iterable[Entry | tuple],
     round: int,
     seed: int,
     cfg: TournamentConfig,
@@ -658,8 +643,8 @@ def decide(
 ) -> list[Decision]:
     """All pods' decisions for one round (index = rank), by ``cfg.mode``.
 
-    ``entries`` are ``(entry_id, score)``, ``(entry_id, score, env_steps)`` or ``(entry_id,
-    score, env_steps, returns)`` items of the leaderboard before this round's publications
+    ``entries`` are the leaderboard's :class:`~podracer_hpc.pool.entry.Entry` items before this
+    round's publications, or tuples ``(entry_id, score[, env_steps[, returns[, kind]]])``
     (``returns``: the entry's episodes if they were on this round's start states, else None);
     pass the same list on every rank (list on rank 0, then broadcast). The reports' ``returns``
     are each pod's episodes on the round's common start states: comparisons are paired.
@@ -675,16 +660,7 @@ def decide(
     the leaderboard compare across kinds.
     """
     reports = _check_reports(reports)
-    entries = [
-        Candidate(
-            str(e[0]),
-            float(e[1]),
-            e[2] if len(e) > 2 else None,
-            e[3] if len(e) > 3 else None,
-            e[4] if len(e) > 4 else None,
-        )
-        for e in entries
-    ]
+    entries = entries_of(entries)
     kinds = sorted({p.kind for p in reports})
     if len(kinds) == 1:
         return _decide_kind(reports, [e for e in entries if e.kind in (None, kinds[0])], round, seed, cfg, rng_ranks)
@@ -705,7 +681,7 @@ def decide(
 
 def _decide_kind(
     reports: list[PodReport],
-    entries: list[Candidate],
+    entries: list[Entry],
     round: int,
     seed: int,
     cfg: TournamentConfig,
@@ -739,7 +715,7 @@ def _decide_kind(
             resample_prob=cfg.resample_prob,
             perturb_factors=cfg.perturb_factors,
             steps_tolerance=cfg.steps_tolerance,
-            entries=[(e.id, e.score) for e in entries],
+            entries=entries,
             top_k=cfg.top_k,
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,
@@ -756,7 +732,7 @@ def _decide_kind(
             mutation_rate=cfg.mutation_rate,
             change_range=cfg.change_range,
             steps_tolerance=cfg.steps_tolerance,
-            entries=[(e.id, e.score) for e in entries],
+            entries=entries,
             top_k=cfg.top_k,
             rng_ranks=rng_ranks,
             labels=labels,

@@ -45,7 +45,7 @@ def complete_summary(rundir: RunDir, cfg: Config, part: PoolPart, world: int) ->
         for r in records.values()
     ):
         return None
-    if not all(rundir.checkpoint(i).exists() for i in pods) or max(rundir.checkpoint_ranks(), default=0) >= (
+    if not all(rundir.checkpoint_path(i).exists() for i in pods) or max(rundir.checkpoint_pods(), default=0) >= (
         part.count * world
     ):
         return None

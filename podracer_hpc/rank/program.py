@@ -146,7 +146,7 @@ def _loop(rank: "RankRun") -> RunResult:
             if rank.eval_due() and not rank.round_due():  # a round evaluates for itself
                 rank.evaluate()
         if rank.checkpoint_due() and not rank.round_due():  # a round checkpoints when it is held
-            rank.checkpoint()
+            rank.save_checkpoint()
         rank.progress()
         rank.vigil.aggregate(rank.pool_size)
     return rank.finish()
@@ -172,7 +172,7 @@ class RankRun:
         self.cfg, self.comm, self.stop, self.quiet = for_rank(cfg, self.index), comm, stop, quiet
         self.stop_after_updates = stop_after_updates
         self.rundir = RunDir(run_dir or Path("runs") / cfg.name, cfg.name)
-        self.ckpt = self.rundir.checkpoint(self.index)
+        self.checkpoint_path = self.rundir.checkpoint_path(self.index)
         self.pod: Pod | None = None
         self.pool: Pool | None = None
         self.log: H5Writer | None = None
@@ -263,7 +263,7 @@ class RankRun:
             comm.allgather,
             comm.rank,
             comm.size,
-            self.ckpt,
+            self.checkpoint_path,
             self.say,
             self.part_checkpoints() if comm.rank == 0 else [],
             independent=self.independent,
@@ -326,7 +326,7 @@ class RankRun:
         self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
         self.last_ckpt = self.last_progress = time.monotonic()
         if self.state is None:
-            self.checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
+            self.save_checkpoint()  # a kill from here on resumes; it never starts over (nor joins again)
 
     def take_lock(self) -> None:
         """The run directory's writer lock for this world (:func:`podracer_hpc.rank.lock.take_world_lock`;
@@ -337,12 +337,12 @@ class RankRun:
         """The world ranks whose pods have checkpoint files here (resume.agree), pods of other parts
         left out; a pod beyond the pool counts as a rank beyond this world (a bigger run was here)."""
         mine = self.part.pods(self.comm.size)
-        return [r - mine.start for r in self.rundir.checkpoint_ranks() if r in mine or r >= self.pool_size]
+        return [r - mine.start for r in self.rundir.checkpoint_pods() if r in mine or r >= self.pool_size]
 
     def resume(self, epochs: tuple[int | None, int | None]) -> None:
         """Load the checkpoint (read once: verified, config compared, restored) of the epochs that
         ``resume.agree`` found it and its .prev in."""
-        tensors, meta, version = safeio.load(self.ckpt, "pod-state")  # verifies before anything is touched
+        tensors, meta, version = safeio.load(self.checkpoint_path, "pod-state")  # verifies before anything is touched
         diffs = resume.config_changes(self.rundir.config, meta.get("config", {}), to_dict(self.run_cfg))
         if diffs:
             raise ConfigError(
@@ -350,10 +350,13 @@ class RankRun:
                 + "\n  ".join(diffs)
                 + f"\nUse a new --run-dir, or the original settings (see {self.rundir.config})."
             )
-        self.pod.restore(tensors, meta, version, source=str(self.ckpt))
+        self.pod.restore(tensors, meta, version, source=str(self.checkpoint_path))
         self.state = RankState.from_meta(meta)
         self.ckpt_epochs = (self.state.round if epochs[0] is None else epochs[0], epochs[1])
-        self.say(f"resuming from {self.ckpt} at {fmt_steps(self.pod.env_steps)} env steps, update {self.pod.updates}")
+        self.say(
+            f"resuming from {self.checkpoint_path} at {fmt_steps(self.pod.env_steps)} env steps, "
+            f"update {self.pod.updates}"
+        )
         if not meta.get("env_exact", True):  # the pod's own key (pod.py)
             self.say(
                 "this task's environment backend cannot be checkpointed: the agent resumes exactly, "
@@ -446,7 +449,7 @@ class RankRun:
         if self.pool is None:
             raise TrainingError(
                 f"pod {self.index}: loss is {loss} at update {pod.updates} ({pod.env_steps} env steps). "
-                f"Nothing after the last checkpoint ({self.ckpt}) was saved. Lower agent.learning_rate, "
+                f"Nothing after the last checkpoint ({self.checkpoint_path}) was saved. Lower agent.learning_rate, "
                 "keep agent.norm_obs/norm_reward on, or check the environment for NaN observations."
             )
         self.poisoned = True
@@ -573,7 +576,7 @@ class RankRun:
         self.hb.record.update(rounds=self.round_index, last_action=f"r{record.round}: {record.action}")
         self.next_round += wish[0] * self.cfg.tournament.interval_env_steps
         if wish[1]:
-            self.checkpoint()
+            self.save_checkpoint()
             if self.pool.collective:  # the whole pool checkpointed at this round: a resume starts here or later
                 self.pool.loaded_since_checkpoint.clear()
         # the next wish measures the pod's speed from here (a round's checkpoint is not training)
@@ -604,16 +607,16 @@ class RankRun:
             return False
         return self.checkpoint_interval_passed()
 
-    def checkpoint(self) -> None:
+    def save_checkpoint(self) -> None:
         """Save the pod (its log flushed first, so the log holds every row the checkpoint holds)."""
         self.log.flush()
         epoch = self.round_index
         ckpt_epoch, prev_epoch = self.ckpt_epochs
-        if self.ckpt.exists() and resume.rotate_prev(ckpt_epoch, prev_epoch, epoch, self.independent):
-            tmp = self.ckpt.with_suffix(".prev.tmp")  # keep the last one as .prev; the path is always whole
+        if self.checkpoint_path.exists() and resume.rotate_prev(ckpt_epoch, prev_epoch, epoch, self.independent):
+            tmp = self.checkpoint_path.with_suffix(".prev.tmp")  # keep the last one as .prev; the path is always whole
             tmp.unlink(missing_ok=True)
-            os.link(self.ckpt, tmp)
-            os.replace(tmp, resume.prev_of(self.ckpt))
+            os.link(self.checkpoint_path, tmp)
+            os.replace(tmp, resume.prev_of(self.checkpoint_path))
             prev_epoch = ckpt_epoch
         extra = RankState(
             best_return=self.best,
@@ -630,7 +633,7 @@ class RankRun:
             collectives=dict(self.comm.calls),
             log_rows=self.log.rows(),
         )
-        self.pod.save(self.ckpt, extra.to_meta())
+        self.pod.save(self.checkpoint_path, extra.to_meta())
         self.ckpt_epochs = (epoch, prev_epoch)
         self.last_ckpt = time.monotonic()
 
@@ -732,8 +735,8 @@ class RankRun:
             seed = eval_seed(self.cfg.seed, "final")
             r = self.pod.evaluate(seed, episodes=n).cpu().numpy() * (math.nan if self.poisoned else 1.0)
             self.verdict = Fitness(tuple(r.tolist()), seed)
-        if self.stopped_by or self.updates_here or not self.ckpt.exists():
-            self.checkpoint()
+        if self.stopped_by or self.updates_here or not self.checkpoint_path.exists():
+            self.save_checkpoint()
         record = self.record()
         poolsummary.write_record(self.rundir, self.index, record)  # before the meeting: rank 0 reads it after
         self.hb.beat("ended", force=True, state=record["state"], update=self.pod.updates, env_steps=self.pod.env_steps)

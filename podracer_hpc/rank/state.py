@@ -3,7 +3,7 @@
 A checkpoint's meta holds the pod's state (pod.py: counters, seeds, its config) and this rank's
 progress through the run (:class:`RankState`: the best and last evaluation, the next evaluation
 and round, the round it is in, a round's evaluation whose meeting ended the run, the rows its log
-held). ``RankRun.checkpoint`` writes it with :meth:`RankState.to_meta`; a resume reads it back with
+held). ``RankRun.save_checkpoint`` writes it with :meth:`RankState.to_meta`; a resume reads it back with
 :meth:`RankState.from_meta`, which knows every key's default, so a checkpoint written before a
 key existed still resumes (the defaults are what that older code did). Nothing here imports
 torch, h5py or MPI.

@@ -133,7 +133,7 @@ def load_run(path: str | Path, label: str | None = None, run_id: str | None = No
     path = Path(path)
     if not is_run_dir(path):
         raise RunDirError(f"{path}: not a run directory (none of config.yaml, logs/<name>_rank<r>.h5)")
-    logs = {r: read_log(p) for r, p in rundir.RunDir(path).rank_logs().items()}
+    logs = {r: read_log(p) for r, p in rundir.RunDir(path).pod_logs().items()}
     config: dict[str, Any] = {}
     if (path / "config.yaml").exists():
         try:

@@ -113,7 +113,7 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None, trust: T
         warnings.simplefilter("always")
         listed = board.list()[: max(top, 0)]
     skipped += [str(w.message) for w in seen]
-    for p in [run.checkpoint(r) for r in run.checkpoint_ranks() if run.checkpoint(r).exists()] + [
+    for p in [run.checkpoint_path(r) for r in run.checkpoint_pods() if run.checkpoint_path(r).exists()] + [
         board.tensors_path(e.id) for e in listed
     ]:
         try:
@@ -192,7 +192,7 @@ def evaluate(
     cfg = config_of(agent, episodes, max_steps, trust)
     try:
         pod = Pod(cfg, rank=0, device=device)
-        policy = pod.candidate(agent.tensors, agent.meta, source=str(agent.path))
+        policy = pod.agent_from(agent.tensors, agent.meta, source=str(agent.path))
     except (StateFileError, MemoryError) as e:
         raise EvaluateError(str(e)) from None
     except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here

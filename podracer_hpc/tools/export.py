@@ -199,7 +199,7 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
         raise ExportError(f"{run_dir}: no such run directory")
     if not run_dir.is_dir():
         raise ExportError(f"{run_dir}: is a file, not a run directory (give the --run-dir of podracer train)")
-    logs = RunDir(run_dir).rank_logs()
+    logs = RunDir(run_dir).pod_logs()
     if not logs:
         raise ExportError(
             f"{run_dir}: holds no logs/<name>_rank<r>.h5; not a run directory, or one that has not started"
@@ -378,7 +378,7 @@ def pod_and_agent(path: str | os.PathLike, trust: Any = None) -> tuple[Any, Any,
     try:
         with torch.random.fork_rng(devices=[]):  # Pod seeds the global RNG: leave the caller's as it was
             pod = Pod(cfg, rank=0, device="cpu")
-        agent = pod.candidate(loaded.tensors, loaded.meta, source=str(path))
+        agent = pod.agent_from(loaded.tensors, loaded.meta, source=str(path))
     except (StateFileError, MemoryError) as e:
         raise ExportError(str(e)) from None
     except (ValueError, OSError, ImportError, TypeError, AttributeError) as e:  # the env cannot be built here

@@ -40,7 +40,7 @@ class StandInPod:
         g = torch.Generator().manual_seed(seed % 2**31)
         return torch.randn(8, generator=g, dtype=torch.float64) * 10 + (self.quality if agent is None else agent)
 
-    def candidate(self, tensors: dict, meta: dict, source: str = "") -> float:
+    def agent_from(self, tensors: dict, meta: dict, source: str = "") -> float:
         return float(tensors["actor.w"][0])
 
     def load_agent(self, tensors: dict, meta: dict, source: str = "", load_hparams: bool = True) -> None:

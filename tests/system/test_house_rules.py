@@ -190,7 +190,7 @@ def test_a_part_imports_only_the_parts_below_it(part):
     assert not bad, f"{part} may import only {sorted(MAY_IMPORT[part])}: {bad}"
 
 
-PURE = ["podracer_hpc.pool.rules", "podracer_hpc.pool.fitness", "podracer_hpc.pool.hparams"]
+PURE = ["podracer_hpc.pool.rules", "podracer_hpc.pool.fitness", "podracer_hpc.pool.hparams", "podracer_hpc.pool.entry"]
 PURE_LIBRARIES = {
     "__future__",
     "math",
@@ -301,12 +301,9 @@ ELSEWHERE = {
     "agents/sac.py": "tests/agents/test_offpolicy*.py",
     "agents/td3.py": "tests/agents/test_offpolicy*.py",
     "agents/settings.py": "tests/test_config.py, tests/agents/test_offpolicy.py",
-    "agents/replay.py": "tests/agents/test_offpolicy_math.py (the replay ring, n-step returns)",
     "envs/jax_adapter.py": "tests/envs/test_jax_task.py",
     "envs/gym_adapter.py": "tests/envs/test_gym_task.py",
     "envs/cartpole.py": "tests/envs/test_base.py",
-    "cluster/mpich.py": "tests/cluster/test_mpi.py",
-    "pool/population.py": "tests/pool/test_rounds_async.py",
     "files/live.py": "tests/tools/test_status.py (status reads the pods through it)",
 }
 

@@ -128,7 +128,7 @@ def test_tensorboard_events_hold_every_rank_log_row(tournament_run, tmp_path):
     r = run_cli("export", "tensorboard", str(tournament_run), "--out", str(out))
     assert r.returncode == 0, r.stderr
     said = last_json(r.stdout)
-    logs = RunDir(tournament_run).rank_logs()
+    logs = RunDir(tournament_run).pod_logs()
     assert said["ranks"] == sorted(logs) and len(said["files"]) == len(logs)
     rows = {g: 0 for g in ("train", "eval", "tournament")}
     scalars = {g: 0 for g in rows}
@@ -244,7 +244,7 @@ def reference(checkpoint, num_envs=64, steps=20):
         eval=dataclasses.replace(cfg.eval, episodes=1),
     )
     pod = Pod(cfg)
-    agent = pod.candidate(tensors, meta)
+    agent = pod.agent_from(tensors, meta)
     gen = torch.Generator().manual_seed(7)
     obs, seen = pod.env.reset(11), []
     with torch.no_grad():
@@ -454,7 +454,7 @@ def test_the_diagnostics_figure_has_one_line_per_pod_in_each_panel(tournament_ru
     from analysis.diagnostics import DIAGNOSTICS, main, training_diagnostics
     from analysis.plots import text_overlaps
 
-    pods = len(RunDir(tournament_run).rank_logs())
+    pods = len(RunDir(tournament_run).pod_logs())
     run = load_run(tournament_run)
     fig = training_diagnostics(run)
     panels = [ax for ax in fig.axes if ax.get_title()]

@@ -407,7 +407,7 @@ def _pool_of_two_parts(root: Path, total: int = 100_000) -> Path:
                 w.append(
                     "train", {"update": u, "env_steps": min(total, u * steps), "wall_s": float(u), "steps_per_s": 1.0}
                 )
-        safeio.save(rd.checkpoint(r), {"x": torch.zeros(1)}, {"updates": 6 if r < 2 else 3}, "pod-state")
+        safeio.save(rd.checkpoint_path(r), {"x": torch.zeros(1)}, {"updates": 6 if r < 2 else 3}, "pod-state")
         if r < 2:
             write_record(rd, r, {"state": "done", "env_steps": total})
     rd.summary.write_text(json.dumps({"complete": False, "pods": 4, "pods_missing": [2, 3]}))
