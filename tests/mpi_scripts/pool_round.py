@@ -27,6 +27,7 @@ cfg = load_config(
         f"tournament.mode={mode}",
         "tournament.top_k=3",
         "tournament.quantile=0.5",
+        "tournament.ready_rounds=0",  # one round, round 0: every pod ready (PBT counts the start as a change)
         "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true], ent_coef: [0.0, 0.01]}",
         f"tournament.leaderboard_dir={out / 'board'}",
     ],
