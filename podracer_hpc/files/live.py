@@ -24,6 +24,7 @@ import numpy as np
 from podracer_hpc.files import heartbeat
 from podracer_hpc.files.bounded import read_yaml
 from podracer_hpc.files.h5log import LogError, LogTail, read_log
+from podracer_hpc.files.kinds import identify, wrong_kind
 from podracer_hpc.files.records import Source, read_records
 from podracer_hpc.files.rundir import PoolPart, RunDir, job_id, lock_owner, owner_alive
 from podracer_hpc.files.summary import read_records as read_pod_records
@@ -148,9 +149,12 @@ def check_run_dir(run_dir: Path) -> None:
         raise StatusError(
             f"{run_dir}: no such directory ({what}; a job still waiting in the queue has none yet)", pending=True
         )
-    if not run_dir.is_dir():
-        raise StatusError(f"{run_dir} is a file, not a run directory ({what})")
+    if not run_dir.is_dir():  # what it is and which run directory to pass instead (kinds.py)
+        raise StatusError(str(wrong_kind(identify(run_dir), ("run",))))
     if not RunDir(run_dir).looks_like_run():
+        found = identify(run_dir)
+        if found.kind in ("folder", "leaderboard") and found.run is not None:
+            raise StatusError(str(wrong_kind(found, ("run",))))
         if _only_empty_run_folders(run_dir):
             raise StatusError(
                 f"{run_dir} holds no config.yaml and no logs yet: not a run directory, or one "

@@ -182,11 +182,13 @@ Targets = Union[float, Mapping[str, float], None]
 
 def target_for(targets: Targets, task: str) -> float | None:
     """The target return of ``task``: ``targets`` is one number for every task, or ``{task: number}``
-    (key ``"*"``: every other task), or None."""
+    (key ``"*"``: every other task; a task that names its env, ``gymnasium:Acrobot-v1``, is also
+    found by its env id or its task name), or None."""
     if targets is None:
         return None
-    if isinstance(targets, Mapping):
-        v = targets.get(task, targets.get("*"))
+    if isinstance(targets, Mapping):  # a task that names its env (gymnasium:Acrobot-v1): that, the env id, the task
+        base, _, env_id = task.partition(":")
+        v = next((targets[k] for k in (task, env_id, base, "*") if k and k in targets), None)
         return None if v is None else float(v)
     return float(targets)
 

@@ -127,9 +127,11 @@ def mean_curve(
 
     Grid points where fewer than ``min_share`` of the runs have data are dropped (so that the
     mean does not jump where runs end). At each grid point: ``n`` runs with data, ``mean``, and
-    ``lo``/``hi`` = mean -/+ t(0.975, n-1) * sd / sqrt(n) over the runs, NaN where n < ``min_runs``
-    (3: draw the runs themselves then). Returns ``{x, mean, lo, hi, n, runs, curves, reduce}``
-    (``curves``: the runs' reduced curves on ``x``, one row per run in ``runs``).
+    ``lo``/``hi`` = mean -/+ t(0.975, n-1) * sd / sqrt(n) over the runs, clipped to the runs' own
+    lowest and highest value there (a band of few runs would otherwise leave what the metric can
+    take: returns above 0 on Pendulum), NaN where n < ``min_runs`` (3: draw the runs themselves
+    then). Returns ``{x, mean, lo, hi, n, runs, curves, reduce}`` (``curves``: the runs' reduced
+    curves on ``x``, one row per run in ``runs``).
     """
     rc = run_curves(evals, x, y, reduce, max_points, min_share)
     grid, curves = rc["x"], rc["curves"]
@@ -145,11 +147,17 @@ def mean_curve(
     sd = np.sqrt(np.nansum((curves - mean) ** 2, axis=0) / np.maximum(n - 1, 1))
     half = _t975(n - 1.0) * sd / np.sqrt(n)
     half[n < max(2, min_runs)] = math.nan
+    # A few runs' t-interval can leave what the metric can take (Pendulum's returns are <= 0; 3
+    # runs: +-2.5 sd): the band stays within the runs' own values at each point.
+    with np.errstate(invalid="ignore"):
+        lo = np.fmax(mean - half, np.nanmin(curves, axis=0)) if len(curves) else mean - half
+        hi = np.fmin(mean + half, np.nanmax(curves, axis=0)) if len(curves) else mean + half
+    lo[~np.isfinite(half)], hi[~np.isfinite(half)] = math.nan, math.nan
     return {
         "x": grid,
         "mean": mean,
-        "lo": mean - half,
-        "hi": mean + half,
+        "lo": lo,
+        "hi": hi,
         "n": n,
         "runs": runs,
         "curves": curves,

@@ -14,6 +14,8 @@ run's config name). Writes into ``--out``:
   throughput, speed-up, efficiency, ratio to ``--reference``, default the first system);
   ``device.md``: the same target in device-equivalent time (``docs/studies.md``);
 - ``tournament.csv``: one row per run x pod x tournament round (when a run has a tournament);
+- ``experiments.md``: one row per series with its runs (its seeds), and why runs of one system
+  were not pooled (their configs differ in more than the seed: report/runs.py);
 - ``learning_curves.{png,pdf}`` (mean and 95% t-interval over runs, each run's pods reduced by
   ``--reduce``: their mean, default, or the best pod; the runs themselves with fewer than 3),
   ``scaling.{png,pdf}``, ``device_time.{png,pdf}`` (device-equivalent time vs pods, log-log, when
@@ -45,9 +47,9 @@ from podracer_hpc.report.aggregate import (
     tournament_table,
 )
 from podracer_hpc.report.curves import REDUCERS
-from podracer_hpc.report.runs import RunDirError, load_runs
+from podracer_hpc.report.runs import Run, RunDirError, load_runs
 
-__all__ = ["make_figures", "main"]
+__all__ = ["experiments_markdown", "make_figures", "main"]
 
 
 def _slug(s: str) -> str:
@@ -97,6 +99,8 @@ def make_figures(
         written.append(out / "device.md")
     if len(tour):
         written.append(tour.to_csv(out / "tournament.csv"))
+    (out / "experiments.md").write_text(experiments_markdown(runs))
+    written.append(out / "experiments.md")
 
     def save(fig, stem: str) -> None:
         for fmt in formats:
@@ -117,6 +121,27 @@ def make_figures(
         if fig is not None:
             save(fig, f"hparams_{_slug(run.run)}")
     return written
+
+
+def experiments_markdown(runs: Sequence[Run]) -> str:
+    """One row per series (task x system x pods): how many runs it pools (its seeds) and which;
+    then why runs of one system were not pooled (report/runs.py: split_experiments)."""
+    rows: dict[tuple[str, str, int], list[Run]] = {}
+    for r in runs:
+        rows.setdefault((r.task, r.system, r.pods), []).append(r)
+    lines = [
+        "Runs are pooled as seeds only when their configs differ in nothing but the seed (and how they log).",
+        "",
+        "| task | series | pods | runs | seeds | run directories |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for (task, system, pods), rs in sorted(rows.items()):
+        seeds = ", ".join(str(r.config.get("seed", "?")) for r in rs)
+        lines.append(f"| {task} | {system} | {pods} | {len(rs)} | {seeds} | {', '.join(r.run for r in rs)} |")
+    reasons = sorted({r.not_pooled for r in runs if r.not_pooled})
+    if reasons:
+        lines += ["", *(f"- {x}" for x in reasons)]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

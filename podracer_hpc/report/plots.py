@@ -104,7 +104,7 @@ def _drawn_notes(drawn: set[str], reduce: str) -> list[tuple[str, Any]]:
     if "band" in drawn:
         notes.append(
             (
-                f"shaded: its 95% t-interval over runs (where ≥ {MIN_RUNS_FOR_BAND} have data)",
+                f"shaded: its 95% t-interval over runs, within the runs' range (where ≥ {MIN_RUNS_FOR_BAND} have data)",
                 Patch(color="0.5", alpha=0.3, lw=0),
             )
         )
@@ -237,6 +237,7 @@ def scaling(
     all_pods: set[int] = set()
     handles: dict[str, Any] = {}
     missed_any = ideal_drawn = False
+    not_reached_notes = 0  # rows of "median not reached" notes at the panel's foot
     for i, (task, system) in enumerate(keys):
         name = system if len(tasks) == 1 else f"{system} ({task})"
         color = series_color(i)
@@ -253,8 +254,11 @@ def scaling(
         if len(ks) > 1:
             ax_s.fill_between(ks, lo, hi, color=color, alpha=0.15, lw=0)
         (h,) = ax_s.plot(ks, med, color=color, marker="o", lw=1.8, label=name)
-        # the range band is drawn only between points: say so only where it is
-        handles.setdefault(f"{name}: median over seeds" + (" (band: their range)" if len(ks) > 1 else ""), h)
+        # the range band is drawn only between points: say so only where it is; a series with nothing
+        # drawn (an RLlib system whose runs logged no throughput, no time) is not in the legend
+        series_label = f"{name}: median over seeds" + (" (band: their range)" if len(ks) > 1 else "")
+        if np.isfinite(med).any():
+            handles.setdefault(series_label, h)
         if len(ks) > 1 and np.isfinite(med[0]):
             ideal_drawn = True
             ax_s.plot(
@@ -281,6 +285,8 @@ def scaling(
         tt = np.asarray(r["wall_s_to_target"], dtype=float)
         reached = np.isfinite(tt)
         ax_t.scatter(rp[reached], tt[reached], color=color, alpha=0.5, s=16, lw=0)
+        if reached.any() or np.isfinite(np.asarray(r["wall_s"], dtype=float)).any():
+            handles.setdefault(series_label, h)
         if (~reached).any():
             missed_any = True
             ax_t.scatter(
@@ -305,6 +311,7 @@ def scaling(
                 ax_t.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
         for k, v in zip(ks, tm):
             if not math.isfinite(v):
+                not_reached_notes = max(not_reached_notes, i + 1)
                 ax_t.annotate(
                     "median\nnot reached",
                     (k, 0.03 + 0.1 * i),
@@ -315,12 +322,18 @@ def scaling(
                     color=color,
                 )
     ticks = sorted(all_pods)
+    schemes = set(runs["scheme"].tolist()) if len(runs) and "scheme" in runs else set()
+    xlabel = (  # RLlib is named only where a data-parallel system is drawn
+        "pods (data-parallel, e.g. RLlib: learners on the same allocation)"
+        if "data_parallel" in schemes
+        else "pods (MPI ranks)"
+    )
     for ax in axes:
         ax.set_xscale("log", base=2)
         if ticks:
             ax.set_xticks(ticks, [str(k) for k in ticks])
             ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
-        ax.set_xlabel("pods (RLlib: learners on the same allocation)")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3, which="both")
     ax_s.set_yscale("log")
     ax_s.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -358,7 +371,13 @@ def scaling(
             f" {goals[0]:g}" if len(goals) == 1 else " target"
         )
         ax_t.set_yscale("log")
+        # a short run's times span less than a decade: labels within one, so the axis always has numbers
+        ax_t.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax_t.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax_t.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+        if not_reached_notes:  # room below the data for the "median not reached" notes
+            lo, hi = ax_t.get_ylim()
+            ax_t.set_ylim(lo / (hi / lo) ** (0.12 * not_reached_notes), hi)
         ax_t.set_ylabel(f"training time to {what} (s)")
         ax_t.set_title(f"time to {what} vs resources", fontsize=11)
         if missed_any:
@@ -369,8 +388,9 @@ def scaling(
     if ideal_drawn:
         handles.setdefault("dotted: ideal scaling from the fewest pods", Line2D([], [], color="0.4", ls=":", lw=1.5))
     if len(sc):
-        handles.setdefault(
-            "efficiency: solid time to target, dashed throughput" if has_target else "efficiency: throughput",
+        timed = has_target and bool(np.isfinite(np.asarray(sc["efficiency"], dtype=float)).any())
+        handles.setdefault(  # the solid line only where a time-to-target efficiency is drawn
+            "efficiency: solid time to target, dashed throughput" if timed else "efficiency: throughput",
             Line2D([], [], color="0.4", ls="--", marker="s", ms=4),
         )
     if ax_d is not None:
@@ -424,6 +444,8 @@ def _device_panel(ax: Any, runs: Table, sc: Table) -> tuple[dict[str, Any], dict
         ks = np.asarray(s["pods"], dtype=float)
         mean, ci = np.asarray(s["device_s_mean"], dtype=float), np.asarray(s["device_s_ci"], dtype=float)
         whole = np.isfinite(mean) & (np.asarray(s["device_s_censored"], dtype=int) == 0)
+        if not whole.any():  # no mean line: its legend entry is its colour on what is drawn, a triangle
+            series[name] = Line2D([], [], ls="", marker="^", mfc="none", mec=color, ms=7)
         if whole.any():
             ax.plot(ks[whole], mean[whole], color=color, marker="o", lw=1.8, label=name)
             band = whole & np.isfinite(ci)

@@ -12,7 +12,24 @@ from podracer_hpc.files import rundir
 from podracer_hpc.files.bounded import read_json, read_yaml
 from podracer_hpc.files.h5log import read_log
 
-__all__ = ["Run", "RunDirError", "expand_run_dirs", "is_run_dir", "job_id", "load_run", "load_runs"]
+__all__ = [
+    "NOT_THE_EXPERIMENT",
+    "Run",
+    "RunDirError",
+    "expand_run_dirs",
+    "experiment_key",
+    "is_run_dir",
+    "job_id",
+    "load_run",
+    "load_runs",
+    "split_experiments",
+]
+
+# Config keys that do not make another experiment: the seed (the runs of one experiment are its
+# seeds), the run's name (its label is the system), and how a run logs, checkpoints and shares its
+# machine. Everything else (the task and its env id, the agent and its hyperparameters, the
+# tournament's mode and rule, the budget) does: runs that differ there are not pooled.
+NOT_THE_EXPERIMENT = ("seed", "name", "log", "threads", "device", "tournament.leaderboard_dir")
 
 
 class RunDirError(ValueError):
@@ -35,9 +52,23 @@ class Run:
     attrs: dict[int, dict[str, Any]] = field(default_factory=dict)
     point: dict[str, Any] = field(default_factory=dict)  # <run>/resources.json (a study's resource point)
 
+    experiment: str = ""  # the config minus the seed (:func:`experiment_key`): runs pooled as seeds share it
+    not_pooled: str = ""  # why this run's series is not its system's other runs' ("" if it is)
+
     @property
     def task(self) -> str:
-        return str((self.config.get("env") or {}).get("name", ""))
+        """The task, with the env id where one task name holds many envs: ``gymnasium:Acrobot-v1``,
+        ``jax:CartpoleBalance`` (two envs are never one panel nor one curve)."""
+        env = self.config.get("env") or {}
+        name = str(env.get("name", ""))
+        if name == "gymnasium":
+            gid = str((env.get("gymnasium") or {}).get("id") or "")
+            return f"gymnasium:{gid}" if gid else name
+        if name == "jax":
+            jax = env.get("jax") or {}
+            which = str((jax.get("kwargs") or {}).get("env_name") or str(jax.get("factory") or "").rpartition(":")[0])
+            return f"jax:{which}" if which else name
+        return name
 
     @property
     def pods(self) -> int:
@@ -193,7 +224,61 @@ def load_runs(
     if not dirs:
         raise RunDirError("no run directories given")
     ids = _unique_ids(dirs)
-    return [load_run(d, labelled.get(d.resolve()), i) for d, i in zip(dirs, ids)]
+    return split_experiments([load_run(d, labelled.get(d.resolve()), i) for d, i in zip(dirs, ids)])
+
+
+def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def experiment_key(config: Mapping[str, Any]) -> dict[str, str]:
+    """A run's experiment: its config flattened to dotted keys, less :data:`NOT_THE_EXPERIMENT`
+    (values as JSON text, so lists and numbers compare as written)."""
+    import json
+
+    drop = NOT_THE_EXPERIMENT
+    return {
+        k: json.dumps(v, sort_keys=True, default=str)
+        for k, v in _flat(config).items()
+        if not any(k == d or k.startswith(d + ".") for d in drop)
+    }
+
+
+def _short(keys: Sequence[str], key: Mapping[str, str], most: int = 2) -> str:
+    bits = [f"{k}={key.get(k, '-').strip(chr(34))}" for k in keys[:most]]
+    return ", ".join(bits) + (f", +{len(keys) - most} more" if len(keys) > most else "")
+
+
+def split_experiments(runs: list[Run]) -> list[Run]:
+    """Pool runs as seeds only when they are one experiment: among the runs of one system, task
+    and resource point, those whose :func:`experiment_key` differs get a system name of their own
+    (``quickstart [tournament.mode=pbt]``: the keys where they differ) and ``not_pooled`` says
+    why. Runs at different resource points stay one system (a scaling study's points differ in
+    the resources, and with them ``env.num_envs`` where a scheme scales it)."""
+    groups: dict[tuple[str, str, int], list[Run]] = {}
+    for r in runs:
+        r.experiment = repr(sorted(experiment_key(r.config).items()))
+        groups.setdefault((r.system, r.task, r.pods), []).append(r)
+    for (system, _task, _pods), members in groups.items():
+        keys = {r.experiment: experiment_key(r.config) for r in members}
+        if len(keys) < 2:
+            continue
+        names = sorted({k for key in keys.values() for k in key})
+        differ = [k for k in names if len({key.get(k) for key in keys.values()}) > 1]
+        for r in members:
+            mine = keys[r.experiment]
+            r.system = f"{system} [{_short(differ, mine)}]"
+            values = {k: sorted({str(key.get(k, "-")).strip(chr(34)) for key in keys.values()}) for k in differ}
+            r.not_pooled = f"{system}: {len(keys)} experiments, not pooled: they differ in " + "; ".join(
+                f"{k} ({', '.join(v)})" for k, v in values.items()
+            )
+    return runs
 
 
 def _split_label(s: str) -> tuple[str, str]:

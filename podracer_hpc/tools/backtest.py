@@ -211,12 +211,21 @@ def load_policy(
     from podracer_hpc.agents.settings import PPOConfig
     from podracer_hpc.config import from_dict
     from podracer_hpc.files import safeio
+    from podracer_hpc.files.kinds import identify, wrong_kind
     from podracer_hpc.files.owner import check_owner, group_of
     from podracer_hpc.pool.leaderboard import ENTRY_KIND, EntryGone, InvalidEntryId, Leaderboard
     from podracer_hpc.tools.trust import Trust
 
     trust = trust if trust is not None else Trust()
     dev, path = torch.device(device), Path(path)
+    found = identify(path)
+    wrong = wrong_kind(found, ("checkpoint", "entry", "exported"))
+    if wrong:  # a config, a log, a run directory: said what it is, never read as a state file
+        raise safeio.StateFileError(wrong)
+    if found.kind == "exported" and path.suffix == ".onnx":
+        raise safeio.StateFileError(
+            f"{path}: an ONNX policy; this reads TorchScript ones: podracer export policy CHECKPOINT --out policy.pt"
+        )
     if path.is_file() and not trust.allow_foreign:
         check_owner(
             path, group_of(path.parent.parent if path.parent.name in ("checkpoints", "entries") else path.parent)
@@ -224,7 +233,7 @@ def load_policy(
     exported = load_exported_policy(path, dev) if path.is_file() else None
     if exported is not None:
         return exported
-    if path.suffix == ".json" or path.parent.name == "entries":
+    if found.kind == "entry" and path.parent.name == "entries":  # through its leaderboard: keyed checksum
         board = Leaderboard(
             path.parent.parent, read_only=True, accept_unkeyed=trust.accept_unkeyed, allow_foreign=trust.allow_foreign
         )

@@ -9,8 +9,10 @@ start states' luck. A row: episodes, mean, std, standard error, 95% t-interval; 
 JSON: ``{"results": [{"agent", "path", "task", "return_mean", "return_std", "return_se",
 "ci95", "episodes", "seed"}, ...]}``.
 
-The run's own verdict (summary.json's ``best_return``) is this with ``--episodes`` its
-``final_episodes`` and ``--seed`` its ``final_eval_seed``. Stock trading is judged on a backtest
+The run's own verdict (summary.json's ``best_return``, the return to report: docs/training.md,
+"Which return to report") is this with ``--episodes`` its ``final_episodes`` and ``--seed`` its
+``final_eval_seed``; ``peak_return`` and ``final_return`` are periodic evaluations on other start
+states and are not comparable with a row here. Stock trading is judged on a backtest
 window instead: ``podracer backtest``. A foreign, damaged or unknown file exits 2 with a message;
 in a run directory it is skipped with a warning. ``--max-steps`` (default 10,000) cuts every
 episode after that many env steps, with a note when an agent's stored ``env.max_episode_steps``
@@ -35,11 +37,13 @@ from typing import Any
 
 from podracer_hpc.config import MAX_EPISODE_STEPS, Config, from_dict
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.files.kinds import identify, wrong_kind
 from podracer_hpc.tools.trust import Trust, UntrustedConfig, add_arguments, from_args
 
 __all__ = ["Agent", "EvaluateError", "find_agents", "main"]
 
 DEFAULT_SEED = 20261201  # a set no run uses for training or rounds (those derive theirs from fitness.eval_seed)
+EVALUATES = ("checkpoint", "entry", "run")  # what PATH may be (files/kinds.py's words)
 DEFAULT_MAX_STEPS = 10_000  # env steps an evaluation's episodes take at most (--max-steps); tasks end far sooner
 
 
@@ -63,7 +67,11 @@ def load_file(path: Path, trust: Trust = Trust()) -> Agent:
     from podracer_hpc.files.owner import check_owner, group_of
     from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, InvalidEntryId, Leaderboard
 
-    if path.suffix == ".json" or path.parent.name == "entries":
+    found = identify(path)
+    wrong = wrong_kind(found, ("checkpoint", "entry"))
+    if wrong:  # a config, a log, a summary: said what it is, never read as a state file
+        raise EvaluateError(wrong)
+    if found.kind == "entry" and path.parent.name == "entries":  # through its leaderboard: keyed checksum
         board = Leaderboard(
             path.parent.parent,
             read_only=True,
@@ -96,9 +104,12 @@ def find_agents(path: Path, top: int, skipped: list[str] | None = None, trust: T
     from podracer_hpc.files.rundir import RunDir
     from podracer_hpc.pool.leaderboard import Leaderboard
 
-    if not path.exists():
-        raise EvaluateError(f"{path}: no such file or directory")
-    if not path.is_dir():  # a file, or what stands in for one (a FIFO, a device): load_file says what it is
+    found = identify(path)
+    if found.kind != "directory":  # an empty or unrelated directory: said below, with what it holds
+        wrong = wrong_kind(found, EVALUATES)
+        if wrong:
+            raise EvaluateError(wrong)
+    if not path.is_dir():
         return [load_file(path, trust)]
     skipped = [] if skipped is None else skipped
     run = RunDir(path)
@@ -227,7 +238,12 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="podracer evaluate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="podracer evaluate",
+        description=__doc__.split("\n\n")[0],
+        epilog="A run's summary.json best_return (the return to report) is the best rank checkpoint's mean with "
+        "--episodes its final_episodes and --seed its final_eval_seed.",
+    )
     p.add_argument("path", help="a checkpoint, a leaderboard entry, or a run directory")
     p.add_argument("--episodes", type=int, default=100, help="episodes per agent (default 100)")
     p.add_argument(

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from podracer_hpc.docfield import ConfigError
+from podracer_hpc.files.kinds import identify, wrong_kind
 from podracer_hpc.tools.trust import add_arguments, from_args
 
 __all__ = [
@@ -66,6 +67,7 @@ METADATA_KEY = (
 )
 FORMATS = ("torchscript", "onnx")
 TOLERANCE = 1e-5  # the exported policy's actions may differ from the pod's by at most this (env units)
+POLICY_SOURCES = ("checkpoint", "entry")  # what `export policy` reads (files/kinds.py's words)
 CHECK_STEPS = 32  # observations the export is checked on: an episode start and the policy's next steps
 
 # Number columns that are not scalars of their own: the step and the wall time of every event, and
@@ -197,8 +199,10 @@ def export_tensorboard(run_dir: str | os.PathLike, out: str | os.PathLike, overw
     run_dir, out = Path(run_dir), Path(out)
     if not run_dir.exists():
         raise ExportError(f"{run_dir}: no such run directory")
-    if not run_dir.is_dir():
-        raise ExportError(f"{run_dir}: is a file, not a run directory (give the --run-dir of podracer train)")
+    found = identify(run_dir)  # a file or a run's folder: what it is, and the run directory to give instead
+    wrong = wrong_kind(found, ("run",)) if found.kind != "directory" else None
+    if wrong:
+        raise ExportError(wrong)
     logs = RunDir(run_dir).pod_logs()
     if not logs:
         raise ExportError(
@@ -349,11 +353,9 @@ def pod_and_agent(path: str | os.PathLike, trust: Any = None) -> tuple[Any, Any,
     path = Path(path)
     if not path.exists():
         raise ExportError(f"{path}: no such file")
-    if path.is_dir():
-        raise ExportError(
-            f"{path}: is a directory; give a pod checkpoint (<run>/checkpoints/rank<r>.safetensors) or "
-            "a leaderboard entry (<leaderboard>/entries/<id>.safetensors)"
-        )
+    wrong = wrong_kind(identify(path), POLICY_SOURCES)  # a config, a log, a run directory: said, never read as one
+    if wrong:
+        raise ExportError(wrong)
     try:
         loaded = load_file(path, trust)
         d = loaded.meta.get("config")

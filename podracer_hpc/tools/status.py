@@ -152,12 +152,28 @@ POD_HEADER = [
     "env steps",
     "steps/s",
     "last eval",
-    "best eval",
+    "peak eval",
     "algo",
     "train time",
     "log written",
     "last tournament action",
 ]
+
+
+def _returns_lines(summary: dict[str, Any] | None) -> list[str]:
+    """What the eval columns are, and the run's verdict (the number to report) once it has one
+    (docs/training.md, "Which return to report")."""
+    lines = ["eval columns: a pod's latest and its best evaluation so far; over the pods: final_return, peak_return"]
+    if summary is not None and summary.get("final_episodes") and summary.get("best_return") is not None:
+        lo, hi = summary.get("best_return_ci95") or (None, None)
+        lines.append(
+            f"verdict: best_return {_num(summary['best_return'])} [95% {_num(lo)}, {_num(hi)}], pod "
+            f"{summary.get('best_pod')}, {summary['final_episodes']} episodes on common start states: "
+            "the number to report"
+        )
+    elif summary is not None:
+        lines.append("verdict: none (eval.final_episodes 0, or a pod not done): best_return is peak_return")
+    return lines
 
 
 def _ranks_text(ranks: list[int], most: int = 8) -> str:
@@ -198,7 +214,7 @@ def _aggregate_lines(
         ("env steps", [p.env_steps for p in ok], "{:,.0f}"),
         ("steps/s", [p.steps_per_s for p in ok], "{:,.0f}"),
         ("last eval", [p.last_eval for p in ok], "{:.1f}"),
-        ("best eval", [p.best_eval for p in ok], "{:.1f}"),
+        ("peak eval", [p.best_eval for p in ok], "{:.1f}"),
         ("rounds", [math.nan if p.rounds is None else p.rounds for p in ok], "{:.0f}"),
     ):
         a = np.asarray(vals, dtype=float)
@@ -415,17 +431,8 @@ def render(
         else sorted(ok, key=lambda p: (-p.best_eval if math.isfinite(p.best_eval) else math.inf, p.rank))[:top_pods]
     )
     rows = _pod_rows(shown, total)
-    if len(statuses) > 1:
+    if len(statuses) > 1:  # each column over the pods, as the pods' cells are: the peak is the pods' best peak
         best = max((p for p in ok if math.isfinite(p.best_eval)), key=lambda p: p.best_eval, default=None)
-        best_cell, best_note = _num(best.best_eval if best else math.nan), f"best: pod {best.rank}" if best else ""
-        if summary is not None and summary.get("final_episodes") and summary.get("best_return") is not None:
-            # the run's verdict: every pod once more on one common set (eval.final_episodes)
-            lo, hi = summary.get("best_return_ci95") or (None, None)
-            best_cell = _num(summary["best_return"])
-            best_note = (
-                f"best: pod {summary.get('best_pod')} (verdict: {summary['final_episodes']} episodes on common "
-                f"start states, 95% [{_num(lo)}, {_num(hi)}])"
-            )
         rows.append(
             [
                 "all",
@@ -434,17 +441,19 @@ def render(
                 f"{sum(p.env_steps for p in ok):,}",
                 _num(sum(p.steps_per_s for p in ok if math.isfinite(p.steps_per_s)), "{:,.0f}"),
                 _num(max((p.last_eval for p in ok if math.isfinite(p.last_eval)), default=math.nan)),
-                best_cell,
+                _num(best.best_eval if best else math.nan),
                 "",
                 "",
                 "",
-                best_note,
+                f"peak: pod {best.rank}" if best else "",
             ]
         )
     lines.append("")
     if not every:
-        lines.append(f"top {len(shown)} of {len(statuses)} pods by best eval (--pods: every pod's row)")
+        lines.append(f"top {len(shown)} of {len(statuses)} pods by peak eval (--pods: every pod's row)")
     lines += _table(POD_HEADER, rows, left=(7, 10)) if statuses else ["(no rank logs yet)"]
+    if statuses:
+        lines += _returns_lines(summary)
     board = _leaderboard_lines(run_dir, cfg, top if every else min(top, TOP_ENTRIES_AGGREGATED))
     if board:
         lines += ["", *board]
@@ -453,7 +462,16 @@ def render(
     if jobs:
         lines += ["", *_slurm_lines(jobs, states)]
     if summary is not None:
-        keys = ("env_steps", "wall_s", "steps_per_s", "best_return", "final_return", "best_pod", "rounds")
+        keys = (
+            "env_steps",
+            "wall_s",
+            "steps_per_s",
+            "best_return",
+            "final_return",
+            "peak_return",
+            "best_pod",
+            "rounds",
+        )
         parts = [
             f"{k} {summary[k]:,.1f}" if isinstance(summary.get(k), float) else f"{k} {summary[k]}"
             for k in keys

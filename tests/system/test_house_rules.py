@@ -293,7 +293,6 @@ ELSEWHERE = {
     "report/plots.py": "tests/report/test_aggregate.py (figures from real runs)",
     "report/lineage.py": "tests/report/test_aggregate.py (the lineage figure)",
     "report/tables.py": "tests/report/test_aggregate.py",
-    "report/runs.py": "tests/report/test_aggregate.py",
     "launch/slurm.py": "tests/launch/test_launch.py (sbatch text), tests/slurm/",
     "launch/request.py": "tests/launch/test_launch.py (requests refused before queueing)",
     "tools/study/schema.py": "tests/tools/test_study.py",

@@ -169,7 +169,7 @@ def test_main_refuses_other_tasks_and_bad_data(tmp_path, capsys):
     assert main([str(ck), "--plot", ""]) == 2
     assert "not stock_trading" in capsys.readouterr().err
     assert main([str(tmp_path / "missing.safetensors")]) == 2
-    assert "no such state file" in capsys.readouterr().err
+    assert "missing.safetensors: no such file or directory; pass a checkpoint" in capsys.readouterr().err
 
 
 def test_a_policy_read_for_acting_builds_no_optimizer(tmp_path):

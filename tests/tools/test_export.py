@@ -194,7 +194,7 @@ def test_tensorboard_refuses_what_it_cannot_export(tournament_run, tmp_path, cap
     (tmp_path / "empty").mkdir()
     cases = [
         ([str(tmp_path / "nope")], "no such run directory"),
-        ([str(tmp_path / "file.h5")], "is a file, not a run directory"),
+        ([str(tmp_path / "file.h5")], "is a file podracer-hpc did not write; pass a run directory"),
         ([str(tmp_path / "empty")], "holds no logs/"),
         ([str(tournament_run), "--out", str(tournament_run / "logs" / "tb")], "choose another folder"),
     ]
@@ -420,7 +420,7 @@ def test_what_cannot_be_exported_exits_2_with_a_message(trained, tmp_path, capsy
         ([str(tmp_path / "nope.safetensors")], "no such file"),
         ([str(tmp_path / "x.safetensors")], "not one written by podracer-hpc"),
         ([str(tmp_path / "changed.safetensors")], "does not fit this pod"),
-        ([str(ck.parent.parent)], "is a directory"),
+        ([str(ck.parent.parent)], "is a run directory; pass a checkpoint"),
         ([str(ck), "--out", str(tmp_path / "dir")], "is a directory; give a file name"),
         ([str(ck), "--out", str(ck)], "is the checkpoint itself"),
     ]

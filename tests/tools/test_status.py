@@ -29,6 +29,11 @@ def pod_rows(text: str) -> dict[int, str]:
     return {int(m["rank"]): line for line in text.splitlines() if (m := ROW.match(line))}
 
 
+def evals(line: str) -> list[float]:
+    """A row's last and peak evaluation cells (the numbers with one decimal)."""
+    return [float(t) for t in line.split() if re.fullmatch(r"-?\d+\.\d", t)]
+
+
 def _has_rows(run: Path) -> bool:
     logs = sorted((run / "logs").glob("*_rank*.h5")) if (run / "logs").is_dir() else []
     if len(logs) < 2:
@@ -134,8 +139,13 @@ def test_status_after_the_run_matches_logs_and_summary(live):
         assert f"r{summary['rounds'] - 1}: " in line
         assert ("keep" in line) == (action == "keep")
     total = next(line for line in text.splitlines() if line.lstrip().startswith("all "))
-    assert f"{summary['env_steps']:,}" in total and f"{summary['best_return']:.1f}" in total
-    assert f"best: pod {summary['best_pod']}" in total
+    # the "all" row is computed as the pods' cells are: its peak is the pods' best peak (summary's peak_return),
+    # never the verdict, which is another measurement (common start states) and has a line of its own
+    peaks = {r: evals(line)[1] for r, line in rows.items()}
+    assert f"{summary['env_steps']:,}" in total and evals(total)[1] == max(peaks.values())
+    assert f"{summary['peak_return']:.1f}" in total and f"peak: pod {max(peaks, key=peaks.get)}" in total
+    verdict = next(line for line in text.splitlines() if line.startswith("verdict: "))
+    assert f"best_return {summary['best_return']:.1f}" in verdict and f"pod {summary['best_pod']}," in verdict
     assert f"best_return {summary['best_return']:,.1f}" in text and f"rounds {summary['rounds']}" in text
     board = podracer_hpc.pool.leaderboard.Leaderboard(run / "leaderboard").list()
     assert board and board[0].id in text and f"({len(board)} entries" in text
@@ -191,7 +201,7 @@ def test_not_a_run_directory_is_refused_clearly(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is not a podracer run directory" in err and "config.yaml" in err
     assert status(tmp_path / "notes.txt") == 2
-    assert "is a file, not a run directory" in capsys.readouterr().err
+    assert "notes.txt is a file podracer-hpc did not write; pass a run directory" in capsys.readouterr().err
     with pytest.raises(StatusError, match="no such directory") as e:
         render(tmp_path / "missing")
     assert e.value.pending
@@ -252,11 +262,11 @@ def test_status_of_64_pods_fits_a_screen_with_aggregates(tmp_path):
     assert len(lines) <= 40, text
     done = sum(1 for r in range(64) if r % 3 == 0 and r != 7)
     assert f"pods: {63 - done} running, {done} done, 1 unreadable" in text and "unreadable: rank 7" in text
-    med = next(line for line in lines if line.strip().startswith("best eval"))
+    med = next(line for line in lines if line.strip().startswith("peak eval"))
     assert med.split()[2] == "-1000.0" and med.split()[-2] == "-370.0"  # min and max over pods (ranks 0 and 63)
     assert med.split()[-1] == "63"  # the pods it is over: the readable ones
     rows = pod_rows(text)
-    assert list(rows) == [63, 62, 61, 60, 59]  # the top pods by best evaluation, best first
+    assert list(rows) == [63, 62, 61, 60, 59]  # the top pods by peak evaluation, best first
     assert "top 5 of 64 pods" in text and "--pods" in text
     assert asked == [["900_3"]]  # one scheduler question for the run's job
     assert "slurm job 900_3: RUNNING, requeued 2 times" in text
