@@ -1,5 +1,6 @@
 """The launcher without a cluster: requests refused before queueing, the generated sbatch text."""
 
+import importlib.util
 import io
 import json
 import os
@@ -308,7 +309,11 @@ def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
     assert (snap.path / "podracer_hpc" / "launch" / "slurm.py").read_bytes() == (
         Path(launch.__file__).parent / "slurm.py"
     ).read_bytes()
-    assert not list(snap.path.rglob("__pycache__")) and snap.job_file.read_text() == "name: snap\n"
+    assert snap.job_file.read_text() == "name: snap\n"
+    # compiled with it: every module's bytecode for this Python, naming the snapshot's own path
+    sources = list((snap.path / "podracer_hpc").rglob("*.py"))
+    assert sources and all(Path(importlib.util.cache_from_source(str(f))).is_file() for f in sources)
+    before = sorted(p.relative_to(snap.path) for p in snap.path.rglob("*"))
     assert launch.plan_snapshot(tmp_path / "run", str(job)).id == snap.id  # same code, same snapshot
     job.write_text("name: snap2\n")
     assert launch.plan_snapshot(tmp_path / "run", str(job)).id != snap.id
@@ -318,14 +323,25 @@ def test_snapshot_freezes_the_package_and_the_job_file(tmp_path):
             sys.executable,
             "-c",
             "import podracer_hpc, podracer_hpc.cluster.device as d; "
-            "print(podracer_hpc.__file__); print(d.code_revision())",
+            "print(podracer_hpc.__file__); print(d.code_revision()); print(d.start_line.__code__.co_filename)",
         ],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1"},
+        env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    assert out.stdout.split() == [str(snap.path / "podracer_hpc" / "__init__.py"), snap.revision], out.stderr
+    device_py = snap.path / "podracer_hpc" / "cluster" / "device.py"
+    assert out.stdout.split() == [str(snap.path / "podracer_hpc" / "__init__.py"), snap.revision, str(device_py)]
+    # the ranks load that bytecode (python -v: "code object from ...pyc") and write nothing
+    out = subprocess.run(
+        [sys.executable, "-v", "-c", "import podracer_hpc.cluster.device"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(snap.path), "PYTHONSAFEPATH": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert f"code object from '{importlib.util.cache_from_source(str(device_py))}'" in out.stderr
+    assert sorted(p.relative_to(snap.path) for p in snap.path.rglob("*")) == before
 
 
 def test_a_changed_snapshot_is_not_reused(tmp_path, capsys):
@@ -341,19 +357,21 @@ def test_a_changed_snapshot_is_not_reused(tmp_path, capsys):
     original = init.read_bytes()
     marker = tmp_path / "marker"
     cache = snap.path / "podracer_hpc" / "__pycache__"
+    pyc = importlib.util.cache_from_source(str(init))
     for plant in ("init", "beside", "cache"):
         if plant == "init":
             init.write_bytes(original + f"\nopen({str(marker)!r}, 'w').close()\n".encode())
         elif plant == "beside":
             (snap.path / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
         else:
-            cache.mkdir()
-            (cache / "__init__.cpython-311.pyc").write_bytes(b"planted")
+            Path(pyc).write_bytes(b"planted")
+            (cache / "stray.cpython-311.pyc").write_bytes(b"planted")
         again = launch.make_snapshot(launch.plan_snapshot(tmp_path / "run", str(job)))  # the next submit
         assert again.path == snap.path and init.read_bytes() == original
-        assert not (snap.path / "sitecustomize.py").exists() and not cache.exists()
+        assert not (snap.path / "sitecustomize.py").exists() and not (cache / "stray.cpython-311.pyc").exists()
+        assert Path(pyc).read_bytes() != b"planted" and Path(pyc).stat().st_size > 100  # compiled again
         err = capsys.readouterr().err
-        assert ("moved aside" in err) == (plant != "cache"), err  # a cache is not content: only removed
+        assert ("moved aside" in err) == (plant != "cache"), err  # a cache is not content: only rebuilt
     aside = sorted(p.name for p in snap.path.parent.iterdir() if ".mismatch-" in p.name)
     assert len(aside) == 2 and all(p.startswith(f".{snap.id}.mismatch-") for p in aside)
     out = subprocess.run(
