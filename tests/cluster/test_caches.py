@@ -143,16 +143,24 @@ IMAGES = [REPO / "build" / "container-gpu" / "podracer", REPO / "build" / "conta
 
 @pytest.mark.skipif(shutil.which("ch-run") is None, reason="no ch-run (apt-get install charliecloud)")
 def test_inside_a_built_image_under_ch_run(env, tmp_path):
-    """With an image of this tree (its PODRACER_IMAGE_CACHE in its ENV): the pod's start inside it."""
+    """With an image of this tree: the pod's start inside it, under ch-run, whose --set-env applies
+    the image's ENV over the job's as pyxis does. The image's ENV is given a WARP_CACHE_PATH and a
+    TORCHINDUCTOR_CACHE_DIR (as an older image, or a site's, sets them); the job set only the
+    latter: Warp's cache is the node-local one, Inductor's the job's own."""
     image = next((i for i in IMAGES if (i / "ch" / "environment").is_file()), None)
     if image is None or "PODRACER_IMAGE_CACHE" not in (image / "ch" / "environment").read_text():
         pytest.skip("no image of this tree: make container-gpu")
+    image_env = tmp_path / "image.env"
+    image_env.write_text(
+        (image / "ch" / "environment").read_text()
+        + "WARP_CACHE_PATH=/opt/podracer/cache/warp\nTORCHINDUCTOR_CACHE_DIR=/opt/podracer/cache/inductor\n"
+    )
     setup = _job_setup(tmp_path)
     inner = f"python3 -c {json.dumps(POD_START)}"
-    run = f"ch-run --set-env={image}/ch/environment -b {tmp_path}:{tmp_path} {image} -- {inner}"
+    run = f"ch-run --set-env={image_env} -b {tmp_path}:{tmp_path} {image} -- {inner}"
     r = subprocess.run(
         ["bash", "-c", f"{setup}\n{run}"],
-        env={**env, "USER": env.get("USER", "root"), "WARP_CACHE_PATH": "/opt/podracer/cache/warp"},
+        env={**env, "USER": env.get("USER", "root"), "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/job-inductor"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -160,6 +168,7 @@ def test_inside_a_built_image_under_ch_run(env, tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / HOST / "warp"), got
+    assert got["TORCHINDUCTOR_CACHE_DIR"] == f"{tmp_path}/job-inductor", got
 
 
 def test_the_templates_record_the_same_way():
