@@ -18,7 +18,7 @@ TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-core quickstart lint format test test-lowest bench clean container container-quickstart
+.PHONY: setup setup-core quickstart lint format test test-lowest bench clean container container-gpu container-quickstart
 
 # the core: what `make quickstart` needs (the mpi-wheel extra is the mpich wheel's mpiexec)
 $(BIN)/.core: pyproject.toml
@@ -71,6 +71,13 @@ bench: setup
 ## Slow (7-20 min cold on 2 shared cores, 4-5 min for a change to the code): not part of `make test` or .ci/run
 container:
 	PY=$(PY) bash container/build.sh
+
+## container-gpu: the same recipe with PyPI's torch, the CUDA build (nvidia-* wheels from PyPI), under build/container-gpu/
+## as localhost/podracer-hpc:gpu; its build checks torch.version.cuda, Warp and MuJoCo, writes the image's MPI
+## (/opt/podracer/IMAGE.json, read at submit time) and runs the quickstart on CPU inside it. WARP_KERNELS=1 bakes
+## MuJoCo Warp's kernels for the shipped models into the image. About 5 GB of wheels, 12 GB of image
+container-gpu:
+	PY=$(PY) PODRACER_CONTAINER_VARIANT=gpu PODRACER_CONTAINER_WARP_KERNELS=$(or $(WARP_KERNELS),0) bash container/build.sh
 
 ## container-quickstart: the 4-pod quickstart tournament inside that image (ch-run; srun when the local
 ## Slurm cluster runs); prints the summary's JSON line

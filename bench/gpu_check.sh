@@ -62,7 +62,8 @@ try:
     check("two pods on one GPU refused", False)
 except D.DeviceError as e:
     check("two pods on one GPU refused", "share one GPU" in str(e), e)
-cache = D.node_caches({"PODRACER_CACHE_DIR": os.environ["PODRACER_CACHE_DIR"]})
+from podracer_hpc.cluster.caches import node_caches
+cache = node_caches({"PODRACER_CACHE_DIR": os.environ["PODRACER_CACHE_DIR"]})
 try:
     import warp as wp
     os.environ["WARP_CACHE_PATH"] = cache["WARP_CACHE_PATH"]

@@ -12,6 +12,14 @@
 #   5. export   the image's filesystem -> podracer/ (a directory Charliecloud's ch-run runs) and
 #               podracer.sqsh (a squashfs that enroot/pyxis run: srun --container-image=...sqsh)
 # and writes build.json: seconds per step, sizes, versions.
+# `make container-gpu` (PODRACER_CONTAINER_VARIANT=gpu): the same recipe with PyPI's torch, the CUDA build
+# (it pulls the nvidia-* CUDA wheels), under build/container-gpu/ as localhost/podracer-hpc:gpu; its wheel
+# cache is filled from PODRACER_CONTAINER_INDEX (default https://pypi.org/simple) with this machine's
+# pip configuration ignored (a local find-links may hold the CPU build of the same version); the
+# image check then requires torch.version.cuda, and a 6th step, quickstart, runs the 4-pod
+# quickstart on CPU inside the image (ch-run, STEPS=QUICKSTART_STEPS, default 8192).
+# PODRACER_CONTAINER_WARP_KERNELS=1 bakes MuJoCo Warp's kernels for the shipped models into the image
+# (container/bake_warp.py; docs/slurm-templates.md "Warp kernels in the image").
 # Knobs: PODRACER_CONTAINER_BASE (another base image, e.g. an NGC one: steps 1-2 are skipped),
 # PODRACER_CONTAINER_TORCH (torch requirement, "" keeps the base's), PODRACER_CONTAINER_EXTRAS,
 # PODRACER_CONTAINER_WHEELS=0 (no wheel cache: pip inside the build uses the index),
@@ -20,10 +28,18 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${PODRACER_CONTAINER_DIR:-$ROOT/build/container}
+VARIANT=${PODRACER_CONTAINER_VARIANT:-cpu}
+case $VARIANT in
+cpu) OUT=${PODRACER_CONTAINER_DIR:-$ROOT/build/container} IMAGE=${PODRACER_CONTAINER_IMAGE:-localhost/podracer-hpc:latest} ;;
+gpu) OUT=${PODRACER_CONTAINER_DIR:-$ROOT/build/container-gpu} IMAGE=${PODRACER_CONTAINER_IMAGE:-localhost/podracer-hpc:gpu} ;;
+*) printf '[container] error: PODRACER_CONTAINER_VARIANT=%s: use cpu or gpu\n' "$VARIANT" >&2; exit 2 ;;
+esac
+# the Debian rootfs is the same for both variants: one copy
+ROOTFS=${PODRACER_CONTAINER_ROOTFS:-$ROOT/build/container/rootfs.tar}
+INDEX=${PODRACER_CONTAINER_INDEX:-https://pypi.org/simple}
+WARP_KERNELS=${PODRACER_CONTAINER_WARP_KERNELS:-0}
 DEFAULT_BASE=localhost/podracer-base:bookworm
 BASE=${PODRACER_CONTAINER_BASE:-$DEFAULT_BASE}
-IMAGE=${PODRACER_CONTAINER_IMAGE:-localhost/podracer-hpc:latest}
 TORCH=${PODRACER_CONTAINER_TORCH-torch==2.13.0}
 EXTRAS=${PODRACER_CONTAINER_EXTRAS:-mujoco,warp,mpi-wheel}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -49,21 +65,22 @@ step() { # step NAME CMD...: run CMD, record its wall seconds
 }
 
 rootfs() {
-    if [[ -f $OUT/rootfs.tar ]]; then say "cached: $OUT/rootfs.tar"; return; fi
+    if [[ -f $ROOTFS ]]; then say "cached: $ROOTFS"; return; fi
     command -v debootstrap >/dev/null || die "no debootstrap: apt-get install debootstrap"
     rm -rf "$OUT/rootfs.tmp"
     mkdir -p "$OUT/debs"
     debootstrap --variant=minbase --cache-dir="$OUT/debs" --include="$PACKAGES" bookworm "$OUT/rootfs.tmp" "$MIRROR"
     chroot "$OUT/rootfs.tmp" apt-get clean
     rm -rf "$OUT/rootfs.tmp"/var/lib/apt/lists/* "$OUT/rootfs.tmp"/tmp/*
-    tar -C "$OUT/rootfs.tmp" --numeric-owner -cf "$OUT/rootfs.tar.tmp" .
-    mv "$OUT/rootfs.tar.tmp" "$OUT/rootfs.tar"
+    mkdir -p "$(dirname "$ROOTFS")"
+    tar -C "$OUT/rootfs.tmp" --numeric-owner -cf "$ROOTFS.tmp" .
+    mv "$ROOTFS.tmp" "$ROOTFS"
     rm -rf "$OUT/rootfs.tmp"
 }
 
 base() {
     if podman image exists "$BASE"; then say "cached: image $BASE"; return; fi
-    podman import --change 'CMD ["/bin/bash"]' "$OUT/rootfs.tar" "$BASE" >/dev/null
+    podman import --change 'CMD ["/bin/bash"]' "$ROOTFS" "$BASE" >/dev/null
 }
 
 wheels() {
@@ -81,7 +98,18 @@ wheels() {
         return
     fi
     mkdir -p "$OUT/wheels"
-    "$PY" -m pip download -q --disable-pip-version-check -d "$OUT/wheels" --prefer-binary -r "$OUT/requirements.txt"
+    if [[ $VARIANT == gpu ]]; then
+        # PyPI's Linux x86_64 torch is the CUDA build; this machine's pip configuration (a find-links
+        # or extra index holding torch 2.13.0+cpu, which pip prefers for ==2.13.0) is left out
+        PIP_CONFIG_FILE=/dev/null env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL -u PIP_CONSTRAINT \
+            "$PY" -m pip download -q --disable-pip-version-check -d "$OUT/wheels" --prefer-binary \
+            --index-url "$INDEX" -r "$OUT/requirements.txt"
+        if [[ -n $TORCH ]] && ls "$OUT"/wheels/torch-*+cpu-*.whl >/dev/null 2>&1; then
+            die "the wheel cache $OUT/wheels holds a CPU torch ($(ls "$OUT"/wheels/torch-*+cpu-*.whl | xargs -n1 basename)): remove it and run again"
+        fi
+    else
+        "$PY" -m pip download -q --disable-pip-version-check -d "$OUT/wheels" --prefer-binary -r "$OUT/requirements.txt"
+    fi
     cp "$OUT/requirements.txt" "$OUT/wheels/.complete"
 }
 
@@ -89,7 +117,8 @@ image() {
     local mount=()
     [[ -f $OUT/wheels/.complete ]] && mount=(-v "$OUT/wheels:/wheels:ro")
     podman build --isolation=chroot --network=host -f "$ROOT/container/Containerfile" -t "$IMAGE" \
-        --build-arg BASE="$BASE" --build-arg TORCH="$TORCH" --build-arg EXTRAS="$EXTRAS" "${mount[@]}" "$ROOT"
+        --build-arg BASE="$BASE" --build-arg TORCH="$TORCH" --build-arg EXTRAS="$EXTRAS" \
+        --build-arg VARIANT="$VARIANT" --build-arg WARP_KERNELS="$WARP_KERNELS" "${mount[@]}" "$ROOT"
 }
 
 export_image() {
@@ -119,16 +148,26 @@ fi
 step image image
 step export export_image
 
+# the GPU image's own check: the quickstart on CPU inside it (a CUDA torch runs on a machine without GPUs)
+quickstart() {
+    PODRACER_CONTAINER_DIR=$OUT CONTAINER_SLURM=0 PODS=${QUICKSTART_PODS:-2} STEPS=${QUICKSTART_STEPS:-8192} \
+        bash "$ROOT/container/quickstart.sh" | tail -1 >"$OUT/quickstart.json"
+    grep -q '^{' "$OUT/quickstart.json" || die "the quickstart inside the image printed no summary line"
+    say "quickstart: $(cat "$OUT/quickstart.json")"
+}
+[[ $VARIANT == gpu ]] && step quickstart quickstart
+
 mib() { echo $(($(du -sb "$1" | cut -f1) / 1048576)); }
 versions=$(USER=${USER:-root} ch-run "$OUT/podracer" -- python3 -c 'import sys, torch, mujoco, warp, envpool, gymnasium, mpi4py, h5py
-print("python %s torch %s mujoco %s warp %s envpool %s gymnasium %s mpi4py %s h5py %s" % (sys.version.split()[0],
-torch.__version__, mujoco.__version__, warp.__version__, envpool.__version__, gymnasium.__version__, mpi4py.__version__, h5py.__version__))' 2>/dev/null || echo "ch-run failed")
+print("python %s torch %s CUDA %s mujoco %s warp %s envpool %s gymnasium %s mpi4py %s h5py %s" % (sys.version.split()[0],
+torch.__version__, torch.version.cuda, mujoco.__version__, warp.__version__, envpool.__version__, gymnasium.__version__, mpi4py.__version__, h5py.__version__))' 2>/dev/null || echo "ch-run failed")
 image_mib=$(($(podman image inspect --format '{{.Size}}' "$IMAGE") / 1048576))
 {
     printf '{"total_s": %d' $((SECONDS - t0))
     for k in "${!SECONDS_OF[@]}"; do printf ', "%s_s": %d' "$k" "${SECONDS_OF[$k]}"; done
-    printf ', "image": "%s", "base": "%s", "image_mib": %d, "dir_mib": %d, "sqsh_mib": %d, "versions": "%s"}\n' \
-        "$IMAGE" "$BASE" "$image_mib" "$(mib "$OUT/podracer")" "$(mib "$OUT/podracer.sqsh")" "$versions"
+    printf ', "variant": "%s", "image": "%s", "base": "%s", "image_mib": %d, "dir_mib": %d, "sqsh_mib": %d, "wheels_mib": %d' \
+        "$VARIANT" "$IMAGE" "$BASE" "$image_mib" "$(mib "$OUT/podracer")" "$(mib "$OUT/podracer.sqsh")" "$(mib "$OUT/wheels" 2>/dev/null || echo 0)"
+    printf ', "image_info": %s, "versions": "%s"}\n' "$(cat "$OUT/podracer/opt/podracer/IMAGE.json")" "$versions"
 } >"$OUT/build.json"
 say "image $IMAGE: $image_mib MiB; ch-run directory $OUT/podracer; enroot squashfs $OUT/podracer.sqsh"
 say "$versions"

@@ -83,9 +83,13 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
 # GPFS and Lustre with `flock` (or `localflock`) support locks.
 export HDF5_USE_FILE_LOCKING="${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}"
 # Compile caches (Warp kernels of MuJoCo Warp, torch.compile/Triton, CUDA's PTX JIT): each pod
-# uses $PODRACER_CACHE_DIR/<host>/... (podracer_hpc/cluster/device.py), a node-local directory by default
+# uses $PODRACER_CACHE_DIR/<host>/... (podracer_hpc/cluster/caches.py), a node-local directory by default
 # rather than ~/.cache on the shared filesystem, where every rank of every node would write at once.
 export PODRACER_CACHE_DIR="${PODRACER_CACHE_DIR:-/tmp/podracer-cache-${USER:-$(id -un)}}"
+# The job's own cache settings, recorded before srun: in a container each pod restores them and
+# uses the node-local caches for the rest, whatever the image's ENV says (pyxis applies it over
+# the job's; podracer_hpc/cluster/caches.py record_line writes this same line for podracer submit).
+PODRACER_JOB_CACHE_VARS=; for v in WARP_CACHE_PATH TORCHINDUCTOR_CACHE_DIR TRITON_CACHE_DIR CUDA_CACHE_PATH; do if [ -n "${!v:-}" ]; then export "PODRACER_JOB_$v=${!v}"; PODRACER_JOB_CACHE_VARS+="$v "; fi; done; export PODRACER_JOB_CACHE_VARS
 # PMIx (srun --mpi=pmix): quiets the Open MPI wheel's munge warning; harmless elsewhere.
 export PMIX_MCA_psec="${PMIX_MCA_psec:-native}"
 # NCCL and UCX. The tournament's collectives are small pickled MPI messages, so these matter

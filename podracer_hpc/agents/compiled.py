@@ -17,7 +17,7 @@ device also CUDA graphs, torch.compile's ``reduce-overhead``; on a CPU the same 
 notice). Where compiling cannot work (:func:`compile_problem`: no C++ compiler or Python headers
 for inductor's CPU kernels, no Triton on a GPU, a Python that TorchDynamo does not support) or the
 first compiled call fails, the agent says why once on stderr and runs eagerly. Inductor's kernel
-cache follows :func:`podracer_hpc.cluster.device.node_caches` (``$PODRACER_CACHE_DIR/<host>/inductor``,
+cache follows :func:`podracer_hpc.cluster.caches.node_caches` (``$PODRACER_CACHE_DIR/<host>/inductor``,
 node-local under the launchers, so a requeued job on the same node compiles from its cache).
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from podracer_hpc.agents.settings import COMPILE_MODES
-from podracer_hpc.cluster.device import node_caches
+from podracer_hpc.cluster.caches import node_caches
 
 _told: set[str] = set()  # notices printed already (one per process and text)
 

@@ -9,7 +9,7 @@ Called once per rank at start-up, before the pod's env is built:
   GPU ``local rank`` of them, with never two pods of a node on one GPU. A job that asked for GPUs,
   or ``device: cuda``, on a torch without CUDA fails here, before any training, with how to
   install the CUDA build (:class:`DeviceError`). It also points the compile caches (Warp
-  kernels, torch.compile/Triton, CUDA JIT) at a per-node directory (:func:`node_caches`).
+  kernels, torch.compile/Triton, CUDA JIT) at a per-node directory (:func:`podracer_hpc.cluster.caches.node_caches`).
 - :func:`set_cpu_threads` sets torch's CPU threads from the allocation (``SLURM_CPUS_PER_TASK``,
   ``OMP_NUM_THREADS``, the affinity mask), and on a node that is not the pod's alone (no CPU
   binding, nothing set) only as many as are idle: OpenMP threads that spin-wait for a
@@ -35,6 +35,7 @@ from typing import Any, Callable, Mapping, MutableMapping
 
 import torch
 
+from podracer_hpc.cluster.caches import node_caches
 from podracer_hpc.files.rundir import git_revision as code_revision  # one owner of the run's provenance
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
     "gpu_numa_node",
     "numa_nodes_of",
     "placement",
-    "node_caches",
     "code_revision",
     "gpus_requested",
     "CUDA_INSTALL_HINT",
@@ -153,7 +153,8 @@ def resolve_device(
     ``local_size`` defaults to what the launcher's variables say). ``allgather`` (``Comm.allgather``,
     optional, then every rank must call): the ranks compare GPU UUIDs, so that no two pods of a
     node share a GPU, and a rank's error fails every rank with the same message instead of
-    leaving the others waiting. Also sets up the per-node compile caches (:func:`node_caches`).
+    leaving the others waiting. Also sets up the per-node compile caches
+    (:func:`podracer_hpc.cluster.caches.node_caches`).
     Raises :class:`DeviceError` with what to do.
     """
     env = os.environ if environ is None else environ
@@ -466,35 +467,6 @@ def set_cpu_threads(threads: int = 0, ranks_on_node: int = 1, environ: Mapping[s
 def threads_reason() -> str:
     """Why :func:`set_cpu_threads` chose what it chose last ("" before it ran)."""
     return _last_threads.why if _last_threads else ""
-
-
-# ------------------------------------------------------------------------------------------
-# Per-node caches
-# ------------------------------------------------------------------------------------------
-CACHE_VARS = {  # variable -> subdirectory
-    "WARP_CACHE_PATH": "warp",  # NVIDIA Warp's kernel cache (MuJoCo Warp)
-    "TORCHINDUCTOR_CACHE_DIR": "inductor",  # torch.compile
-    "TRITON_CACHE_DIR": "triton",
-    "CUDA_CACHE_PATH": "cuda",  # the driver's JIT cache of PTX
-}
-
-
-def node_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Point the compile caches at ``$PODRACER_CACHE_DIR/<host>/...`` (a variable already set
-    wins). Without ``PODRACER_CACHE_DIR`` nothing changes (each tool's default: ~/.cache). Kernel
-    caches in ``$HOME`` on a shared filesystem are written by every rank of every node at once;
-    a node-local directory (the launchers' default, /tmp) or one per host avoids that."""
-    env = os.environ if environ is None else environ
-    base = env.get("PODRACER_CACHE_DIR", "").strip()
-    if not base:
-        return {}
-    host = socket.gethostname().split(".")[0]
-    root = Path(os.path.expandvars(os.path.expanduser(base))) / host
-    set_now = {}
-    for var, sub in CACHE_VARS.items():
-        if not env.get(var):
-            env[var] = set_now[var] = str(root / sub)
-    return set_now
 
 
 # ------------------------------------------------------------------------------------------

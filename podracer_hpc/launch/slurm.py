@@ -22,6 +22,7 @@ from typing import Any
 
 import submitit
 
+from podracer_hpc.cluster.caches import record_line
 from podracer_hpc.cluster.jobstate import (
     SlurmJobState,
     slurm_job_state,
@@ -30,6 +31,7 @@ from podracer_hpc.cluster.mpich import pypi_mpich
 from podracer_hpc.config import Config, load_config
 from podracer_hpc.files.rundir import EXIT_REQUEUE, RunDir, git_revision, job_id
 from podracer_hpc.launch.errors import LaunchError, SlurmUnreachable
+from podracer_hpc.launch.image import image_info, mpi_mismatch
 from podracer_hpc.launch.request import (
     HDF5_LOCKING,
     Request,
@@ -103,7 +105,9 @@ def check_request(req: Request, cfg: Config, dry_run: bool) -> None:
             f"{req.gpus_per_node - req.tasks_per_node} stay idle (one GPU per pod)",
             file=sys.stderr,
         )
-    if req.mpi == "pmix" and pypi_mpich():
+    if req.container_image:
+        _check_image_mpi(req)
+    elif req.mpi == "pmix" and pypi_mpich():  # the ranks run this interpreter's mpi4py
         message = (
             "--mpi pmix, but mpi4py here loads the PyPI mpich wheel, which speaks PMI-1/2 only: each rank "
             "would start alone. Use --mpi pmi2 with the wheel, or a site MPI (Open MPI/HPC-X) with pmix "
@@ -125,6 +129,18 @@ def check_request(req: Request, cfg: Config, dry_run: bool) -> None:
         if not dry_run:
             raise
         print(f"note: {e}: the script is not checked against the cluster", file=sys.stderr)
+
+
+def _check_image_mpi(req: Request) -> None:
+    """The MPI of the image the ranks run in (its IMAGE.json, read from the image: not this
+    login node's mpi4py) against ``--mpi``: a mismatch is refused, dry run or not (the image says
+    what its ranks will load). An image that cannot be read here is noted, not refused."""
+    info, why = image_info(req.container_image)
+    if info is None:
+        print(f"note: the image's MPI is not checked against --mpi {req.mpi}: {why}", file=sys.stderr)
+        return
+    if message := mpi_mismatch(info, req.mpi, req.container_image):
+        raise LaunchError(message)
 
 
 def _check_against_slurm(req: Request) -> None:
@@ -340,6 +356,11 @@ def _rank_setup(req: Request, snap: Snapshot | None) -> list[str]:
         if lock
         else "export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-BEST_EFFORT}  # Lustre without flock"
     )
+    if req.container_image:
+        # the compile-cache variables the job itself set, recorded before srun enters the image:
+        # each pod restores them, and the node-local caches replace what the image's ENV set
+        # (pyxis applies an image's ENV over the job's)
+        lines.append(record_line())
     lines.append(
         f"export PODRACER_CACHE_DIR={q(req.cache_dir)}"
         if req.cache_dir

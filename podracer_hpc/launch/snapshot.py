@@ -5,13 +5,19 @@ A snapshot is reused only while its content is what was frozen: ``SNAPSHOT.json`
 sha256 of every file's path and bytes (``sha256``), and a submission that finds the snapshot
 of its id hashes what the directory holds now. A file changed, added or removed (a planted
 ``podracer_hpc/__init__.py``) means it is not reused: it is moved aside (``.<id>.mismatch-*``,
-kept as evidence) and written afresh, and the submission says so. Bytecode caches are not part
-of the content: a reused snapshot's ``__pycache__`` directories are removed (Python rebuilds
-them from the verified sources).
+kept as evidence) and written afresh, and the submission says so.
+
+The snapshot is compiled when it is written (:func:`compile_snapshot`: ``__pycache__/*.pyc`` of
+the submitting Python, published with the sources by the same rename), so ranks that run the
+same Python read the bytecode instead of compiling every module at every start, and none writes
+one (the batch script sets ``PYTHONDONTWRITEBYTECODE``): no ``__pycache__`` race of hundreds of
+ranks on the shared filesystem. Bytecode caches are not part of the content: a reused snapshot's
+``__pycache__`` directories are removed and compiled again from the verified sources.
 """
 
 from __future__ import annotations
 
+import compileall
 import hashlib
 import json
 import os
@@ -24,7 +30,7 @@ from pathlib import Path
 
 from podracer_hpc.files.rundir import RunDir, git_revision
 
-__all__ = ["Snapshot", "make_snapshot", "plan_snapshot"]
+__all__ = ["Snapshot", "compile_snapshot", "make_snapshot", "plan_snapshot"]
 
 PACKAGE = Path(__file__).resolve().parents[1]  # podracer_hpc/
 
@@ -130,6 +136,7 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         if _verified(snap):
             for cache in sorted(snap.path.rglob("__pycache__")):
                 shutil.rmtree(cache, ignore_errors=True)
+            compile_snapshot(snap.path)
             return snap
         aside = snap.path.parent / f".{snap.id}.mismatch-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}"
         try:
@@ -158,6 +165,7 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     (tmp / "SNAPSHOT.json").write_text(json.dumps(meta, indent=2) + "\n")
+    compile_snapshot(tmp, snap.path)
     try:
         os.rename(tmp, snap.path)
     except OSError:  # another submission wrote the same snapshot first
@@ -165,3 +173,19 @@ def make_snapshot(snap: Snapshot) -> Snapshot:
         if not (snap.path / "SNAPSHOT.json").is_file():
             raise
     return snap
+
+
+def compile_snapshot(path: Path, final: Path | None = None) -> bool:
+    """Compile the package under ``path`` (``__pycache__/*.pyc`` for this Python, the timestamp
+    kind: the sources keep their mtimes); ``final``: where ``path`` will be renamed to, the file
+    names the bytecode records (tracebacks). Returns whether every module compiled; a failure
+    (a full disk) only costs the ranks a compile, so it is not an error."""
+    pkg = path / "podracer_hpc"
+    try:
+        return bool(
+            compileall.compile_dir(
+                pkg, ddir=(final or path) / "podracer_hpc", quiet=2, workers=1, force=True, optimize=-1
+            )
+        )
+    except OSError:
+        return False

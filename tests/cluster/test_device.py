@@ -189,17 +189,7 @@ def test_cuda_build_without_a_visible_gpu(env, monkeypatch):
         D.resolve_device("auto", environ={**env, "SLURM_GPUS_ON_NODE": "1"})
 
 
-# ------------------------------------------------------------------------------ caches, start line
-def test_node_caches_go_under_the_cache_dir_per_host(env, tmp_path):
-    e = {**env, "PODRACER_CACHE_DIR": str(tmp_path), "TRITON_CACHE_DIR": "/mine"}
-    set_now = D.node_caches(e)
-    host = socket.gethostname().split(".")[0]
-    assert e["WARP_CACHE_PATH"] == str(tmp_path / host / "warp") == set_now["WARP_CACHE_PATH"]
-    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / host / "inductor")
-    assert e["TRITON_CACHE_DIR"] == "/mine" and "TRITON_CACHE_DIR" not in set_now  # the user's wins
-    assert D.node_caches(dict(env)) == {}
-
-
+# ------------------------------------------------------------------------------ start line
 def test_start_line_says_where_the_pod_runs(env):
     line = D.start_line(
         3, "n1", torch.device("cpu"), 2, "torch", world_size=4, local_rank=1, revision="abc1234-dirty", environ=env

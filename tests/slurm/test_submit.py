@@ -367,6 +367,53 @@ def test_cpus_per_task_gpus_and_sbatch_options_reach_the_running_job(slurm_clust
     assert (run / "logs" / "quickstart_rank0.h5").exists()  # the snapshot's job file keeps its name (and the run's)
 
 
+def test_two_pods_on_one_node_each_bound_to_its_own_stand_in_gpu(slurm_cluster_noacct, tmp_path):
+    """Several pods per GPU node: 2 tasks x 2 GPUs on one node under the default binding (srun
+    --gpus-per-task=1 --gpu-bind=single:1 --distribution=block:block). Real: Slurm's allocation of
+    the node's two GRES GPUs, the step's binding and each task's CPU affinity. Stand-in: the GPUs
+    are device files (scripts/local_slurm.sh) and this torch has no CUDA, so the pods train on the
+    CPU (device=cpu) and the GPUs' NUMA nodes cannot be read (one socket, no gres.conf Cores=).
+    Each pod sees exactly one GPU index, the two differ, and each runs on its own CPU."""
+    cluster = slurm_cluster_noacct
+    run = tmp_path / "run"
+    r = submit(
+        cluster,
+        "--nodes",
+        "1",
+        "--tasks-per-node",
+        "2",
+        "--gpus-per-node",
+        "2",
+        "--cpus-per-task",
+        "1",
+        "--time",
+        "5",
+        "--wait",
+        "--run-dir",
+        str(run),
+        "--set",
+        "total_env_steps=2048",
+        "--set",
+        "device=cpu",
+        *SHORT,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = sorted(_launch_lines(run))
+    assert len(lines) == 2, lines
+    seen = {}
+    for line in lines:
+        m = re.search(r"podracer task (\d) \(local (\d)\).*CPUs ([0-9,-]+), CUDA_VISIBLE_DEVICES=([^,]*),", line)
+        assert m, line
+        task, local, cpus, gpus = m.groups()
+        assert task == local and gpus in ("0", "1") and "," not in cpus and "-" not in cpus, line  # one GPU, one CPU
+        seen[task] = (cpus, gpus)
+    assert len({c for c, _ in seen.values()}) == 2 and len({g for _, g in seen.values()}) == 2, seen
+    script = next((run / "slurm").rglob("*_submission.sh")).read_text()
+    assert "--gpus-per-task=1 --gpu-bind=single:1 --distribution=block:block" in script, script
+    assert all((run / "logs" / f"quickstart_rank{i}.h5").exists() for i in (0, 1))
+
+
 def test_gpus_asked_on_a_cpu_only_torch_fail_before_training(slurm_cluster_noacct, tmp_path):
     """device: auto on GPUs that this torch cannot use: an error that says how to get the CUDA
     build, not a silent run on the CPU."""

@@ -29,10 +29,15 @@ from requirements import requirements  # noqa: E402
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_targets_parse() -> None:
     proc = subprocess.run(
-        ["make", "-n", "container", "container-quickstart"], cwd=REPO, capture_output=True, text=True, timeout=30
+        ["make", "-n", "container", "container-gpu", "container-quickstart"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
     assert "bash container/build.sh" in proc.stdout and "bash container/quickstart.sh" in proc.stdout, proc.stdout
+    assert "PODRACER_CONTAINER_VARIANT=gpu" in proc.stdout, proc.stdout
 
 
 def test_scripts_parse_as_bash() -> None:
@@ -93,8 +98,20 @@ def test_containerfile_copies_only_what_the_context_has() -> None:
     for src in sources:
         assert (REPO / src).exists(), f"COPY {src}: not in the checkout"
         assert not _ignored(src, patterns), f"COPY {src}: .dockerignore leaves it out of the build context"
-    for big in ("build/container/wheels", ".venv", "runs", "tests"):
+    for big in ("build/container/wheels", "build/container-gpu/wheels", ".venv", "runs", "tests"):
         assert _ignored(big, patterns), f"{big} would be sent as build context"
+
+
+def test_an_unknown_variant_is_refused_before_anything_is_built(tmp_path) -> None:
+    proc = subprocess.run(
+        ["bash", str(CONTAINER / "build.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PODRACER_CONTAINER_VARIANT": "cuda", "PODRACER_CONTAINER_DIR": str(tmp_path)},
+        timeout=30,
+    )
+    assert proc.returncode == 2 and "PODRACER_CONTAINER_VARIANT=cuda: use cpu or gpu" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_quickstart_without_an_image_says_how_to_make_one(tmp_path) -> None:
