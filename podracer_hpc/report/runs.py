@@ -237,12 +237,13 @@ def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def experiment_key(config: Mapping[str, Any]) -> dict[str, str]:
+def experiment_key(config: Mapping[str, Any], scheme: str = "") -> dict[str, str]:
     """A run's experiment: its config flattened to dotted keys, less :data:`NOT_THE_EXPERIMENT`
-    (values as JSON text, so lists and numbers compare as written)."""
+    (values as JSON text, so lists and numbers compare as written). A study's random search
+    (``scheme`` random_search) draws its pods' ``members`` from its seed: they are the seed's too."""
     import json
 
-    drop = NOT_THE_EXPERIMENT
+    drop = NOT_THE_EXPERIMENT + (("members",) if scheme == "random_search" else ())
     return {
         k: json.dumps(v, sort_keys=True, default=str)
         for k, v in _flat(config).items()
@@ -263,10 +264,10 @@ def split_experiments(runs: list[Run]) -> list[Run]:
     the resources, and with them ``env.num_envs`` where a scheme scales it)."""
     groups: dict[tuple[str, str, int], list[Run]] = {}
     for r in runs:
-        r.experiment = repr(sorted(experiment_key(r.config).items()))
+        r.experiment = repr(sorted(experiment_key(r.config, str(r.point.get("study_scheme", ""))).items()))
         groups.setdefault((r.system, r.task, r.pods), []).append(r)
     for (system, _task, _pods), members in groups.items():
-        keys = {r.experiment: experiment_key(r.config) for r in members}
+        keys = {r.experiment: experiment_key(r.config, str(r.point.get("study_scheme", ""))) for r in members}
         if len(keys) < 2:
             continue
         names = sorted({k for key in keys.values() for k in key})

@@ -151,3 +151,16 @@ def test_the_notebook_runs_from_the_root_and_from_its_folder(runs, monkeypatch, 
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     assert "3 runs," in text and "quickstart [tournament.mode=pbt]" in text
     assert "not pooled: they differ in tournament.mode (elegantrl, pbt)" in text
+
+
+def test_random_search_draws_are_the_seeds_not_another_experiment():
+    """A study's random search puts each seed's draws in ``members``: its seeds stay one series."""
+    from podracer_hpc.report.runs import experiment_key
+
+    a = {"seed": 10, "members": [{"agent.learning_rate": 5.5e-05}], "agent": {"learning_rate": 3e-05}}
+    b = {"seed": 11, "members": [{"agent.learning_rate": 5.5e-04}], "agent": {"learning_rate": 3e-05}}
+    assert experiment_key(a, "random_search") == experiment_key(b, "random_search")
+    assert experiment_key(a) != experiment_key(b)  # a mixed pool's members are its experiment
+    assert experiment_key(a, "random_search") != experiment_key(
+        {**b, "agent": {"learning_rate": 1e-3}}, "random_search"
+    )

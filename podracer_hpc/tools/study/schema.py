@@ -277,6 +277,7 @@ class Point:
             "seed": self.seed,
             "executor": executor,
             "scheme": "data_parallel" if self.system.one_learner or self.system.kind == "rllib" else "pods",
+            "study_scheme": self.system.scheme,  # the study file's (pool, best_of_n, random_search, data_parallel)
         }
 
 
