@@ -261,7 +261,8 @@ def split_experiments(runs: list[Run]) -> list[Run]:
     and resource point, those whose :func:`experiment_key` differs get a system name of their own
     (``quickstart [tournament.mode=pbt]``: the keys where they differ) and ``not_pooled`` says
     why. Runs at different resource points stay one system (a scaling study's points differ in
-    the resources, and with them ``env.num_envs`` where a scheme scales it)."""
+    the resources, and with them ``env.num_envs`` where a scheme scales it). A key that only some
+    of the runs have (a config written by an older or newer version) is not a difference."""
     groups: dict[tuple[str, str, int], list[Run]] = {}
     for r in runs:
         r.experiment = repr(sorted(experiment_key(r.config, str(r.point.get("study_scheme", ""))).items()))
@@ -270,8 +271,11 @@ def split_experiments(runs: list[Run]) -> list[Run]:
         keys = {r.experiment: experiment_key(r.config, str(r.point.get("study_scheme", ""))) for r in members}
         if len(keys) < 2:
             continue
-        names = sorted({k for key in keys.values() for k in key})
-        differ = [k for k in names if len({key.get(k) for key in keys.values()}) > 1]
+        # a key only some runs have was added (or dropped) by another version: not a difference
+        names = sorted(set.intersection(*(set(key) for key in keys.values())))
+        differ = [k for k in names if len({key[k] for key in keys.values()}) > 1]
+        if not differ:
+            continue
         for r in members:
             mine = keys[r.experiment]
             r.system = f"{system} [{_short(differ, mine)}]"

@@ -164,3 +164,19 @@ def test_random_search_draws_are_the_seeds_not_another_experiment():
     assert experiment_key(a, "random_search") != experiment_key(
         {**b, "agent": {"learning_rate": 1e-3}}, "random_search"
     )
+
+
+def test_a_key_one_version_did_not_write_is_not_another_experiment(tmp_path):
+    """Runs of one system where only one config has a key (a newer version's, at its default) are
+    seeds of one experiment; a key both have with two values splits them."""
+    from podracer_hpc.report.runs import Run, split_experiments
+
+    def run(name, config):
+        return Run(path=tmp_path / name, system="dp", run=name, config=config, logs={}, summary=None, attrs={})
+
+    old = run("a", {"seed": 0, "agent": {"learning_rate": 1e-3}})
+    new = run("b", {"seed": 1, "agent": {"learning_rate": 1e-3}, "tournament": {"initial_hparams": "auto"}})
+    assert {r.system for r in split_experiments([old, new])} == {"dp"} and not new.not_pooled
+    other = run("c", {"seed": 2, "agent": {"learning_rate": 3e-4}, "tournament": {"initial_hparams": "auto"}})
+    names = {r.run: r.system for r in split_experiments([run("d", new.config), other])}
+    assert names["d"] != names["c"] and "agent.learning_rate" in other.not_pooled
