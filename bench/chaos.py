@@ -8,7 +8,7 @@ resume, so that the other stops by the notice some updates later, and SIGUSR2 to
 group of the README's ``podracer mpirun -n 2 ...``, and SIGUSR2 to a straggler, a rank whose
 updates take 4x as long in that start, so the other rank is likely waiting at a round when the
 notice comes), re-running the same command after each, and then lets it finish.
-It checks the invariants of issue 11 against an uninterrupted run of the same job:
+It checks the resume invariants against an uninterrupted run of the same job:
 
 - no hang: every start ends within its timeout;
 - no crash code: a start ends 0 (done), 75 (stopped, checkpointed) or by the kill itself;
@@ -192,7 +192,7 @@ def hit(event: str, p: subprocess.Popen, run_dir: Path, rng: random.Random) -> b
 
 def stopped_at_a_round(run_dir: Path) -> int:
     """Ranks whose checkpoint holds a round they reached but did not hold (another rank stopped at
-    its meeting): the case a resume must hold before training on (issue 23)."""
+    its meeting): the case a resume must hold before training on."""
     n = 0
     for r in range(RANKS):
         try:

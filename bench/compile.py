@@ -199,8 +199,7 @@ def main() -> None:
     ap.add_argument(
         "--old-ref",
         default="225d40a",
-        help="today's code: the revision to compare with "
-        "(default: main when issue 30 was taken up, before agent.compile)",
+        help="today's code: the revision to compare with (default: the revision before agent.compile)",
     )
     ap.add_argument("--steps", type=int, default=200_000, help="env steps of the halfcheetah runs")
     ap.add_argument("--pendulum-steps", type=int, default=200_000, help="env steps of the pendulum runs")

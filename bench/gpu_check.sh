@@ -11,10 +11,10 @@
 # study: the scaling study on one GPU, jobs/studies/pendulum_scaling_gpu.yaml: 1, 2, 4, 8 pods sharing
 #   the GPU, 3 seeds, and RLlib with a GPU learner where .venv-rllib exists (about 5 minutes; not in all).
 #   The pods share the GPU on purpose (device=cuda:shared in the study file).
-# device: a pod's GPU set-up (podracer_hpc/cluster/device.py, issue 14): the device from the local rank and
+# device: a pod's GPU set-up (podracer_hpc/cluster/device.py): the device from the local rank and
 #   its checks, the start line, per-node caches, and with 2+ GPUs one GPU per pod under mpiexec
 #   (about 1 minute; also first in all).
-# jax: env.name: jax (issue 29 item 6) on cuda:0, needs a CUDA jax next to torch (pip install 'jax[cuda12]'):
+# jax: env.name: jax on cuda:0, needs a CUDA jax next to torch (pip install 'jax[cuda12]'):
 #   the adapter on the GPU against the same env on the CPU, zero copy and JAX not preallocating the GPU,
 #   env steps/s vs the torch Pendulum at 4,096 to 1M envs, PPO end to end (about 2 minutes; also in all);
 #   where MuJoCo Playground imports too (PY=.venv-mjx/bin/python with jax[cuda12], docs/jax.md), its
@@ -155,7 +155,7 @@ run $PY -m podracer_hpc.cli bench train --set device=cuda --set env.num_envs=163
 run $PY -m podracer_hpc.cli train jobs/pendulum.yaml --set device=cuda --set env.num_envs=4096 --set agent.num_minibatches=16 --run-dir /tmp/gpu-pendulum --set log.progress_interval_s=5
 # the stock-trading env (30 stocks) on CUDA; the issue's CPU figure is 1M env steps/s at 4,096 envs
 run $PY bench/trading.py --device cuda --num-envs 4096 65536 262144 --threads 1 --no-peer --seconds 3
-# an off-policy pod on thousands of envs (issue 27): SAC on 4,096 Pendulum envs, the replay ring on the
+# an off-policy pod on thousands of envs: SAC on 4,096 Pendulum envs, the replay ring on the
 # GPU, batch 8,192, 2 updates per env step of the batch; env steps/s, gradient steps/s, time to -250,
 # next to the PPO job on the same GPU
 STEP_TIMEOUT=180 run $PY bench/offpolicy_pod.py --device cuda --set env.num_envs=4096 --set agent.batch_size=8192 \
@@ -186,7 +186,7 @@ for task in ("halfcheetah", "ant"):
           f"one step vs MuJoCo C from the same state: max rel err {err:.1e} (CPU run: ~1e-5)", flush=True)
 PYEOF
 STEP_TIMEOUT=60 run $PY bench/mujoco_envs.py --backends warp --device cuda --tasks halfcheetah,ant --num-envs 4096 32768 --steps 100
-# SAC on 1,024 MuJoCo Warp HalfCheetah envs (physics, replay ring and updates on the GPU; issue 27)
+# SAC on 1,024 MuJoCo Warp HalfCheetah envs (physics, replay ring and updates on the GPU)
 STEP_TIMEOUT=150 run $PY bench/offpolicy_pod.py --job jobs/halfcheetah_sac.yaml --peer '' --device cuda \
   --set env.mujoco.backend=warp --set env.num_envs=1024 --set agent.rollout_steps=8 --set agent.batch_size=8192 \
   --set agent.updates_per_step=1 --set agent.learning_starts=32768 --set eval.interval_env_steps=100000 \

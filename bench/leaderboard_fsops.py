@@ -1,5 +1,5 @@
 """Shared-filesystem load of a tournament: filesystem calls on the leaderboard (and the run's
-round listings) per pod and round, counted with strace, as the pool grows (issue 26).
+round listings) per pod and round, counted with strace, as the pool grows.
 
     python bench/leaderboard_fsops.py                                   # 16, 256, 4,096 pods
     python bench/leaderboard_fsops.py --pods 16 256 --compare cdfcc1d   # beside an earlier revision
@@ -379,7 +379,7 @@ def simulate(tree: Path, pods: int, mode: str, rule: str, rounds: int, work: Pat
 
 
 def end_to_end(tree: Path, pods: int, rounds: int, out: Path) -> dict:
-    """A real quickstart tournament of ``pods`` MPI ranks (the measurement of issues 13 and 14)."""
+    """A real quickstart tournament of ``pods`` MPI ranks."""
     run_dir = out / "run"
     mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or "mpiexec"
     batch = 64 * 16

@@ -4,7 +4,7 @@
     python bench/learning.py --only pendulum --seeds 0
     python bench/learning.py --only halfcheetah hopper walker2d   # MuJoCo v5, 1M steps, 3 seeds
     python bench/learning.py --only pendulum pendulum_sac pendulum_td3   # learners side by side at -250
-    python bench/learning.py --only halfcheetah_sac --max-cpu-min 60 --eval-every 200000   # issue 27's budget
+    python bench/learning.py --only halfcheetah_sac --max-cpu-min 60 --eval-every 200000   # the off-policy jobs' budget
 
 Two kinds of target (SUITE): ``reach`` (classic control) passes when an evaluation reaches the
 target within the budget; ``final`` (MuJoCo, the issue's "at 1M env steps ... mean of 3 seeds")
@@ -52,13 +52,13 @@ SUITE = {
     "halfcheetah": ("jobs/halfcheetah.yaml", 5000.0, 1_000_000, "final", (0, 1, 2)),
     "hopper": ("jobs/hopper.yaml", 2500.0, 1_000_000, "final", (0, 1, 2)),
     "walker2d": ("jobs/walker2d.yaml", 3500.0, 1_000_000, "final", (0, 1, 2)),
-    # issue 27: the off-policy jobs at TD3/SAC level (CleanRL's SAC 9,635, TD3 9,018 at 1M; run
+    # The off-policy jobs at TD3/SAC level (CleanRL's SAC 9,635, TD3 9,018 at 1M; run
     # with --max-cpu-min 60, the issue's budget)
     "halfcheetah_sac": ("jobs/halfcheetah_sac.yaml", 9000.0, 1_000_000, "final", (0, 1, 2)),
     "halfcheetah_td3": ("jobs/halfcheetah_td3.yaml", 9000.0, 1_000_000, "final", (0, 1, 2)),
 }
 DEFAULT = ("pendulum", "cartpole")
-COMPARE_AT = -250.0  # the Pendulum learners are compared at this return (issue 27)
+COMPARE_AT = -250.0  # the Pendulum learners are compared at this return
 PEER = "pendulum"  # ... against PPO's job
 MUJOCO_SET = ["tournament.mode=none", "threads=1", "env.mujoco.num_threads=1"]
 

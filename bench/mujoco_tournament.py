@@ -4,14 +4,14 @@
     python bench/mujoco_tournament.py --task hopper --steps-per-pod 500000 --round 100000
     python bench/mujoco_tournament.py --seed 4 --warmup 100000  # first round after 100k steps
     python bench/mujoco_tournament.py --job jobs/halfcheetah_cleanrl.yaml --pods 8 --steps-per-pod 1000000 \
-        --round 100000 --mode pbt --systems tournament       # the PBT study (issue 17)
+        --round 100000 --mode pbt --systems tournament       # the PBT study
 
 Runs, one after the other, ``mpiexec -n P podracer train jobs/<task>.yaml`` twice: with the job's
 tournament (ElegantRL rule: every ``--round`` env steps the pods evaluate, exchange fitness,
 publish to the leaderboard and the weaker ones load a better agent) and with
 ``tournament.mode=none`` (the same seeds, no exchange). Each pod's final deterministic
 evaluation (``eval.episodes`` episodes, fixed start states) is read from its HDF5 log. The claim
-checked (issue 6): the tournament's best pod is at least as good as the best independent pod.
+checked: the tournament's best pod is at least as good as the best independent pod.
 One torch thread and one envpool thread per pod; prints a table, then one JSON line.
 """
 

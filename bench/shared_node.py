@@ -1,4 +1,4 @@
-"""A pod's training speed on a node it does not have to itself (issue 14, item 2).
+"""A pod's training speed on a node it does not have to itself.
 
 Runs the Pendulum training bench (jobs/pendulum.yaml, 512 envs) and HalfCheetah
 (jobs/halfcheetah.yaml, its defaults: 16 envs, envpool/gymnasium on the CPU) for a few seconds each,
@@ -51,7 +51,8 @@ print(json.dumps({"threads": n, "why": threads_reason(), "steps_per_s": (pod.env
 
 
 def old_default_threads() -> int:
-    """What pod.set_cpu_threads(0, 1) chose before issue 14 on an unbound node without Slurm/OMP settings."""
+    """What pod.set_cpu_threads(0, 1) chose before pods bound their threads, on an unbound node
+    without Slurm/OMP settings."""
     return max(1, len(os.sched_getaffinity(0)))
 
 

@@ -1,5 +1,5 @@
 """A monitor's poll as the logs grow: ``podracer status --watch`` / ``--wait`` at 10^3 vs 10^5 rows
-per rank (issue 26, item 6).
+per rank.
 
 For each log length, a handful of rank logs are built (through h5log's writer), read once, then
 a few rows are appended to each and one poll is timed, two ways side by side:

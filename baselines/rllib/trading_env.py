@@ -1,4 +1,4 @@
-"""podracer's ``stock_trading`` env as a gymnasium env, for the RLlib baseline (issue 15, item 4).
+"""podracer's ``stock_trading`` env as a gymnasium env, for the RLlib baseline.
 
 One trading account of :class:`podracer_hpc.trading.env.StockTradingEnv` (the same market, rules,
 costs, observation and reward as a pod's), stepped through gymnasium's interface so that RLlib's

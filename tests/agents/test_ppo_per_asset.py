@@ -1,4 +1,4 @@
-"""A policy that scales over stocks (issue 15, item 3): the per-asset network shares its weights
+"""A policy that scales over stocks: the per-asset network shares its weights
 across stocks and is permutation-equivariant; target-weight actions beside share orders."""
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_the_stop_tree_connects_every_rank_with_few_neighbours_and_short_paths(n
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [3, 64])
 def test_stop_notices_flood_a_tree_and_settle_exactly(n: int, tmp_path: Path) -> None:
-    """Issue 26: one rank's notice reaches every rank in N - 1 messages, no rank sending more than
+    """One rank's notice reaches every rank in N - 1 messages, no rank sending more than
     ceil(log2 N) + 1, over at most 2 ceil(log2 N) hops; every rank announcing at once (Slurm's
     warning) costs at most 2(N - 1) messages, not N(N - 1); ranks already waiting at the meeting
     pass notices on; after the last meeting every notice is received and MPI finalizes (exit 0)."""

@@ -41,7 +41,7 @@ def test_the_venvs_mpi_is_the_pypi_wheel() -> None:
 
 
 # ------------------------------------------------------------------------------------------
-# Stale MPICH shared memory (issue 11, item 2): what a killed start leaves must not poison the
+# Stale MPICH shared memory: what a killed start leaves must not poison the
 # next start of the same job step, and nothing live may be removed. The Slurm tier shows it
 # with real requeues (tests/slurm/test_requeue.py); here the rules, on real files and locks.
 # ------------------------------------------------------------------------------------------

@@ -172,7 +172,7 @@ GOLDEN_CASES = {
         array=[0, 1, 2],
         array_parallelism=2,
     ),
-    # issue 14: every resource option, the pass-through, the HDF5 and cache settings, no snapshot
+    # Every resource option, the pass-through, the HDF5 and cache settings, no snapshot
     # a DGX H100 (2 x 56 cores): 8 pods x 14 cores fit with --hint=nomultithread (16 would not); typed GPUs
     "submit_dgx_resources": dict(
         nodes=4,
@@ -198,7 +198,7 @@ GOLDEN_CASES = {
     "submit_cpu_unbound": dict(
         nodes=1, tasks_per_node=2, cpus_per_task=4, gpus_per_node=2, gpu_bind="none", snapshot=False, mpi="pmi2"
     ),
-    # issue 28: the ranks in a container (pyxis on srun; charliecloud's ch-run as the rank's python), srun extras
+    # The ranks in a container (pyxis on srun; charliecloud's ch-run as the rank's python), srun extras
     "submit_container_pyxis": dict(
         nodes=2,
         tasks_per_node=8,
@@ -321,7 +321,7 @@ def test_local_failure_names_the_log(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# The local executor behind the signal relay (podracer_hpc/cluster/mpirun.py; issue 11, item 4), under a
+# The local executor behind the signal relay (podracer_hpc/cluster/mpirun.py), under a
 # real mpiexec: USR2 to "the job" stops every rank with a checkpoint, USR2 to mpiexec is no crash.
 # ------------------------------------------------------------------------------------------
 TINY = [
@@ -440,7 +440,7 @@ def test_local_job_usr2_stops_every_rank_with_a_checkpoint_and_resumes(tmp_path)
 
 @pytest.mark.mpi
 def test_podracer_mpirun_as_documented_survives_usr2_to_its_process_group(tmp_path):
-    """Issue 23: the README's multi-rank command (``podracer mpirun -n 2 podracer train ...``) and a
+    """The README's multi-rank command (``podracer mpirun -n 2 podracer train ...``) and a
     SIGUSR2 to its whole process group (a wrapper's "signal the job"): every rank checkpoints, exit
     75; the same command resumes and finishes. A bare mpiexec died of the same signal (-12)."""
     from helpers import mpiexec_or_skip
@@ -556,7 +556,7 @@ def test_signal_relay_exit_code_is_mpiexecs(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
-# --wait's decisions (issue 11, item 3), state by state. What Slurm reports comes from a script
+# --wait's decisions, state by state. What Slurm reports comes from a script
 # here because some paths take minutes on a real cluster (a record purged MinJobAge + 60 s after
 # the end); tests/slurm runs the cancel, the requeues and the never-starting job for real.
 # ------------------------------------------------------------------------------------------
@@ -666,7 +666,7 @@ def test_wait_gives_up_after_its_timeout(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------
-# Many jobs, one scheduler call per poll (issue 26, item 6). A fake scontrol/sacct on PATH
+# Many jobs, one scheduler call per poll. A fake scontrol/sacct on PATH
 # stands in for Slurm: the real-cluster tier (tests/slurm) takes minutes to queue 100 array
 # tasks, and what is checked here is how often and how Slurm is asked, and how its answer is read.
 # ------------------------------------------------------------------------------------------

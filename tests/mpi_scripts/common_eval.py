@@ -1,4 +1,4 @@
-"""Run under mpiexec: the round's evaluation on common start states (issue 24); each rank writes what it saw.
+"""Run under mpiexec: the round's evaluation on common start states; each rank writes what it saw.
 
 Every rank builds its own pod (seed + rank: its own training and evaluation env streams and its own
 network initialization). Then:

@@ -1,5 +1,5 @@
 """Fitness on common start states and comparisons that carry their error (podracer_hpc/pool/fitness.py),
-and how the tournament rules use them (issue 24): small parametrized checks of the math."""
+and how the tournament rules use them: small parametrized checks of the math."""
 
 import math
 

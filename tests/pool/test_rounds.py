@@ -66,7 +66,7 @@ def test_round_decisions_identical_and_copies_bit_exact(tmp_path, mode):
 
 @pytest.mark.parametrize("task", ["quickstart", "cartpole"])
 def test_pods_are_scored_on_common_start_states_and_copies_tie_exactly(tmp_path, task):
-    """Issue 24: 4 pods with their own seeds reset their eval envs to the same start states for a
+    """4 pods with their own seeds reset their eval envs to the same start states for a
     round; 4 identical agents get identical fitness bit for bit (CPU); so a round with margin 0
     replaces nobody (before, each pod drew its own start states and copies scored apart)."""
     r = run_mpi(4, "tests/mpi_scripts/common_eval.py", str(tmp_path), task)

@@ -1,4 +1,4 @@
-"""The pool without lock-step (issue 13), under a real mpiexec: no collective per update, a
+"""The pool without lock-step, under a real mpiexec: no collective per update, a
 signal to one rank ends the job cleanly, asynchronous pods never wait for a straggler."""
 
 import json
@@ -203,7 +203,7 @@ def test_an_async_pod_resumes_exactly(tmp_path):
 
 
 def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
-    """Async PBT (issue 26): each pod's latest agent is in the population (its newest 2 kept), the
+    """Async PBT: each pod's latest agent is in the population (its newest 2 kept), the
     leaderboard keeps only the top K, and a pod reads at most ``population_sample`` others' sidecars a
     round; copies come from population entries and are loaded whole."""
     run = tmp_path / "r"
@@ -249,7 +249,7 @@ def test_async_pbt_pods_copy_from_a_bounded_sample_of_the_population(tmp_path):
 
 
 def test_a_time_floor_spaces_collective_rounds_on_the_interval_grid(tmp_path):
-    """``tournament.min_interval_s`` (issue 26): rounds wait whole intervals until the floor has passed
+    """``tournament.min_interval_s``: rounds wait whole intervals until the floor has passed
     at the pods' speed, both pods hold the same rounds at the same env steps, and with rounds that no
     longer checkpoint each (auto: due) the run still ends complete."""
     run = tmp_path / "r"

@@ -1,4 +1,4 @@
-"""Entries that collective rounds loaded stay on the leaderboard until the pool checkpoints (issue 26).
+"""Entries that collective rounds loaded stay on the leaderboard until the pool checkpoints.
 
 With ``log.round_checkpoints: due`` a resume can redo several rounds, and each redone round loads
 the entries its kept listing names again: no prune in between may have taken them. One real

@@ -1,4 +1,4 @@
-"""A tournament requeued three times on the local cluster without accounting (issue 11).
+"""A tournament requeued three times on the local cluster without accounting.
 
 One `podracer submit --wait` job of 2 logical nodes x 2 ranks (two MPICH shared-memory segments
 per start, one per node) is stopped three times at moments drawn at random from a seed printed in

@@ -250,7 +250,7 @@ def test_job_that_can_never_start_is_an_error_not_a_wait(slurm_cluster_noacct, t
 
 
 # ------------------------------------------------------------------------------------------
-# Issue 14: resources reach the job, a snapshot survives the checkout changing, no Slurm needed
+# Resources reach the job, a snapshot survives the checkout changing, no Slurm needed
 # to see the script
 # ------------------------------------------------------------------------------------------
 def test_dry_run_shows_the_script_without_slurm(tmp_path):
@@ -517,7 +517,7 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
 
 
 def test_a_warning_signal_to_the_whole_job_checkpoints_and_requeues(slurm_cluster_noacct, tmp_path):
-    """Issue 23: `scancel --signal=USR2 --full` (the batch shell too: what a site's preemption or a
+    """`scancel --signal=USR2 --full` (the batch shell too: what a site's preemption or a
     user who signals everything does). The batch shell died of it and the job ended FAILED
     (JobLaunchFailure), not requeued; now it traps it, the ranks checkpoint, rank 0 requeues, and
     the job resumes and completes with every update logged once."""

@@ -740,7 +740,7 @@ def test_array_throttled_later_task_joins_shared_leaderboard(cluster, jobs) -> N
 
 @pytest.mark.slurm
 def test_a_warning_signal_to_the_whole_job_requeues_and_resumes(cluster) -> None:
-    """Issue 23: `scancel --signal=USR2 --full`: the batch shell (trapped), srun and every rank get
+    """`scancel --signal=USR2 --full`: the batch shell (trapped), srun and every rank get
     the signal at once; the ranks checkpoint, the job requeues itself and completes, each update once."""
     total = 12 * INTERVAL
     job = _sbatch(

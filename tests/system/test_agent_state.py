@@ -1,4 +1,4 @@
-"""One contract for agent state (issue 12): the agent owns its keys and its hyperparameters;
+"""One contract for agent state: the agent owns its keys and its hyperparameters;
 pods, leaderboard entries, checkpoints and the backtest go through it; the three load paths
 keep or take hyperparameters as documented; files written before the change still load."""
 

@@ -1,4 +1,4 @@
-"""What a chaos run found (issue 11), each a test: any kill resumes, late signals are harmless,
+"""What a chaos run found, each a test: any kill resumes, late signals are harmless,
 bad input ends with exit 2 and a message, and nothing that existed is damaged.
 
 Kills are real SIGKILLs of real processes (single pods, and one rank under a real mpiexec);
@@ -177,7 +177,7 @@ def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
 
 
 def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path):
-    """Issue 26: rounds that do not checkpoint (``log.round_checkpoints=due``, no time checkpoints).
+    """Rounds that do not checkpoint (``log.round_checkpoints=due``, no time checkpoints).
     Killed after four rounds, the pool resumes from its first checkpoint and redoes every round on
     the listings it kept: each update and round is logged once, and both pods end bit-equal to an
     uninterrupted run. (That an entry a round loaded survives later prunes until the pool
@@ -362,7 +362,7 @@ def assert_same_log(a: Path, b: Path) -> None:
 
 @pytest.mark.mpi
 def test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly(tmp_path):
-    """Issue 23: rank 1 gets a warning signal right after a resume; rank 0 trains on until it
+    """Rank 1 gets a warning signal right after a resume; rank 0 trains on until it
     reaches the next round, where it learns of the stop; each checkpoints at its own update (rank 0
     *at* the round, rank 1 one update before it). Resumed, rank 0 must hold that round before it
     trains again: it used to train one more update first and diverge from the uninterrupted run."""
@@ -420,7 +420,7 @@ BIG = os.environ.get("PODRACER_TEST_64_RANKS") == "1"
     ],
 )
 def test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly(tmp_path, n):
-    """Issue 26: the last rank of n gets a warning signal (a real SIGUSR2) after update 3. Its notice
+    """The last rank of n gets a warning signal (a real SIGUSR2) after update 3. Its notice
     floods the ranks' tree (at 8, fan-out 3: 7 - 2 - 0 - {1, 3}, 1 - {4, 5, 6}), passed on in the
     polls between updates and at the meeting: every rank stops (exit 75) and says how many hops its
     notice came over, its distance from the signalled rank in the tree; the same command resumes,

@@ -61,7 +61,7 @@ def test_environment_yml_pins_the_sites_mpi_abi_and_names_cuda_per_gpu_generatio
 
 
 def test_environment_yml_gives_a_cuda_torch_on_a_login_node_without_a_gpu():
-    """conda must not fall back to the CPU build where it sees no GPU (issue 14): the build is
+    """conda must not fall back to the CPU build where it sees no GPU: the build is
     pinned to CUDA, cuda-version is pinned, and the file says to create it with
     CONDA_OVERRIDE_CUDA at that version (docs/slurm-templates.md says the same)."""
     text = (REPO / "environment.yml").read_text()

@@ -1,4 +1,4 @@
-"""`podracer config` and `podracer submit --dry-run` import no torch (issue 30 item 5): a task's
+"""`podracer config` and `podracer submit --dry-run` import no torch: a task's
 options are declared in modules that need none (envs/classic_tasks.py, envs/mujoco_tasks.py,
 trading/task.py, envs/gym_task.py, envs/jax_task.py), its env class is named and imported only when a pod builds it
 (registry.Lazy). Checked with `python -X importtime` in a fresh process, as a user runs them."""

@@ -1,4 +1,4 @@
-"""The package as a user installs it (issue 25): a wheel built from the checkout, installed in a
+"""The package as a user installs it: a wheel built from the checkout, installed in a
 fresh venv outside it, runs `podracer config`, a local `podracer submit` of a shipped job, and
 `podracer study --dry-run` (or refuses with the documented message); the wheel carries jobs/,
 slurm_templates/ and baselines/ (setup.py) and no top-level `analysis` package.

@@ -1,4 +1,4 @@
-"""`podracer evaluate PATH` (issue 24): a checkpoint, a leaderboard entry, a run directory, and
+"""`podracer evaluate PATH`: a checkpoint, a leaderboard entry, a run directory, and
 files it must refuse (exit 2, a message, no traceback). Agents play the same start states, so a
 run's verdict is reproduced exactly by the seed and episode count its summary names."""
 

@@ -213,7 +213,7 @@ def test_not_a_run_directory_is_refused_clearly(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------
-# Monitoring at scale (issue 26, item 6): synthetic run directories written through h5log's
+# Monitoring at scale: synthetic run directories written through h5log's
 # writer, no training.
 # ------------------------------------------------------------------------------------------
 def _synthetic_run(root: Path, pods: int, rows: int = 5, total: int = 100_000, slurm: dict | None = None) -> Path:
@@ -346,7 +346,7 @@ def test_status_asks_slurm_at_most_every_30_s(tmp_path, monkeypatch):
 
 
 def test_progress_lines_come_from_rank_0_with_the_pool_unless_every_rank_is_asked(tmp_path):
-    """Issue 26: at 4,096 ranks every rank's progress line was 410 lines/s into one job log."""
+    """At 4,096 ranks every rank's progress line was 410 lines/s into one job log."""
     fast = [
         "total_env_steps=8192",
         "env.num_envs=64",

@@ -360,7 +360,7 @@ def test_missing_package_is_a_clear_error():
 
 
 def test_a_market_file_is_resolved_once_and_its_cache_opened_once(tmp_path, monkeypatch):
-    """A ``pkg:`` data path is looked up once per env build and once per backtest (issue 25: it was 3
+    """A ``pkg:`` data path is looked up once per env build and once per backtest (it was 3
     and 5 times), and a backtest on the pods' cache checks and opens that cache once (it was twice:
     cache_status, then get_market)."""
     import importlib.util
