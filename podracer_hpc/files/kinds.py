@@ -89,7 +89,7 @@ def identify(path: str | os.PathLike) -> FileKind:
         return _directory(path)
     run = _run_of(path)
     if not stat.S_ISREG(st.st_mode):
-        return FileKind(path, "special", f"{LABELS['special']} (a FIFO, a device or a socket)", run)
+        return FileKind(path, "special", f"{LABELS['special']} ({_special(st.st_mode)})", run)
     try:
         fd = open_regular(path)
     except (OSError, RunFileError) as e:
@@ -106,6 +106,17 @@ def identify(path: str | os.PathLike) -> FileKind:
     finally:
         os.close(fd)
     return _by_name(path, run, head)
+
+
+def _special(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return what
+    return "a socket" if stat.S_ISSOCK(mode) else "not a file"
 
 
 def wrong_kind(found: FileKind, accepts: tuple[str, ...]) -> str | None:
@@ -173,8 +184,8 @@ def _archive(path: Path, run: Path | None) -> FileKind:
 
 def _placed(path: Path) -> str:
     """The kind a state file's name and place give it ("" if they give none)."""
-    if path.parent.name == "checkpoints" and path.name.startswith("rank") and path.suffix in (".safetensors", ".prev"):
-        return "checkpoint"
+    if path.name.startswith("rank") and path.suffix in (".safetensors", ".prev"):
+        return "checkpoint"  # in a run's checkpoints/ or a copy of one elsewhere
     if path.parent.name == "entries" and path.suffix == ".safetensors":
         return "entry"
     return ""

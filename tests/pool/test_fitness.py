@@ -127,7 +127,7 @@ def test_an_entry_that_looks_worse_is_not_even_verified():
 def test_pbt_copies_only_a_source_better_on_common_states():
     easy = (-100.0, -100.0, -100.0, -100.0)
     a = _reports([easy, (-90.0,) * 4, easy, easy])  # pod 1 better; the others are one agent's copies
-    cfg = TournamentConfig(mode="pbt", quantile=0.25)
+    cfg = TournamentConfig(mode="pbt", quantile=0.25, ready_rounds=0)
     out = decide(a, [], 0, 0, cfg)
     bottom = [d for d in out if d.action == "copy_pod"]
     assert len(bottom) == 1 and bottom[0].source_rank == 1 and bottom[0].diff_mean == pytest.approx(10.0)

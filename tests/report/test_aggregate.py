@@ -36,6 +36,7 @@ PBT_SETS = [
     "eval.episodes=5",
     "tournament.quantile=0.5",
     "tournament.resample_prob=0.5",
+    "tournament.ready_rounds=0",  # the weaker pod may copy at every round, the first included
     "tournament.hparam_space={learning_rate: [1.0e-4, 1.0e-2, true]}",
     "log.progress_interval_s=0",
 ]
@@ -179,7 +180,8 @@ def test_run_table_agrees_with_summary_json(runs, loaded):
 def test_tournament_table_and_pbt_hyperparameters(runs, loaded):
     _, _, tour = loaded
     logs = _logs(runs["pbt"])
-    assert len(tour) == sum(len(log["tournament"]["round"]) for log in logs.values()) == 2 * 4
+    assert len(tour) == sum(len(log["tournament"]["round"]) for log in logs.values()) == 2 * 4 + 1
+    assert tour.where(round=-1)["action"].tolist() == ["draw"]  # pod 1 started from its draw from the prior
     assert set(tour["run"].tolist()) == {"pbt"}
     t = tour.where(pod=1)
     np.testing.assert_array_equal(t["fitness"], logs[1]["tournament"]["fitness"])
