@@ -361,26 +361,19 @@ class Pool:
             return None
         score = {e.id: e.score for e in entries}.get(eid, float("nan"))
         self.say(f"joined from leaderboard entry {eid} (score {score:.1f})")
-        if self.log is not None:  # round -1: how this pod started
-            hp = self.hparams()
-            self.log.append(
-                "tournament",
-                RoundRecord(
-                    -1,
-                    self.pod.env_steps,
-                    0.0,
-                    score,
-                    "join",
-                    Source("entry", eid),
-                    hp,
-                    hp,
-                    0.0,
-                    0,
-                    algo=self.cfg.agent.algo,
-                ).to_row(),
-                flush=True,
-            )
+        hp = self.hparams()
+        self._log_start("join", score, Source("entry", eid), hp, hp)
         return eid
+
+    def _log_start(
+        self, action: str, fitness: float, source: Source, old: dict[str, float], new: dict[str, float]
+    ) -> None:
+        """The row of round -1 in this pod's ``/tournament`` log: how it started (a join, a draw)."""
+        if self.log is not None:
+            row = RoundRecord(
+                -1, self.pod.env_steps, 0.0, fitness, action, source, old, new, 0.0, 0, algo=self.cfg.agent.algo
+            )
+            self.log.append("tournament", row.to_row(), flush=True)
 
     def draw_first_hparams(self) -> dict[str, float] | None:
         """PBT's first population (``tournament.initial_hparams``): with ``prior`` (``auto`` when
@@ -396,14 +389,7 @@ class Pool:
         new = prior_draw(effective_space(t, self.cfg.agent.algo), self.pod.seed)
         self.pod.set_hparams(new)
         self.say(f"starts from its draw from the prior: {', '.join(f'{n}={v:.4g}' for n, v in new.items())}")
-        if self.log is not None:  # round -1: how this pod started
-            self.log.append(
-                "tournament",
-                RoundRecord(
-                    -1, self.pod.env_steps, 0.0, math.nan, "draw", Source(), old, new, 0.0, 0, algo=self.cfg.agent.algo
-                ).to_row(),
-                flush=True,
-            )
+        self._log_start("draw", math.nan, Source(), old, new)
         return new
 
     # --- a collective round ---------------------------------------------------------------

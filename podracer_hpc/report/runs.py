@@ -264,11 +264,14 @@ def split_experiments(runs: list[Run]) -> list[Run]:
     the resources, and with them ``env.num_envs`` where a scheme scales it). A key that only some
     of the runs have (a config written by an older or newer version) is not a difference."""
     groups: dict[tuple[str, str, int], list[Run]] = {}
+    key_of: dict[str, dict[str, str]] = {}  # experiment text -> its key
     for r in runs:
-        r.experiment = repr(sorted(experiment_key(r.config, str(r.point.get("study_scheme", ""))).items()))
+        key = experiment_key(r.config, str(r.point.get("study_scheme", "")))
+        r.experiment = repr(sorted(key.items()))
+        key_of[r.experiment] = key
         groups.setdefault((r.system, r.task, r.pods), []).append(r)
     for (system, _task, _pods), members in groups.items():
-        keys = {r.experiment: experiment_key(r.config, str(r.point.get("study_scheme", ""))) for r in members}
+        keys = {r.experiment: key_of[r.experiment] for r in members}
         if len(keys) < 2:
             continue
         # a key only some runs have was added (or dropped) by another version: not a difference
@@ -276,13 +279,13 @@ def split_experiments(runs: list[Run]) -> list[Run]:
         differ = [k for k in names if len({key[k] for key in keys.values()}) > 1]
         if not differ:
             continue
+        values = {k: sorted({str(key[k]).strip(chr(34)) for key in keys.values()}) for k in differ}
+        why = f"{system}: {len(keys)} experiments, not pooled: they differ in " + "; ".join(
+            f"{k} ({', '.join(v)})" for k, v in values.items()
+        )
         for r in members:
-            mine = keys[r.experiment]
-            r.system = f"{system} [{_short(differ, mine)}]"
-            values = {k: sorted({str(key.get(k, "-")).strip(chr(34)) for key in keys.values()}) for k in differ}
-            r.not_pooled = f"{system}: {len(keys)} experiments, not pooled: they differ in " + "; ".join(
-                f"{k} ({', '.join(v)})" for k, v in values.items()
-            )
+            r.system = f"{system} [{_short(differ, keys[r.experiment])}]"
+            r.not_pooled = why
     return runs
 
 
