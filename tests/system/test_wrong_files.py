@@ -6,8 +6,6 @@ steps, ``podracer train``), so every kind is the real thing."""
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -52,22 +50,13 @@ NAMES = {
 def tree(tmp_path_factory) -> Path:
     """``<tmp>/runs/tiny``: a finished one-pod run (checkpoints, an entry, a log, a summary)."""
     root = tmp_path_factory.mktemp("wrong")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "podracer_hpc.cli",
-            "train",
-            "jobs/quickstart.yaml",
-            "--run-dir",
-            str(root / "runs" / "tiny"),
-            "--quiet",
-            *sum((["--set", s] for s in SETS), []),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
+    r = run_cli(
+        "train",
+        "jobs/quickstart.yaml",
+        "--run-dir",
+        str(root / "runs" / "tiny"),
+        "--quiet",
+        *sum((["--set", s] for s in SETS), []),
     )
     assert r.returncode == 0, r.stderr
     shutil.copy(REPO / "jobs" / "quickstart.yaml", root / "job.yaml")
