@@ -125,17 +125,18 @@ def test_the_batch_scripts_record_lets_the_node_cache_beat_the_images_env(env, t
     setup = _job_setup(tmp_path)
     image_env = {"WARP_CACHE_PATH": "/usr/local/warp-cache", "TORCHINDUCTOR_CACHE_DIR": "/usr/local/inductor"}
     pod = f"env {' '.join(f'{k}={v}' for k, v in image_env.items())} {sys.executable} -c {json.dumps(POD_START)}"
-    r = subprocess.run(
-        ["bash", "-c", f"{setup}\n{pod}"],
-        env={**env, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": "/scratch/job/inductor"},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    got = _pod_start(
+        f"{setup}\n{pod}", {**env, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": "/scratch/job/inductor"}, 120
     )
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / HOST / "warp"), got
     assert got["TORCHINDUCTOR_CACHE_DIR"] == "/scratch/job/inductor", got  # the job's, restored
+
+
+def _pod_start(script: str, env: dict, timeout: float) -> dict:
+    """Run the batch script's lines and a pod's start in bash; the cache variables the pod saw."""
+    r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 IMAGES = [REPO / "build" / "container-gpu" / "podracer", REPO / "build" / "container" / "podracer"]
@@ -158,15 +159,11 @@ def test_inside_a_built_image_under_ch_run(env, tmp_path):
     setup = _job_setup(tmp_path)
     inner = f"python3 -c {json.dumps(POD_START)}"
     run = f"ch-run --set-env={image_env} -b {tmp_path}:{tmp_path} {image} -- {inner}"
-    r = subprocess.run(
-        ["bash", "-c", f"{setup}\n{run}"],
-        env={**env, "USER": env.get("USER", "root"), "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/job-inductor"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    got = _pod_start(
+        f"{setup}\n{run}",
+        {**env, "USER": env.get("USER", "root"), "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/job-inductor"},
+        300,
     )
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / HOST / "warp"), got
     assert got["TORCHINDUCTOR_CACHE_DIR"] == f"{tmp_path}/job-inductor", got
 
