@@ -228,8 +228,8 @@ class TournamentConfig:
     )
     ready_rounds: int = F(
         3,
-        "pbt: a pod that copied another, or started, is not replaced for this many rounds (PBT's 'ready'; "
-        "3: a new learning rate needs 50-75k Pendulum steps to show, bench/HISTORY.md)",
+        "pbt/dexpbt: a pod that copied another, or started, is not replaced for this many rounds (PBT's "
+        "'ready'; 3: a new learning rate needs 50-75k Pendulum steps to show, bench/HISTORY.md)",
     )
     initial_hparams: str = F(
         "auto",

@@ -111,7 +111,9 @@ class Pool:
         )
         self.job = job
         self.space = tuple(effective_space(self.tcfg, cfg.agent.algo))  # the names this pod's learner has
-        self.last_copy_round = -1  # the last round this pod took another agent (PBT's "ready")
+        self.last_copy_round = (
+            -1
+        )  # the last round this pod took another agent or mutated its own values (PBT's "ready")
         self.publish_failed_round = -1  # the last round whose publication failed (its row says so)
         self.last_decisions: list[Decision] = []  # every pod's decision at the last collective round
         # entries collective rounds loaded since the pool last checkpointed together: a resume
@@ -260,6 +262,8 @@ class Pool:
                 self.say(f"round {index}: kept own hyperparameters, the source's are refused: {'; '.join(bad)}")
             else:
                 self.pod.set_hparams(new)
+                if action == "keep":  # a mutation of its own values (DexPBT) needs time to show, as a copy
+                    self.last_copy_round = index
         return action, source, compared
 
     def declared(self) -> dict:

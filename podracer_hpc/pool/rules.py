@@ -98,7 +98,7 @@ _STREAM_DEXPBT = 3
 
 
 def _changed(last_copy_round: int) -> str:
-    return f"copied at round {last_copy_round}" if last_copy_round >= 0 else "started at round -1"
+    return f"changed at round {last_copy_round}" if last_copy_round >= 0 else "started at round -1"
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class PodReport:
     fitness: float  # evaluation return of the deterministic policy; NaN if evaluation failed
     env_steps: int  # environment steps this pod's agent has been trained on
     hparams: dict[str, float] = field(default_factory=dict)  # current hyperparameters
-    last_copy_round: int = -1  # the last round this pod took another agent (-1: the pool's start)
+    last_copy_round: int = -1  # the last round this pod took another agent or mutated its own values (-1: the start)
     returns: tuple[float, ...] = ()  # the episodes behind ``fitness``, on the round's common start states
     kind: str = ""  # the agent's kind (agents.settings.agent_kind: learner and network); pods take only their own
 
@@ -543,6 +543,7 @@ def dexpbt_select(
     steps_tolerance: float = 0.25,
     entries: Iterable[Entry | tuple] = (),
     top_k: int | None = None,
+    ready_rounds: int = 0,
     rng_ranks: Sequence[int] | None = None,
     labels: Sequence[int] | None = None,
 ) -> list[Decision]:
@@ -556,6 +557,9 @@ def dexpbt_select(
       copies it and takes the leader's hyperparameters through :func:`mutate`; with no such
       leader a finite underperformer keeps its agent and mutates its own hyperparameters
       (action ``keep`` with ``new_hparams``).
+    - Ready (as :func:`pbt_select`): a finite underperformer that took another agent, or started,
+      fewer than ``ready_rounds`` rounds ago keeps its agent and its hyperparameters, so that the
+      first rounds do not act on agents that have not learned yet.
     - A NaN pod with no leader copies the best finite pod; with no finite pod, the best finite
       ``entries`` item; else it resets.
     - Publish: drawn sources, plus pods that would enter the top ``top_k`` (as :func:`pbt_select`).
@@ -576,6 +580,11 @@ def dexpbt_select(
         if not nan and not fit[r] < lower:
             why = "leader" if r in leaders else "between the cuts"
             decisions[r] = Decision(action="keep", reason=f"{why} ({cuts})" if n > 1 else "world of one", **base)
+            continue
+        if not nan and round - me.last_copy_round < ready_rounds:
+            decisions[r] = Decision(
+                action="keep", reason=f"underperformer ({cuts}), not ready ({_changed(me.last_copy_round)})", **base
+            )
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_DEXPBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
@@ -734,6 +743,7 @@ def _decide_kind(
             steps_tolerance=cfg.steps_tolerance,
             entries=entries,
             top_k=cfg.top_k,
+            ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,
             labels=labels,
         )

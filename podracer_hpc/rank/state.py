@@ -29,7 +29,7 @@ class RankState:
     round: int = 0  # the round the pod is in (its epoch: resume.py)
     world_size: int | None = None  # ranks of the MPI world that wrote it (None: not recorded)
     next_round: int = 0  # env steps of the next round (0: not recorded: the round's own point)
-    last_copy_round: int = -1  # the last round this pod took another agent (PBT's "ready")
+    last_copy_round: int = -1  # the last round this pod took another agent or mutated its own values (PBT's "ready")
     pending_round: list | None = None  # [round, fitness]: evaluated for a round whose meeting ended the run
     collectives: dict[str, int] = field(default_factory=dict)  # this process's collective calls (tests count them)
     log_rows: dict[str, int] | None = None  # what the (flushed) log held: a resume cuts it back to this

@@ -282,3 +282,36 @@ def test_pods_with_batches_of_their_own_meet_at_the_same_rounds(tmp_path):
 
 def log_envs(run: Path, rank: int) -> int:
     return read_log(run / "logs" / f"quickstart_rank{rank}.h5")["attrs"]["config"]["env"]["num_envs"]
+
+
+def test_a_dexpbt_pod_that_changed_is_left_alone_for_ready_rounds(tmp_path):
+    """DexPBT under mpiexec: a pod that copied a leader or mutated its own values at round r
+    changes nothing at rounds r+1 .. r+ready_rounds-1 (the change is carried from round to round,
+    not only decided on paper); at least one pod changes, so the check is not vacuous."""
+    from podracer_hpc.files.records import read_records
+
+    ready = 3
+    run = tmp_path / "run"
+    sets = [
+        "total_env_steps=24576",
+        "env.num_envs=64",
+        "eval.interval_env_steps=2048",
+        "eval.episodes=4",
+        "tournament.mode=dexpbt",
+        "tournament.interval_env_steps=2048",
+        f"tournament.ready_rounds={ready}",
+        "tournament.hparam_space={learning_rate: [1.0e-5, 1.0e-2, true]}",
+    ]
+    r = run_mpi(4, *train_args(run, *sets))
+    assert r.returncode == 0, r.stderr
+    changes = 0
+    for k in range(4):
+        rows = [
+            x for x in read_records(read_log(run / "logs" / f"quickstart_rank{k}.h5")["tournament"]) if x.round >= 0
+        ]
+        changed = [x.round for x in rows if x.action == "copy_pod" or x.new_hparams != x.old_hparams]
+        changes += len(changed)
+        for a, b in zip(changed, changed[1:]):
+            assert b - a >= ready, (k, changed)
+        assert not changed or changed[0] >= ready - 1, (k, changed)  # the start counts as round -1
+    assert changes > 0, "no pod changed: the run did not exercise the rule"

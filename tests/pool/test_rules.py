@@ -7,6 +7,7 @@ import math
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -681,6 +682,32 @@ def test_dexpbt_nan_pods_are_always_replaced(fitness, entries, action, source):
     assert d.action == action and (d.source_rank if action == "copy_pod" else d.source_entry) == source
 
 
+@pytest.mark.parametrize(
+    "last_change, round, ready, acts",
+    [
+        (-1, 0, 3, False),  # the start counts as a change: nothing before it trained 3 intervals
+        (-1, 1, 3, False),
+        (-1, 2, 3, True),
+        (4, 6, 3, False),  # copied or mutated at round 4: protected through round 6
+        (4, 7, 3, True),
+        (-1, 0, 0, True),  # ready_rounds 0: acts at once, as Isaac Lab's rule
+    ],
+)
+@pytest.mark.parametrize("leaders", [True, False])
+def test_dexpbt_an_underperformer_acts_only_once_ready(last_change, round, ready, acts, leaders):
+    fitness = [9.0, 5.0, 0.0] if leaders else [5.0, 5.0, 0.0]  # without a leader it mutates its own values
+    table = [replace(p, last_copy_round=last_change) for p in reports(fitness)]
+    d = dexpbt_select(table, round=round, seed=0, space=SPACE, threshold_std=0.5, ready_rounds=ready)[2]
+    assert (d.action != "keep" or d.new_hparams is not None) == acts
+    if not acts:
+        assert d.action == "keep" and d.new_hparams is None and "not ready" in d.reason
+
+
+def test_dexpbt_a_nan_pod_is_replaced_even_when_not_ready():
+    table = [replace(p, last_copy_round=5) for p in reports([NAN, 1.0, 3.0])]
+    assert dexpbt_select(table, round=6, seed=0, space=SPACE, ready_rounds=3)[0].action == "copy_pod"
+
+
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
 def test_mutate_changes_each_value_with_its_rate_by_a_factor_in_range(seed, rate):
@@ -734,7 +761,7 @@ def test_decide_dexpbt_uses_the_config_and_the_default_space():
         PodReport(r, f, 1000, {"learning_rate": 1e-3, "ent_coef": 0.01, "clip_coef": 0.2, "gae_lambda": 0.95})
         for r, f in enumerate([9.0, 5.0, 0.0])
     ]
-    ds = decide(table, [], round=0, seed=0, cfg=c)
+    ds = decide(table, [], round=c.ready_rounds - 1, seed=0, cfg=c)  # the first round every pod is ready
     assert [d.action for d in ds] == ["keep", "keep", "copy_pod"] and ds[2].source_rank == 0 and ds[0].publish
     assert set(ds[2].new_hparams) == set(table[0].hparams)
     assert all(ds[2].new_hparams[k] != table[0].hparams[k] for k in table[0].hparams)  # rate 1: every one moved
