@@ -65,6 +65,8 @@ __all__ = [
     "DeviceModel",
     "SCHEMES",
     "device_markdown",
+    "device_verdicts",
+    "verdicts_markdown",
     "run_costs",
     "cumulative_return_scale",
     "METRICS",
@@ -275,6 +277,7 @@ RUN_COLUMNS = (
     "env_steps_per_pod_to_target",
     "round_s",
     "round_s_to_target",
+    "rounds_to_target",
     "allreduce_s_to_target",
     "own_step_s",
     "device_step_s",
@@ -400,6 +403,7 @@ def _device_row(run: Run, row: dict[str, Any], device: DeviceModel) -> dict[str,
         "env_steps_per_pod_to_target": (x / devices if dp else x) if reached else math.nan,
         "round_s": float(sum(t for _, t in costs["rounds"])),
         "round_s_to_target": float(sum(t for s, t in costs["rounds"] if s < upto)),
+        "rounds_to_target": sum(1 for s, _ in costs["rounds"] if s < upto),
         "allreduce_s_to_target": (ar * costs["grad_steps"](upto) if ar else 0.0),
         "own_step_s": costs["own_step_s"],
     }
@@ -650,6 +654,8 @@ SCALING_COLUMNS = (
     "device_efficiency",
     "device_step_s",
     "device_step_source",
+    "device_round_s_mean",
+    "device_rounds_mean",
 )
 
 
@@ -674,6 +680,8 @@ def _device_stats(v: Table) -> dict[str, Any]:
             "env_steps_per_pod_to_target",
             "env_steps_per_pod",
             "device_step_s",
+            "round_s_to_target",
+            "rounds_to_target",
         )
     }
     t, bound = col["device_s_to_target"], col["device_s_bound"]
@@ -705,6 +713,8 @@ def _device_stats(v: Table) -> dict[str, Any]:
         if np.isfinite(col["device_step_s"]).any()
         else math.nan,
         "device_step_source": "; ".join(src),
+        "device_round_s_mean": float(col["round_s_to_target"][known].mean()) if known.any() else math.nan,
+        "device_rounds_mean": float(col["rounds_to_target"][known].mean()) if known.any() else math.nan,
     }
 
 
@@ -889,5 +899,96 @@ def device_markdown(sc: Table) -> str:
             f"| {r['task']} | {r['system']} | {r['pods']} | {r['seeds']} | {r['reached']}/{r['seeds']} | {steps} | "
             f"{dev} | {_num(r['device_speedup'], '{:.2f}')} | {wall_s} | "
             f"{_censored(r['device_step_s'], '{:.3g}')} ({r['device_step_source'] or 'n/a'}) |"
+        )
+    verdicts = verdicts_markdown(device_verdicts(sc))
+    if verdicts:
+        lines += ["", "Each system that holds rounds against the fastest that holds none (device-equivalent time):", ""]
+        lines.append(verdicts.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+VERDICT_COLUMNS = (
+    "task",
+    "pods",
+    "system",
+    "alternative",
+    "system_s",
+    "alternative_s",
+    "lead",
+    "lead_bound",
+    "round_share",
+    "break_even_round_s",
+)
+
+
+def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
+    """Each system that holds rounds against the fastest system that holds none, per task and
+    pods, in device-equivalent time (a :func:`scaling_table` with its device columns).
+
+    ``lead`` = the alternative's mean device seconds / the system's (``lead_bound`` ``"<="`` when
+    the system's seeds were censored at the budget, ``">="`` when only the alternative's were:
+    a censored mean is a lower bound); ``round_share``: the system's mean seconds in rounds over
+    its mean time; ``break_even_round_s``: the cost of one round at which the system would lead
+    by the factor ``lead`` (its training time unchanged, the same number of rounds), when both
+    reached the target on every seed: ``(alternative / lead - training) / rounds``; 0 or less
+    means it cannot lead by that much even with free rounds."""
+    rows = [r for r in sc.rows() if math.isfinite(r["target"]) and math.isfinite(r["device_s_mean"])]
+    out = []
+    for r in rows:
+        if not r["device_rounds_mean"] > 0:
+            continue
+        peers = [
+            q for q in rows if q["task"] == r["task"] and q["pods"] == r["pods"] and not q["device_rounds_mean"] > 0
+        ]
+        if not peers:
+            continue
+        # the fastest alternative: every seed reached before any censored one, then the lower mean
+        alt = min(peers, key=lambda q: (int(q["device_s_censored"]) > 0, q["device_s_mean"]))
+        mine, theirs = float(r["device_s_mean"]), float(alt["device_s_mean"])
+        cens_me, cens_alt = int(r["device_s_censored"]) > 0, int(alt["device_s_censored"]) > 0
+        bound = "" if cens_me == cens_alt and not cens_me else ("<=" if cens_me else ">=")
+        if cens_me and cens_alt:
+            bound = "?"  # both censored: neither mean is the time
+        rounds_s, n = float(r["device_round_s_mean"]), float(r["device_rounds_mean"])
+        even = (theirs / lead - (mine - rounds_s)) / n if not bound and n > 0 else math.nan
+        out.append(
+            {
+                "task": r["task"],
+                "pods": r["pods"],
+                "system": r["system"],
+                "alternative": alt["system"],
+                "system_s": mine,
+                "alternative_s": theirs,
+                "lead": theirs / mine if mine > 0 else math.nan,
+                "lead_bound": bound,
+                "round_share": rounds_s / mine if mine > 0 else math.nan,
+                "break_even_round_s": even,
+            }
+        )
+    return typed(Table.from_rows(out, VERDICT_COLUMNS), VERDICT_COLUMNS)
+
+
+def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
+    """:func:`device_verdicts` as Markdown: one line per system that holds rounds."""
+    if not len(v):
+        return ""
+    lines = [
+        f"| task | pods | system | fastest system without rounds | device s: system / alternative | "
+        f"lead | share of its time in rounds | leads by {lead:g}x while a round costs at most |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in v.rows():
+        sign = {"": "", "<=": "≤ ", ">=": "≥ ", "?": "? "}[r["lead_bound"]]
+        even = r["break_even_round_s"]
+        if not math.isfinite(even):
+            even_s = "n/a (a seed did not reach the target)"
+        elif even <= 1e-9:  # (rounding: a break-even of exactly 0 s)
+            even_s = "never (its training alone is too long)"
+        else:
+            even_s = f"{even:.3g} s"
+        lines.append(
+            f"| {r['task']} | {r['pods']} | {r['system']} | {r['alternative']} | "
+            f"{r['system_s']:.3g} / {r['alternative_s']:.3g} | {sign}{r['lead']:.2f}x | "
+            f"{r['round_share']:.0%} | {even_s} |"
         )
     return "\n".join(lines) + "\n"

@@ -211,3 +211,49 @@ def test_the_figure_draws_device_time_against_pods_log_log_with_ideal_lines(stud
     marks = [c for c in ax.collections if c.get_label() == "censored"]
     assert marks and any(np.allclose(off, [4, 10.8]) for c in marks for off in c.get_offsets())
     assert plots.text_overlaps(fig) == []
+
+
+def _scaling_rows(rows):
+    """A scaling table of only the columns device_verdicts reads."""
+    cols = ("task", "pods", "system", "target", "device_s_mean", "device_s_censored")
+    cols += ("device_round_s_mean", "device_rounds_mean")
+    return aggregate.Table.from_rows([dict(zip(cols, r)) for r in rows], cols)
+
+
+@pytest.mark.parametrize(
+    "pbt, search, lead, bound, even",
+    [
+        # 2.0 s with 5 rounds of 0.1 s (1.5 s training) vs 2.6 s: leads 1.30x; 1.3x while 5 r <= 0.5
+        ((2.0, 0, 0.5, 5), (2.6, 0, 0.0, 0), 1.3, "", 0.1),
+        ((2.14, 0, 0.5, 5), (2.36, 0, 0.0, 0), 2.36 / 2.14, "", (2.36 / 1.3 - 1.64) / 5),
+        ((2.5, 0, 0.5, 5), (2.6, 0, 0.0, 0), 2.6 / 2.5, "", (2.6 / 1.3 - 2.0) / 5),  # 0: never, even free
+        ((6.0, 1, 1.5, 15), (2.6, 0, 0.0, 0), 2.6 / 6.0, "<=", math.nan),  # it was censored: a lower bound
+        ((2.0, 0, 0.5, 5), (4.4, 3, 0.0, 0), 2.2, ">=", math.nan),  # only the alternative was censored
+    ],
+)
+def test_a_system_with_rounds_is_set_against_the_fastest_without(pbt, search, lead, bound, even):
+    sc = _scaling_rows(
+        [
+            ("pendulum", 8, "pbt", -180.0, *pbt),
+            ("pendulum", 8, "random_search", -180.0, *search),
+            ("pendulum", 8, "best_of_n", -180.0, 9.0, 3, 0.0, 0),  # slower and censored: never the peer
+            ("pendulum", 4, "random_search", -180.0, 0.5, 0, 0.0, 0),  # another point: never the peer
+        ]
+    )
+    (v,) = aggregate.device_verdicts(sc).rows()
+    assert (v["system"], v["alternative"], v["lead_bound"]) == ("pbt", "random_search", bound)
+    assert v["lead"] == pytest.approx(lead) and v["round_share"] == pytest.approx(pbt[2] / pbt[0])
+    if math.isnan(even):
+        assert math.isnan(v["break_even_round_s"])
+    else:  # at that round cost its time is exactly the alternative's / 1.3
+        assert v["break_even_round_s"] == pytest.approx(even, abs=1e-12)
+        assert (pbt[0] - pbt[2]) + pbt[3] * v["break_even_round_s"] == pytest.approx(search[0] / 1.3)
+    md = aggregate.verdicts_markdown(aggregate.device_verdicts(sc))
+    assert "| pendulum | 8 | pbt | random_search |" in md
+    if even == even and even <= 1e-12:
+        assert "never" in md
+
+
+def test_no_verdict_without_a_system_that_holds_rounds():
+    sc = _scaling_rows([("pendulum", 8, "random_search", -180.0, 2.0, 0, 0.0, 0)])
+    assert len(aggregate.device_verdicts(sc)) == 0 and aggregate.verdicts_markdown(aggregate.device_verdicts(sc)) == ""
