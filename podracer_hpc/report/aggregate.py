@@ -929,9 +929,10 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
     the system's seeds were censored at the budget, ``">="`` when only the alternative's were:
     a censored mean is a lower bound); ``round_share``: the system's mean seconds in rounds over
     its mean time; ``break_even_round_s``: the cost of one round at which the system would lead
-    by the factor ``lead`` (its training time unchanged, the same number of rounds), when both
-    reached the target on every seed: ``(alternative / lead - training) / rounds``; 0 or less
-    means it cannot lead by that much even with free rounds."""
+    by the factor ``lead`` (its training time unchanged, the same number of rounds), when the
+    system reached the target on every seed: ``(alternative / lead - training) / rounds``; 0 or
+    less means it cannot lead by that much even with free rounds. When only the alternative had a
+    censored seed its mean is a lower bound, and so is the break-even (``lead_bound`` ``">="``)."""
     rows = [r for r in sc.rows() if math.isfinite(r["target"]) and math.isfinite(r["device_s_mean"])]
     out = []
     for r in rows:
@@ -950,7 +951,7 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
         if cens_me and cens_alt:
             bound = "?"  # both censored: neither mean is the time
         rounds_s, n = float(r["device_round_s_mean"]), float(r["device_rounds_mean"])
-        even = (theirs / lead - (mine - rounds_s)) / n if not bound and n > 0 else math.nan
+        even = (theirs / lead - (mine - rounds_s)) / n if bound in ("", ">=") and n > 0 else math.nan
         out.append(
             {
                 "task": r["task"],
@@ -979,13 +980,15 @@ def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
     ]
     for r in v.rows():
         sign = {"": "", "<=": "≤ ", ">=": "≥ ", "?": "? "}[r["lead_bound"]]
-        even = r["break_even_round_s"]
+        even, lower = r["break_even_round_s"], r["lead_bound"] == ">="
         if not math.isfinite(even):
             even_s = "n/a (a seed did not reach the target)"
         elif even <= 1e-9:  # (rounding: a break-even of exactly 0 s)
-            even_s = "never (its training alone is too long)"
+            even_s = (
+                "? (the alternative's time is a lower bound)" if lower else "never (its training alone is too long)"
+            )
         else:
-            even_s = f"{even:.3g} s"
+            even_s = f"≥ {even:.3g} s" if lower else f"{even:.3g} s"
         lines.append(
             f"| {r['task']} | {r['pods']} | {r['system']} | {r['alternative']} | "
             f"{r['system_s']:.3g} / {r['alternative_s']:.3g} | {sign}{r['lead']:.2f}x | "
