@@ -187,6 +187,14 @@ def prior_draw(space: Mapping[str, Any], seed: int) -> dict[str, float]:
     return {name: _from_prior(space[name], rng) for name in sorted(space)}
 
 
+def first_draw(space: Mapping[str, Any], seed: int, index: int) -> dict[str, float] | None:
+    """Where pod ``index`` (seed ``seed``) of a fresh search starts: pod 0 keeps the job's values
+    (None), every other pod its :func:`prior_draw`. A PBT or DexPBT pool's first population
+    (``tournament.initial_hparams``) and random search's pods both start here, so the two searches
+    differ only in what they do after the start."""
+    return None if index == 0 else prior_draw(space, seed)
+
+
 def draw_eligible(rng: Any, items: Sequence[int], ok: Callable[[int], bool], tries: int = 16) -> int | None:
     """One of ``items`` that passes ``ok``, uniformly at random (None if none does): first by
     rejection (a uniform draw from all, kept if it passes: expected O(1) checks when most pass,

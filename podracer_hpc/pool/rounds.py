@@ -35,7 +35,7 @@ from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import fs_ops
 from podracer_hpc.pool.fitness import Fitness, better, eval_seed
-from podracer_hpc.pool.hparams import EXPLORING_MODES, check_hparams, declared_space, effective_space, prior_draw
+from podracer_hpc.pool.hparams import EXPLORING_MODES, check_hparams, declared_space, effective_space, first_draw
 from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard, plan_prune
 from podracer_hpc.pool.population import Population
 from podracer_hpc.pool.rules import Decision, PodReport, decide, make_rng
@@ -381,16 +381,18 @@ class Pool:
 
     def draw_first_hparams(self) -> dict[str, float] | None:
         """PBT's first population (``tournament.initial_hparams``): with ``prior`` (``auto`` when
-        ``tournament.hparam_space`` is declared) a fresh pod other than pod 0 starts from its own draw
-        from the declared prior, the one random search draws for its seed (``hparams.prior_draw``),
-        so a PBT pool starts where random search does and exploits from there; pod 0 keeps the
-        job's values. Returns the draw (None when the pod keeps the job's values)."""
+        ``tournament.hparam_space`` is declared) a fresh pod starts where random search's pod of
+        the same index does (``hparams.first_draw``: pod 0 the job's values, every other pod its
+        own draw from the declared prior for its seed), and the pool exploits from there. Returns
+        the draw (None when the pod keeps the job's values)."""
         t = self.tcfg
         wanted = t.initial_hparams == "prior" or (t.initial_hparams == "auto" and bool(t.hparam_space))
-        if t.mode not in EXPLORING_MODES or not wanted or self.index == 0 or not self.space:
+        if t.mode not in EXPLORING_MODES or not wanted or not self.space:
+            return None
+        new = first_draw(effective_space(t, self.cfg.agent.algo), self.pod.seed, self.index)
+        if new is None:
             return None
         old = self.hparams()
-        new = prior_draw(effective_space(t, self.cfg.agent.algo), self.pod.seed)
         self.pod.set_hparams(new)
         self.say(f"starts from its draw from the prior: {', '.join(f'{n}={v:.4g}' for n, v in new.items())}")
         self._log_start("draw", math.nan, Source(), old, new)

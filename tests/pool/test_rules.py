@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from podracer_hpc.config import HParamRange, TournamentConfig, normalize_space
-from podracer_hpc.pool.hparams import explore, mutate, prior_draw
+from podracer_hpc.pool.hparams import explore, first_draw, mutate, prior_draw
 from podracer_hpc.pool.rules import (
     ACTION_CODES,
     Decision,
@@ -737,6 +737,12 @@ def test_prior_draw_is_the_pods_own_and_spans_the_prior():
     assert ent.min() >= 0 and ent.max() <= 0.1 and abs(ent.mean() - 0.05) < 0.01
     with pytest.raises(ValueError, match="seed must be >= 0"):
         prior_draw(SPACE, -1)
+
+
+@pytest.mark.parametrize("seed, index", [(0, 0), (7, 0), (7, 1), (12, 3)])
+def test_a_search_starts_with_the_jobs_values_at_pod_0_and_draws_elsewhere(seed, index):
+    draw = first_draw(SPACE, seed, index)
+    assert draw is None if index == 0 else draw == prior_draw(SPACE, seed)
 
 
 @pytest.mark.parametrize(

@@ -303,6 +303,7 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     with N times the envs, and a DexPBT pool: each runs, and each appears in the device-equivalent
     table, the run table and the figure."""
     mpiexec_or_skip()
+    from podracer_hpc.config import load_config
     from podracer_hpc.pool.hparams import prior_draw
     from podracer_hpc.report.runs import load_run
 
@@ -330,13 +331,15 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     assert "device-equivalent time to return -5000" in cap.out
     runs = tmp_path / "alt" / "runs"
 
-    # random search: pod r trained with its own draw from the prior, seeded by its seed (0 + r)
+    # random search starts where a PBT pool would: pod 0 with the job's values, pod 1 with its own
+    # draw from the prior, seeded by its seed (0 + 1)
     rs = load_run(runs / "random_search" / "p2-s0")
     space = {"learning_rate": (1e-4, 1e-2, True), "ent_coef": (0.0, 0.01)}
-    for r in (0, 1):
-        agent = rs.logs[r]["attrs"]["config"]["agent"]
-        assert agent["learning_rate"] == pytest.approx(prior_draw(space, r)["learning_rate"])
-        assert agent["ent_coef"] == pytest.approx(prior_draw(space, r)["ent_coef"])
+    job = load_config("jobs/pendulum_fast.yaml", TINY).agent
+    first, second = (rs.logs[r]["attrs"]["config"]["agent"] for r in (0, 1))
+    assert (first["learning_rate"], first["ent_coef"]) == (pytest.approx(job.learning_rate), job.ent_coef)
+    assert second["learning_rate"] == pytest.approx(prior_draw(space, 1)["learning_rate"])
+    assert second["ent_coef"] == pytest.approx(prior_draw(space, 1)["ent_coef"])
     assert rs.config["tournament"]["mode"] == "none"
     # one learner with 2 x the envs: one rank, 2 x 64 envs, 2 x the env steps
     dp = load_run(runs / "data_parallel" / "p2-s0")

@@ -20,7 +20,7 @@ from podracer_hpc.config import Config, HParamRange, load_config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import bounded
 from podracer_hpc.files.rundir import RunDir
-from podracer_hpc.pool.hparams import effective_space, prior_draw
+from podracer_hpc.pool.hparams import effective_space, first_draw
 from podracer_hpc.tools.study.schema import ROOT, Point, Study, StudyError
 
 __all__ = [
@@ -51,8 +51,9 @@ def scheme_sets(pt: Point) -> list[str]:
     """The overrides a podracer point's scheme adds after the system's own (``schema.SCHEMES``):
 
     - ``best_of_n``: independent pods (``tournament.mode=none``);
-    - ``random_search``: independent pods, pod ``r`` (seed ``seed + r``) with its own draw from the
-      job's prior (:func:`_prior`, ``pool.hparams.prior_draw``) as its ``members`` entry;
+    - ``random_search``: independent pods starting where a PBT pool of the job would
+      (``pool.hparams.first_draw``): pod 0 with the job's values, pod ``r`` (seed ``seed + r``)
+      with its own draw from the job's prior (:func:`_prior`), as ``members`` entries;
     - ``data_parallel``: one learner with ``pods x`` the job's ``env.num_envs``, and ``pods x`` its
       total and evaluation env steps (so its env steps per device match a pod's), no tournament.
     """
@@ -70,7 +71,8 @@ def scheme_sets(pt: Point) -> list[str]:
         raise StudyError(f"systems.{s.name}: scheme {s.scheme} sets each pod itself; its job has members")
     if s.scheme == "random_search":
         prior = _prior(cfg)
-        pods = [{f"agent.{k}": v for k, v in prior_draw(prior, pt.seed + r).items()} for r in range(pt.pods)]
+        draws = [first_draw(prior, pt.seed + r, r) or {} for r in range(pt.pods)]
+        pods = [{f"agent.{k}": v for k, v in d.items()} for d in draws]
         return [*sets, f"members={json.dumps(pods)}"]
     p, every = pt.pods, cfg.eval.interval_env_steps
     return [

@@ -34,8 +34,9 @@ __all__ = [
 ROOT = shipped.root()  # jobs/, baselines/, slurm_templates/: a checkout's, or the wheel's copy
 KINDS = ("podracer", "rllib")
 # What a podracer system's pods are (docs/studies.md): pool (the job's tournament as set), best_of_n
-# (independent pods: tournament.mode none), random_search (independent pods, each with its own draw
-# from the prior a PBT run declares), data_parallel (one learner with pods x the envs).
+# (independent pods: tournament.mode none), random_search (independent pods from a PBT pool's start:
+# pod 0 the job's values, the others their own draws from the prior a PBT run declares),
+# data_parallel (one learner with pods x the envs).
 SCHEMES = ("pool", "best_of_n", "random_search", "data_parallel")
 
 
@@ -114,7 +115,8 @@ class SystemConfig:
     scheme: str = F(
         "pool",
         "podracer: pool (the job's tournament) | best_of_n (independent pods) | random_search (independent "
-        "pods, each with hyperparameters drawn from tournament.hparam_space, seeded by its seed) | "
+        "pods starting where a PBT pool would: pod 0 the job's values, the others each its own draw from "
+        "tournament.hparam_space, seeded by its seed) | "
         "data_parallel (one learner with pods x env.num_envs; docs/studies.md)",
     )
     device_step_s: float = F(
