@@ -97,6 +97,8 @@ def study(*args: str) -> int:
             {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "scheme": "best_of_n"}}},
             "scheme best_of_n is podracer's",
         ),
+        ({"seeds": [0, 1]}, "seeds 0 and 1 share pods at 2 pods (pod r of a run trains with its seed + r"),
+        ({"seeds": [0, 5], "points": [1, 8]}, "Space the seeds at least 8 apart, e.g. seeds: [0, 10]"),
     ],
 )
 def test_bad_study_files_are_refused_before_anything_runs(tmp_path, capsys, edit, message):
@@ -105,6 +107,21 @@ def test_bad_study_files_are_refused_before_anything_runs(tmp_path, capsys, edit
     err = capsys.readouterr().err
     assert message in err and err.startswith("podracer study: error:"), err
     assert not (tmp_path / "tiny").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize(
+    "seeds, systems",
+    [
+        ([0, 2], None),  # 2 apart at 2 pods: seed 0 trains pods with seeds 0-1, seed 2 with 2-3
+        ([0, 1], {"dp": {"job": "jobs/pendulum_fast.yaml", "scheme": "data_parallel"}}),  # one learner a run
+        ([0, 1], {"rllib": {"job": "jobs/rllib/pendulum.yaml"}}),  # one seed a run
+    ],
+)
+def test_seeds_that_share_no_pod_are_accepted(tmp_path, seeds, systems):
+    from podracer_hpc.tools.study import load_study
+
+    st = load_study(tiny_study(tmp_path, seeds=seeds, **({"systems": systems} if systems else {})))
+    assert sorted({p.seed for p in st.runs()}) == seeds
 
 
 def test_pods_sharing_a_gpu_run_locally_only(tmp_path):

@@ -414,6 +414,28 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
     )
 
 
+def _check_disjoint_seeds(system: System, seeds: Sequence[int], points: Sequence[int], where: str) -> None:
+    """Pod ``r`` of a run with seed ``s`` trains with seed ``s + r`` (and random search draws for
+    it), so two seeds of a system closer than its largest point share pods: best-of-N at seeds 10
+    and 11 with 8 pods runs 7 of its 8 pods twice. Such seeds are not independent samples of the
+    system; refuse them before anything runs. One learner (data_parallel) and RLlib have one seed
+    a run."""
+    if system.kind != "podracer" or system.one_learner or not seeds or not points:
+        return
+    pods, ordered = max(points), sorted(set(seeds))
+    close = [(a, b) for a, b in zip(ordered, ordered[1:]) if b - a < pods]
+    if not close:
+        return
+    a, b = close[0]
+    step = 10 ** math.ceil(math.log10(pods))  # 8 pods: 10 apart; 16: 100
+    example = [ordered[0] + k * step for k in range(len(ordered))]
+    raise StudyError(
+        f"{where}: systems.{system.name}: seeds {a} and {b} share pods at {pods} pods (pod r of a run trains "
+        f"with its seed + r, so seed {a}'s pods {b - a}-{pods - 1} are seed {b}'s pods 0-{pods - 1 - (b - a)}): "
+        f"their runs are not independent samples. Space the seeds at least {pods} apart, e.g. seeds: {example}"
+    )
+
+
 def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
     """Read and check a study file (or a study folder's ``study.yaml``), with ``KEY=VALUE``
     overrides; raises :class:`StudyError` saying what is wrong. Checks only the file: the
@@ -443,6 +465,8 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
                 f"{where}: {p} pods do not split evenly over {nodes} nodes of at most {r.pods_per_node} "
                 "pods (resources.pods_per_node); choose points that do"
             )
+    for s in systems:
+        _check_disjoint_seeds(s, s.seeds or cfg.seeds, s.points or cfg.points, where)
     name = cfg.name or path.stem
     out = Path(cfg.out or Path("runs") / "studies" / name).expanduser()
     out = (out if out.is_absolute() else Path.cwd() / out).resolve()
