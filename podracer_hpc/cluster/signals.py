@@ -25,7 +25,15 @@ from typing import Any
 WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 RELAYED_SIGNAL_ENV = "PODRACER_RELAYED_SIGNAL"  # a file: the signal podracer mpirun relayed as SIGTERM
 
-__all__ = ["RELAYED_SIGNAL_ENV", "StopFlag", "WARNING_SIGNALS", "ignore_from_now_on", "process_flag", "relayed_signal"]
+__all__ = [
+    "RELAYED_SIGNAL_ENV",
+    "StopFlag",
+    "WARNING_SIGNALS",
+    "ignore_from_now_on",
+    "interrupt_on_term",
+    "process_flag",
+    "relayed_signal",
+]
 
 
 def relayed_signal() -> str:
@@ -77,6 +85,20 @@ def process_flag() -> StopFlag:
     if _PROCESS_FLAG is None:
         _PROCESS_FLAG = StopFlag().install()
     return _PROCESS_FLAG
+
+
+def interrupt_on_term() -> None:
+    """SIGTERM (``kill``, a batch system's stop) raises KeyboardInterrupt in the main thread, as a
+    Ctrl-C does, so a command that watches runs it started in their own sessions stops them on its
+    way out instead of leaving them running without it (main thread only; else a no-op)."""
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, _raise)
+    except ValueError:
+        pass
 
 
 def ignore_from_now_on() -> None:

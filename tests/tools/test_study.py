@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from helpers import mpiexec_or_skip  # noqa: E402
+from helpers import REPO, mpiexec_or_skip, rank_pids, wait_for  # noqa: E402
 
 from analysis import aggregate, plots  # noqa: E402
 from podracer_hpc.cli import main as cli_main  # noqa: E402
@@ -406,3 +408,36 @@ def test_a_dry_run_plans_without_rllib_and_says_which_system_it_would_skip(tmp_p
     assert study(str(path), "--executor", "local") == 2
     assert "/nonexistent/python not found" in capsys.readouterr().err
     assert not (tmp_path / "tiny").exists()  # neither wrote anything
+
+
+def test_a_killed_study_stops_the_run_it_started_and_says_how_to_resume(tmp_path):
+    """kill (SIGTERM) on a local study: the run under way, started in a session of its own, stops
+    with its checkpoints instead of training on without the study; the study exits 130 and says
+    that the same command resumes."""
+    mpiexec_or_skip()
+    long = [*TINY, "total_env_steps=100000000"]
+    path = tiny_study(
+        tmp_path,
+        points=[2],
+        systems={"independent": {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", "set": long}},
+    )
+    run = tmp_path / "tiny" / "runs" / "independent" / "p2-s0"
+    env = {k: v for k, v in os.environ.items() if k != "PODRACER_COMM"}
+    cmd = [sys.executable, "-m", "podracer_hpc.cli", "study", str(path), "--executor", "local"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = lambda: len(list((run / "logs").glob("*.h5"))) == 2  # noqa: E731
+        wait_for(lambda: started() or proc.poll() is not None, 120, "both ranks' logs")
+        assert proc.poll() is None and len(rank_pids(run)) >= 2  # the ranks (and the relay) run
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "run the same command again to resume" in err, err
+        wait_for(lambda: rank_pids(run) == [], 10, "the run's ranks to end")
+    finally:  # whatever failed, leave no process behind
+        proc.kill()
+        for pid in rank_pids(run):
+            os.kill(pid, signal.SIGKILL)
+    assert sorted(p.name for p in (run / "checkpoints").glob("rank*.safetensors")) == [
+        "rank0.safetensors",
+        "rank1.safetensors",
+    ]

@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from podracer_hpc import launch
+from podracer_hpc.cluster.signals import interrupt_on_term
 from podracer_hpc.files.rundir import RunDir
 from podracer_hpc.tools.study.execute import (
     active_job,
@@ -331,6 +332,7 @@ def main(args: argparse.Namespace) -> int:
         print("podracer study: error: give a study file (jobs/studies/*.yaml)", file=sys.stderr)
         return EXIT_BAD_INPUT
     executor = args.executor if args.executor != "auto" else "slurm" if shutil.which("sbatch") else "local"
+    interrupt_on_term()  # kill: the run under way stops with its checkpoints, as on Ctrl-C
     try:
         study = load_study(args.study, args.set)
         if args.report_only:
