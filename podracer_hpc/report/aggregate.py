@@ -66,6 +66,7 @@ __all__ = [
     "SCHEMES",
     "device_markdown",
     "device_verdicts",
+    "paired_seeds",
     "verdicts_markdown",
     "run_costs",
     "cumulative_return_scale",
@@ -656,6 +657,7 @@ SCALING_COLUMNS = (
     "device_step_source",
     "device_round_s_mean",
     "device_rounds_mean",
+    "device_s_seeds",
 )
 
 
@@ -715,6 +717,14 @@ def _device_stats(v: Table) -> dict[str, Any]:
         "device_step_source": "; ".join(src),
         "device_round_s_mean": float(col["round_s_to_target"][known].mean()) if known.any() else math.nan,
         "device_rounds_mean": float(col["rounds_to_target"][known].mean()) if known.any() else math.nan,
+        "device_s_seeds": json.dumps(
+            {
+                str(int(float(seed))): [float(t[i] if hit[i] else bound[i]), int(miss[i])]
+                for i, seed in enumerate(v["seed"].tolist() if "seed" in v else [])
+                if known[i]
+            },
+            sort_keys=True,
+        ),
     }
 
 
@@ -918,7 +928,42 @@ VERDICT_COLUMNS = (
     "lead_bound",
     "round_share",
     "break_even_round_s",
+    "seeds_sooner",
+    "seeds_same",
+    "seeds_later",
+    "seeds_unknown",
 )
+
+
+def _seed_times(text: Any) -> dict[str, tuple[float, bool]]:
+    """A scaling row's ``device_s_seeds`` (JSON: seed -> [seconds, censored]) as a dict."""
+    try:
+        data = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+    return {str(k): (float(x), bool(c)) for k, (x, c) in data.items()}
+
+
+def paired_seeds(mine: Any, theirs: Any) -> tuple[int, int, int, int]:
+    """The seeds two systems both ran, compared one by one in device-equivalent time (for a
+    tournament and random search one seed is one set of starting pods): how many ``mine`` reached
+    sooner, at the same time, later, and unknown. A censored seed is only known to take at least
+    its bound, so it loses to a seed that reached the target before that bound and is unknown
+    otherwise."""
+    a, b = _seed_times(mine), _seed_times(theirs)
+    out = [0, 0, 0, 0]
+    for seed in set(a) & set(b):
+        (x, cx), (y, cy) = a[seed], b[seed]
+        if not cx and not cy:
+            k = 1 if math.isclose(x, y, rel_tol=1e-9) else 0 if x < y else 2
+        elif cy and not cx:
+            k = 0 if x < y else 3
+        elif cx and not cy:
+            k = 2 if y < x else 3
+        else:
+            k = 3
+        out[k] += 1
+    return out[0], out[1], out[2], out[3]
 
 
 def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
@@ -927,9 +972,10 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
 
     ``lead`` = the alternative's mean device seconds / the system's (``lead_bound`` ``"<="`` when
     the system's seeds were censored at the budget, ``">="`` when only the alternative's were:
-    a censored mean is a lower bound); ``round_share``: the system's mean seconds in rounds over
-    its mean time; ``break_even_round_s``: the cost of one round at which the system would lead
-    by the factor ``lead`` (its training time unchanged, the same number of rounds), when the
+    a censored mean is a lower bound); ``seeds_sooner``/``_same``/``_later``/``_unknown``: the
+    seeds compared one by one (:func:`paired_seeds`); ``round_share``: the system's mean seconds
+    in rounds over its mean time; ``break_even_round_s``: the cost of one round at which the
+    system would lead by the factor ``lead`` (its training time unchanged, the same number of rounds), when the
     system reached the target on every seed: ``(alternative / lead - training) / rounds``; 0 or
     less means it cannot lead by that much even with free rounds. When only the alternative had a
     censored seed its mean is a lower bound, and so is the break-even (``lead_bound`` ``">="``)."""
@@ -952,6 +998,7 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
             bound = "?"  # both censored: neither mean is the time
         rounds_s, n = float(r["device_round_s_mean"]), float(r["device_rounds_mean"])
         even = (theirs / lead - (mine - rounds_s)) / n if bound in ("", ">=") and n > 0 else math.nan
+        sooner, same, later, unknown = paired_seeds(r.get("device_s_seeds", ""), alt.get("device_s_seeds", ""))
         out.append(
             {
                 "task": r["task"],
@@ -964,6 +1011,10 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
                 "lead_bound": bound,
                 "round_share": rounds_s / mine if mine > 0 else math.nan,
                 "break_even_round_s": even,
+                "seeds_sooner": sooner,
+                "seeds_same": same,
+                "seeds_later": later,
+                "seeds_unknown": unknown,
             }
         )
     return typed(Table.from_rows(out, VERDICT_COLUMNS), VERDICT_COLUMNS)
@@ -975,8 +1026,9 @@ def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
         return ""
     lines = [
         f"| task | pods | system | fastest system without rounds | device s: system / alternative | "
-        f"lead | share of its time in rounds | leads by {lead:g}x while a round costs at most |",
-        "|---|---|---|---|---|---|---|---|",
+        f"lead | seeds, paired: sooner / same / later | share of its time in rounds | "
+        f"leads by {lead:g}x while a round costs at most |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in v.rows():
         sign = {"": "", "<=": "≤ ", ">=": "≥ ", "?": "? "}[r["lead_bound"]]
@@ -989,9 +1041,11 @@ def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
             )
         else:
             even_s = f"≥ {even:.3g} s" if lower else f"{even:.3g} s"
+        paired = f"{int(r['seeds_sooner'])} / {int(r['seeds_same'])} / {int(r['seeds_later'])}"
+        paired += f" ({int(r['seeds_unknown'])} unknown)" if int(r["seeds_unknown"]) else ""
         lines.append(
             f"| {r['task']} | {r['pods']} | {r['system']} | {r['alternative']} | "
-            f"{r['system_s']:.3g} / {r['alternative_s']:.3g} | {sign}{r['lead']:.2f}x | "
+            f"{r['system_s']:.3g} / {r['alternative_s']:.3g} | {sign}{r['lead']:.2f}x | {paired} | "
             f"{r['round_share']:.0%} | {even_s} |"
         )
     return "\n".join(lines) + "\n"

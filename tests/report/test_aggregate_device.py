@@ -156,6 +156,9 @@ def test_a_run_that_never_reaches_the_target_is_censored_at_its_budget(study):
     md = aggregate.device_markdown(sc)
     line = next(ln for ln in md.splitlines() if "| pool |" in ln)
     assert "≥ 6.47 (1 of 3 censored at the budget)" in line and "[3,000, ≥ 10,000]" in line
+    # each seed's time (a censored one at its bound), for the paired comparison of the verdicts
+    seeds = json.loads(pool["device_s_seeds"])
+    assert seeds == {"0": [pytest.approx(5.4), 0], "1": [pytest.approx(10.8), 1], "2": [pytest.approx(3.2), 0]}
     # every seed reached: the mean and its 95% t half-width
     solo = next(sc.where(system="solo").rows())
     assert solo["device_s_mean"] == pytest.approx(7.0) and solo["device_s_censored"] == 0
@@ -259,6 +262,42 @@ def test_a_system_with_rounds_is_set_against_the_fastest_without(pbt, search, le
         )
     elif even == even:
         assert line.endswith(f"| {'≥ ' if bound else ''}{even:.3g} s |")
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, outcome",
+    [
+        ((2.0, 0), (2.5, 0), "sooner"),
+        ((3.0, 0), (3.0, 0), "same"),
+        ((4.0, 0), (3.0, 0), "later"),
+        ((4.0, 0), (4.4, 1), "sooner"),  # it reached before the other's bound: the other took longer
+        ((5.0, 0), (4.4, 1), "unknown"),  # the other might have reached it at 4.5 or never
+        ((4.4, 1), (2.0, 0), "later"),
+        ((4.4, 1), (5.0, 0), "unknown"),
+        ((4.4, 1), (4.4, 1), "unknown"),
+    ],
+)
+def test_seeds_are_compared_one_by_one_a_censored_one_only_past_its_bound(mine, theirs, outcome):
+    a = json.dumps({"7": list(mine), "8": [1.0, 0]})  # seed 8: only one side ran it, not a pair
+    b = json.dumps({"7": list(theirs), "9": [1.0, 0]})
+    counts = dict(zip(("sooner", "same", "later", "unknown"), aggregate.paired_seeds(a, b)))
+    assert counts == {k: int(k == outcome) for k in counts}
+
+
+def test_the_verdict_counts_the_paired_seeds():
+    seeds = lambda *xs: json.dumps({str(i): list(x) for i, x in enumerate(xs)})  # noqa: E731
+    sc = _scaling_rows(
+        [
+            ("pendulum", 8, "pbt", -180.0, 3.0, 1, 0.6, 6),
+            ("pendulum", 8, "random_search", -180.0, 2.6, 2, 0.0, 0),
+        ]
+    )
+    sc.columns["device_s_seeds"] = np.array(
+        [seeds((2.0, 0), (3.0, 0), (4.0, 0), (5.0, 1)), seeds((2.5, 0), (3.0, 0), (4.4, 1), (4.4, 1))], dtype=object
+    )
+    (v,) = aggregate.device_verdicts(sc).rows()
+    assert (v["seeds_sooner"], v["seeds_same"], v["seeds_later"], v["seeds_unknown"]) == (2, 1, 0, 1)
+    assert "| 2 / 1 / 0 (1 unknown) |" in aggregate.verdicts_markdown(aggregate.device_verdicts(sc))
 
 
 def test_no_verdict_without_a_system_that_holds_rounds():
