@@ -32,7 +32,7 @@ bad = {k: (floors[k], v) for k, v in got.items() if Version(v.split("+")[0]) != 
 assert not bad, f"not at the floor: {bad}"
 PYCODE
 "$VENV/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/agents/test_ppo.py tests/test_pod.py tests/test_config.py \
-    tests/envs/test_base.py tests/pool/test_rules.py tests/pool/test_fitness.py tests/files/test_h5log.py tests/pool/test_leaderboard.py \
+    tests/envs/test_base.py tests/pool/test_rules.py tests/pool/test_hparams.py tests/pool/test_fitness.py tests/files/test_h5log.py tests/pool/test_leaderboard.py \
     tests/launch/test_launch.py tests/report/test_aggregate.py tests/system/test_chaos.py tests/rank/test_resume.py \
     --deselect "tests/system/test_chaos.py::test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly" \
     --deselect tests/system/test_chaos.py::test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly
