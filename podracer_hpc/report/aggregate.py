@@ -966,6 +966,11 @@ def paired_seeds(mine: Any, theirs: Any) -> tuple[int, int, int, int]:
     return out[0], out[1], out[2], out[3]
 
 
+# A lead's bound by which side had a censored seed (its mean is then a lower bound); both: neither
+# mean is the time
+_LEAD_BOUND = {(False, False): "", (True, False): "<=", (False, True): ">=", (True, True): "?"}
+
+
 def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
     """Each system that holds rounds against the fastest system that holds none, per task and
     pods, in device-equivalent time (a :func:`scaling_table` with its device columns).
@@ -975,9 +980,10 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
     a censored mean is a lower bound); ``seeds_sooner``/``_same``/``_later``/``_unknown``: the
     seeds compared one by one (:func:`paired_seeds`); ``round_share``: the system's mean seconds
     in rounds over its mean time; ``break_even_round_s``: the cost of one round at which the
-    system would lead by the factor ``lead`` (its training time unchanged, the same number of rounds), when the
-    system reached the target on every seed: ``(alternative / lead - training) / rounds``; 0 or
-    less means it cannot lead by that much even with free rounds. When only the alternative had a
+    system would lead by the factor ``lead`` (its training time unchanged, the same number of
+    rounds), when the system reached the target on every seed:
+    ``(alternative / lead - training) / rounds``; 0 or less means it cannot lead by that much
+    even with free rounds. When only the alternative had a
     censored seed its mean is a lower bound, and so is the break-even (``lead_bound`` ``">="``)."""
     rows = [r for r in sc.rows() if math.isfinite(r["target"]) and math.isfinite(r["device_s_mean"])]
     out = []
@@ -992,10 +998,8 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
         # the fastest alternative: every seed reached before any censored one, then the lower mean
         alt = min(peers, key=lambda q: (int(q["device_s_censored"]) > 0, q["device_s_mean"]))
         mine, theirs = float(r["device_s_mean"]), float(alt["device_s_mean"])
-        cens_me, cens_alt = int(r["device_s_censored"]) > 0, int(alt["device_s_censored"]) > 0
-        bound = "" if cens_me == cens_alt and not cens_me else ("<=" if cens_me else ">=")
-        if cens_me and cens_alt:
-            bound = "?"  # both censored: neither mean is the time
+        censored = (int(r["device_s_censored"]) > 0, int(alt["device_s_censored"]) > 0)  # (its, the other's)
+        bound = _LEAD_BOUND[censored]
         rounds_s, n = float(r["device_round_s_mean"]), float(r["device_rounds_mean"])
         even = (theirs / lead - (mine - rounds_s)) / n if bound in ("", ">=") and n > 0 else math.nan
         sooner, same, later, unknown = paired_seeds(r.get("device_s_seeds", ""), alt.get("device_s_seeds", ""))

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from helpers import REPO, mpiexec_or_skip, rank_pids, wait_for  # noqa: E402
+from helpers import mpiexec_or_skip, rank_pids, wait_for  # noqa: E402
 
 from analysis import aggregate, plots  # noqa: E402
 from podracer_hpc.cli import main as cli_main  # noqa: E402
