@@ -67,6 +67,7 @@ __all__ = [
     "device_markdown",
     "device_verdicts",
     "paired_seeds",
+    "paired_difference",
     "verdicts_markdown",
     "run_costs",
     "cumulative_return_scale",
@@ -932,6 +933,10 @@ VERDICT_COLUMNS = (
     "seeds_same",
     "seeds_later",
     "seeds_unknown",
+    "vs_best_of_n_s",
+    "vs_best_of_n_ci",
+    "vs_best_of_n_seeds",
+    "vs_best_of_n",
 )
 
 
@@ -966,12 +971,27 @@ def paired_seeds(mine: Any, theirs: Any) -> tuple[int, int, int, int]:
     return out[0], out[1], out[2], out[3]
 
 
+def paired_difference(mine: Any, theirs: Any) -> tuple[float, float, int, str]:
+    """``mine - theirs`` in device-equivalent seconds over the seeds both ran and both reached the
+    target on (a censored seed's time is only a bound, and a bound on either side would lean the
+    difference one way): its mean, the half-width of its 95% t-interval, the number of seeds, and
+    the verdict: ``worse`` (the interval lies above 0: later beyond the seeds' noise), ``better``
+    (below 0), ``within noise``, or ``unknown`` (fewer than 2 such seeds)."""
+    a, b = _seed_times(mine), _seed_times(theirs)
+    d = np.array([a[s][0] - b[s][0] for s in set(a) & set(b) if not a[s][1] and not b[s][1]], dtype=float)
+    if d.size < 2:
+        return (float(d.mean()) if d.size else math.nan), math.nan, int(d.size), "unknown"
+    mean, half = float(d.mean()), t95(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    verdict = "worse" if mean - half > 0 else "better" if mean + half < 0 else "within noise"
+    return mean, half, int(d.size), verdict
+
+
 # A lead's bound by which side had a censored seed (its mean is then a lower bound); both: neither
 # mean is the time
 _LEAD_BOUND = {(False, False): "", (True, False): "<=", (False, True): ">=", (True, True): "?"}
 
 
-def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
+def device_verdicts(sc: Table, lead: float = 1.3, best_of_n: str = "best_of_n") -> Table:
     """Each system that holds rounds against the fastest system that holds none, per task and
     pods, in device-equivalent time (a :func:`scaling_table` with its device columns).
 
@@ -984,7 +1004,10 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
     rounds), when the system reached the target on every seed:
     ``(alternative / lead - training) / rounds``; 0 or less means it cannot lead by that much
     even with free rounds. When only the alternative had a
-    censored seed its mean is a lower bound, and so is the break-even (``lead_bound`` ``">="``)."""
+    censored seed its mean is a lower bound, and so is the break-even (``lead_bound`` ``">="``).
+    ``vs_best_of_n*``: the system against the series named ``best_of_n`` (N independent pods) at
+    the same task and pods, seed by seed (:func:`paired_difference`); ``vs_best_of_n`` is ``none``
+    when the study has no such series there."""
     rows = [r for r in sc.rows() if math.isfinite(r["target"]) and math.isfinite(r["device_s_mean"])]
     out = []
     for r in rows:
@@ -1003,6 +1026,12 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
         rounds_s, n = float(r["device_round_s_mean"]), float(r["device_rounds_mean"])
         even = (theirs / lead - (mine - rounds_s)) / n if bound in ("", ">=") and n > 0 else math.nan
         sooner, same, later, unknown = paired_seeds(r.get("device_s_seeds", ""), alt.get("device_s_seeds", ""))
+        bon = [q for q in peers if q["system"] == best_of_n]
+        vs = (
+            paired_difference(r.get("device_s_seeds", ""), bon[0].get("device_s_seeds", ""))
+            if bon
+            else (math.nan, math.nan, 0, "none")
+        )
         out.append(
             {
                 "task": r["task"],
@@ -1019,9 +1048,24 @@ def device_verdicts(sc: Table, lead: float = 1.3) -> Table:
                 "seeds_same": same,
                 "seeds_later": later,
                 "seeds_unknown": unknown,
+                "vs_best_of_n_s": vs[0],
+                "vs_best_of_n_ci": vs[1],
+                "vs_best_of_n_seeds": vs[2],
+                "vs_best_of_n": vs[3],
             }
         )
     return typed(Table.from_rows(out, VERDICT_COLUMNS), VERDICT_COLUMNS)
+
+
+def _vs_best_of_n(r: Mapping[str, Any]) -> str:
+    """A verdict row's comparison with best of N, as a table cell."""
+    what, n, mean, half = r["vs_best_of_n"], int(r["vs_best_of_n_seeds"]), r["vs_best_of_n_s"], r["vs_best_of_n_ci"]
+    if what == "none":
+        return "n/a (no best_of_n series)"
+    if what == "unknown":
+        return f"unknown ({n} seed{'s' if n != 1 else ''} both reached)"
+    verdict = {"worse": "worse beyond noise", "better": "better beyond noise"}.get(what, what)
+    return f"{mean:+.3g} ± {half:.2g} ({n}): {verdict}"
 
 
 def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
@@ -1031,8 +1075,8 @@ def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
     lines = [
         f"| task | pods | system | fastest system without rounds | device s: system / alternative | "
         f"lead | seeds, paired: sooner / same / later | share of its time in rounds | "
-        f"leads by {lead:g}x while a round costs at most |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"leads by {lead:g}x while a round costs at most | against best of N: s later, 95% t (seeds both reached) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in v.rows():
         sign = {"": "", "<=": "≤ ", ">=": "≥ ", "?": "? "}[r["lead_bound"]]
@@ -1050,6 +1094,6 @@ def verdicts_markdown(v: Table, lead: float = 1.3) -> str:
         lines.append(
             f"| {r['task']} | {r['pods']} | {r['system']} | {r['alternative']} | "
             f"{r['system_s']:.3g} / {r['alternative_s']:.3g} | {sign}{r['lead']:.2f}x | {paired} | "
-            f"{r['round_share']:.0%} | {even_s} |"
+            f"{r['round_share']:.0%} | {even_s} | {_vs_best_of_n(r)} |"
         )
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scipy import stats
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -256,6 +257,7 @@ def test_a_system_with_rounds_is_set_against_the_fastest_without(pbt, search, le
     md = aggregate.verdicts_markdown(aggregate.device_verdicts(sc))
     assert "| pendulum | 8 | pbt | random_search |" in md
     line = next(ln for ln in md.splitlines() if "| pbt |" in ln)
+    line = line.rsplit(" | ", 1)[0] + " |"  # up to the break-even cell (the last compares with best of N)
     if even == even and even <= 1e-12:  # even free rounds do not give 1.3x: never, or unknown against a bound
         assert line.endswith(
             "| ? (the alternative's time is a lower bound) |" if bound else "| never (its training alone is too long) |"
@@ -303,3 +305,53 @@ def test_the_verdict_counts_the_paired_seeds():
 def test_no_verdict_without_a_system_that_holds_rounds():
     sc = _scaling_rows([("pendulum", 8, "random_search", -180.0, 2.0, 0, 0.0, 0)])
     assert len(aggregate.device_verdicts(sc)) == 0 and aggregate.verdicts_markdown(aggregate.device_verdicts(sc)) == ""
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, verdict",
+    [
+        # seed by seed 1.0, 1.1, 0.9 s later: the interval lies above 0
+        ([(3.0, 0), (3.1, 0), (2.9, 0)], [(2.0, 0), (2.0, 0), (2.0, 0)], "worse"),
+        ([(1.0, 0), (1.1, 0), (0.9, 0)], [(2.0, 0), (2.0, 0), (2.0, 0)], "better"),
+        ([(3.0, 0), (1.0, 0), (2.2, 0)], [(2.0, 0), (2.0, 0), (2.0, 0)], "within noise"),  # +1, -1, +0.2
+        # a censored seed on either side is left out: one pair is not enough to judge
+        ([(3.0, 0), (4.4, 1), (4.4, 1)], [(2.0, 0), (2.0, 0), (4.4, 1)], "unknown"),
+        ([(3.0, 0), (3.0, 0)], [(2.0, 0), (4.4, 1)], "unknown"),
+    ],
+)
+def test_a_rule_is_judged_against_best_of_n_seed_by_seed_beyond_the_seeds_noise(mine, theirs, verdict):
+    a = json.dumps({str(i): list(x) for i, x in enumerate(mine)})
+    b = json.dumps({str(i): list(x) for i, x in enumerate(theirs)})
+    mean, half, n, got = aggregate.paired_difference(a, b)
+    assert got == verdict
+    pairs = [(x, y) for (x, cx), (y, cy) in zip(mine, theirs) if not cx and not cy]
+    assert n == len(pairs) and mean == pytest.approx(np.mean([x - y for x, y in pairs]))
+    if n >= 2:  # the paired 95% t half-width
+        d = np.array([x - y for x, y in pairs])
+        assert half == pytest.approx(stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n))
+
+
+def test_the_verdict_sets_each_rule_against_best_of_n_as_well_as_the_fastest_alternative():
+    """Item: never worse than best of N beyond its noise. Random search is the fastest peer here,
+    but the rule is also judged against the best_of_n series at its pods; without one, it says so."""
+    seeds = lambda *xs: json.dumps({str(i): [x, 0] for i, x in enumerate(xs)})  # noqa: E731
+    rows = [
+        ("pendulum", 8, "pbt", -180.0, 3.0, 0, 0.6, 6),
+        ("pendulum", 8, "random_search", -180.0, 2.0, 0, 0.0, 0),
+        ("pendulum", 8, "best_of_n", -180.0, 2.0, 0, 0.0, 0),
+        ("pendulum", 4, "pbt", -180.0, 3.0, 0, 0.6, 6),
+        ("pendulum", 4, "random_search", -180.0, 2.0, 0, 0.0, 0),
+    ]
+    sc = _scaling_rows(rows)
+    sc.columns["device_s_seeds"] = np.array(
+        [seeds(3.0, 3.1, 2.9), seeds(1.5, 2.0, 2.5), seeds(2.0, 2.0, 2.0), seeds(3.0, 3.0), seeds(2.0, 2.0)],
+        dtype=object,
+    )
+    v = {r["pods"]: r for r in aggregate.device_verdicts(sc).rows()}
+    assert v[8]["alternative"] == "random_search" and v[8]["vs_best_of_n"] == "worse"
+    assert v[8]["vs_best_of_n_s"] == pytest.approx(1.0) and v[8]["vs_best_of_n_seeds"] == 3
+    assert v[4]["vs_best_of_n"] == "none"
+    md = aggregate.verdicts_markdown(aggregate.device_verdicts(sc))
+    line8 = next(ln for ln in md.splitlines() if ln.startswith("| pendulum | 8 | pbt |"))
+    assert line8.endswith("| +1 ± 0.25 (3): worse beyond noise |"), line8
+    assert "| n/a (no best_of_n series) |" in md
