@@ -7,10 +7,15 @@ on the *same* states the luck cancels in each episode's difference. So:
 
 - an evaluation set is ``(seed, episodes)``: episode i starts from the state the task draws for
   ``seed`` and index i, whatever the batch and whoever evaluates. :func:`eval_seed` derives the
-  seeds of a run from the run's seed alone (never from the rank), one per purpose and index: every
-  pod of collective round i uses ``eval_seed(seed, "round", i)`` (new states each round: no
-  selection tuned to one set), asynchronous rounds one set for the whole tournament
-  (``"async"``: every entry of the run compares with every pod), the final verdict ``"final"``;
+  seeds of a run from the run's seed alone (never from the rank), one per purpose and index: the
+  periodic evaluation at env step x uses ``eval_seed(seed, "eval", x)``, and every pod of a
+  collective round the set of the round's env-step point (new states each round: no selection
+  tuned to one set; and the states an independent pod of the same run meets at that point, so
+  that a tournament and independent pods reach a target on the same evaluations, not on luckier
+  or unluckier start states), asynchronous rounds one set for the whole tournament
+  (``"async"``: every entry of the run compares with every pod), the final verdict ``"final"``
+  (``"round"``, the sets collective rounds once had, stays in :data:`EVAL_KINDS` so that every
+  other kind keeps its seeds);
 - a comparison of two agents on one set is paired: ``d_i = b_i - a_i``, its mean and standard
   error (:func:`paired`); ``b`` is better by a margin of ``k`` standard errors when
   ``mean(d) > max(k * se(d), 0)`` (:func:`better`). Two copies of one agent get ``d = 0``: never

@@ -544,9 +544,11 @@ class RankRun:
         trained_until = time.perf_counter()  # the pod's speed is its training's, not this round's evaluation
         if self.pending_fitness is not None:  # evaluated before a stop: the same value, not a second row
             fitness, self.pending_fitness = self.pending_fitness, None
-        else:  # every pod of round i on the same start states (common random numbers; fitness.py)
+        else:  # every pod of the round on the same start states (common random numbers; fitness.py):
+            # those of the periodic evaluation at the round's env-step point, which every pod of the
+            # round shares whatever its batch, and which an independent pod meets at that point too
             fitness = self.evaluate(
-                eval_seed(self.cfg.seed, "round", self.round_index)
+                eval_seed(self.cfg.seed, "eval", self.next_round)
                 if self.pool.collective
                 else eval_seed(self.cfg.seed, "async")
             )

@@ -11,6 +11,7 @@ import pytest
 from helpers import mpiexec_or_skip
 
 from podracer_hpc.files.h5log import read_log
+from podracer_hpc.pool.fitness import eval_seed
 from podracer_hpc.pool.leaderboard import Leaderboard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,7 +259,9 @@ def test_pods_with_batches_of_their_own_meet_at_the_same_rounds(tmp_path):
     """Ranks 0, 2 step 4,096 env steps an update, ranks 1, 3 1,536 (population: env.num_envs). With a
     budget of 23,000 the first reach 24,576 (past the round point 24,576), the others stop at
     23,040: a round beyond the budget is held by nobody (it used to be held by the first pair
-    only, and the run failed: 'ranks reached different points of the schedule')."""
+    only, and the run failed: 'ranks reached different points of the schedule'). Every pod of a
+    round is scored on the start states of the periodic evaluation at the round's point, whatever
+    its batch: the states an independent pod of the run meets there."""
     run = tmp_path / "run"
     r = run_mpi(
         4,
@@ -278,6 +281,8 @@ def test_pods_with_batches_of_their_own_meet_at_the_same_rounds(tmp_path):
     for rank in range(4):
         t = read_log(run / "logs" / f"quickstart_rank{rank}.h5")["tournament"]
         assert list(t["round"]) == [0, 1] and log_envs(run, rank) == (256 if rank % 2 == 0 else 96)
+        seed = read_log(run / "logs" / f"quickstart_rank{rank}.h5")["attrs"]["config"]["seed"]
+        assert list(t["eval_seed"]) == [eval_seed(seed, "eval", 8192), eval_seed(seed, "eval", 16384)]
 
 
 def log_envs(run: Path, rank: int) -> int:
