@@ -694,7 +694,7 @@ def _device_stats(v: Table) -> dict[str, Any]:
     mean = float(vals.mean()) if len(vals) else math.nan
     ci = math.nan
     if hit.sum() == n >= MIN_RUNS_FOR_BAND:
-        ci = t95(n - 1) * float(vals.std(ddof=1)) / math.sqrt(n)
+        ci = _t_half_width(vals)
     steps = col["env_steps_per_pod_to_target"]
     sh = steps[np.isfinite(steps)]
     src = sorted({str(x) for x in v["device_step_source"].tolist()}) if "device_step_source" in v else []
@@ -940,6 +940,11 @@ VERDICT_COLUMNS = (
 )
 
 
+def _t_half_width(x: np.ndarray) -> float:
+    """The half-width of the 95% Student-t interval of the mean of ``x`` (at least 2 values)."""
+    return t95(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+
+
 def _seed_times(text: Any) -> dict[str, tuple[float, bool]]:
     """A scaling row's ``device_s_seeds`` (JSON: seed -> [seconds, censored]) as a dict."""
     try:
@@ -981,7 +986,7 @@ def paired_difference(mine: Any, theirs: Any) -> tuple[float, float, int, str]:
     d = np.array([a[s][0] - b[s][0] for s in set(a) & set(b) if not a[s][1] and not b[s][1]], dtype=float)
     if d.size < 2:
         return (float(d.mean()) if d.size else math.nan), math.nan, int(d.size), "unknown"
-    mean, half = float(d.mean()), t95(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    mean, half = float(d.mean()), _t_half_width(d)
     verdict = "worse" if mean - half > 0 else "better" if mean + half < 0 else "within noise"
     return mean, half, int(d.size), verdict
 

@@ -279,9 +279,9 @@ def test_pods_with_batches_of_their_own_meet_at_the_same_rounds(tmp_path):
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["rounds"] == 2 and summary["env_steps"] == 2 * 24576 + 2 * 23040
     for rank in range(4):
-        t = read_log(run / "logs" / f"quickstart_rank{rank}.h5")["tournament"]
+        log = read_log(run / "logs" / f"quickstart_rank{rank}.h5")
+        t, seed = log["tournament"], log["attrs"]["config"]["seed"]
         assert list(t["round"]) == [0, 1] and log_envs(run, rank) == (256 if rank % 2 == 0 else 96)
-        seed = read_log(run / "logs" / f"quickstart_rank{rank}.h5")["attrs"]["config"]["seed"]
         assert list(t["eval_seed"]) == [eval_seed(seed, "eval", 8192), eval_seed(seed, "eval", 16384)]
 
 
