@@ -473,7 +473,7 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
         "--timeout",
         "240",
         "--set",
-        "total_env_steps=12288",
+        "total_env_steps=24576",
         "--set",
         "tournament.mode=none",
         *SHORT,
@@ -481,21 +481,22 @@ def test_requeued_job_runs_the_code_it_was_submitted_with(slurm_cluster_noacct, 
         cwd=clone,
     )
     try:
-        end = time.monotonic() + 120
-        # the fresh start's checkpoint is written: the requeued start resumes from it (waiting for the
-        # log alone raced it under load: the log opens just before the first checkpoint)
-        while (
-            not (run / "checkpoints" / "rank0.safetensors").exists() and time.monotonic() < end and proc.poll() is None
-        ):
-            time.sleep(0.3)
-        assert _launch_lines(run), out.read_text()
-        # the checkout moves on while the job runs
+        # the checkout moves on once the job is submitted (its snapshot is taken at submission)
         init = clone / "podracer_hpc" / "__init__.py"
         init.write_text(init.read_text() + "\nimport sys as _s\nprint('NEW CODE', file=_s.stderr)\n")
         _git(clone, "commit", "-q", "-am", "a change after submission")
         new_rev = _git(clone, "rev-parse", "--short", "HEAD")
         check = subprocess.run([sys.executable, "-c", "import podracer_hpc"], cwd=clone, capture_output=True, text=True)
         assert "NEW CODE" in check.stderr  # the checkout itself now runs the new code
+        # then the requeue lands as soon as the fresh start's checkpoint is written: the requeued
+        # start resumes from it (waiting for the log alone raced it under load: the log opens just
+        # before the first checkpoint; committing in between let a short run finish first)
+        end = time.monotonic() + 120
+        while (
+            not (run / "checkpoints" / "rank0.safetensors").exists() and time.monotonic() < end and proc.poll() is None
+        ):
+            time.sleep(0.1)
+        assert _launch_lines(run), out.read_text()
         cluster.run("scontrol", "requeue", job)
         assert proc.wait(timeout=240) == 0, out.read_text()
     finally:
