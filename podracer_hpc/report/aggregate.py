@@ -275,6 +275,7 @@ RUN_COLUMNS = (
     "wall_s_to_target",
     "env_steps_to_target",
     "scheme",
+    "devices_per_learner",
     "env_steps_per_pod",
     "env_steps_per_pod_to_target",
     "round_s",
@@ -390,19 +391,19 @@ def run_costs(run: Run) -> dict[str, Any]:
 def _device_row(run: Run, row: dict[str, Any], device: DeviceModel) -> dict[str, Any]:
     """A run's device-equivalent columns, except those that need the other runs (the step seconds)."""
     costs = run_costs(run)
-    dp = run.scheme == "data_parallel"
-    devices = int(row["pods"])
+    m = run.devices_per_learner  # a learner's envs stand for m devices': per device, its env steps / m
     x = float(row["env_steps_to_target"])
     reached = math.isfinite(x)
     budget = float(max(costs["final_steps"], default=0))
-    ar = device.allreduce_s(devices, costs["param_count"]) if dp else 0.0
+    ar = device.allreduce_s(m, costs["param_count"])
     upto = x if reached else math.inf
     if device.round_s > 0:  # a stated cost per round instead of the seconds the logs measured
         costs["rounds"] = [(steps, device.round_s) for steps, _ in costs["rounds"]]
     return {
         "scheme": run.scheme,
-        "env_steps_per_pod": budget / devices if dp else budget,
-        "env_steps_per_pod_to_target": (x / devices if dp else x) if reached else math.nan,
+        "devices_per_learner": m,
+        "env_steps_per_pod": budget / m,
+        "env_steps_per_pod_to_target": x / m if reached else math.nan,
         "round_s": float(sum(t for _, t in costs["rounds"])),
         "round_s_to_target": float(sum(t for s, t in costs["rounds"] if s < upto)),
         "rounds_to_target": sum(1 for s, _ in costs["rounds"] if s < upto),
@@ -444,10 +445,12 @@ def run_table(
     ``nodes``: :attr:`Run.resources`.
 
     Device-equivalent time (``device``: its constants, default :class:`DeviceModel`'s):
-    ``scheme`` (:data:`SCHEMES`); ``env_steps_per_pod`` (the budget: a pod's, or a data-parallel
-    learner's env steps / pods) and ``env_steps_per_pod_to_target``; ``round_s`` and
+    ``scheme`` (:data:`SCHEMES`); ``devices_per_learner`` (:attr:`Run.devices_per_learner`: all the
+    pods of a data-parallel run, a study's ``devices_per_pod``, else 1); ``env_steps_per_pod`` (the
+    budget per device: a learner's env steps / its devices) and ``env_steps_per_pod_to_target``; ``round_s`` and
     ``round_s_to_target`` (the rounds before the crossing, :func:`run_costs`);
-    ``allreduce_s_to_target``; ``own_step_s`` (this run's seconds per env step of a pod, rounds
+    ``allreduce_s_to_target`` (a learner of several devices: one all-reduce over them per gradient
+    step); ``own_step_s`` (this run's seconds per env step of a pod, rounds
     left out); ``device_step_s`` and ``device_step_source`` (the number used and where it came
     from); ``device_s_to_target`` = steps per pod x step seconds + round seconds + all-reduce
     seconds (NaN when not reached); ``device_s_bound``: the same over the whole budget for a run

@@ -107,6 +107,16 @@ class Run:
         return str(self.point.get("scheme") or ("data_parallel" if self.point.get("kind") == "rllib" else "pods"))
 
     @property
+    def devices_per_learner(self) -> int:
+        """Devices whose envs one of the run's learners steps: ``<run>/resources.json``'s
+        ``devices_per_learner`` (a study's pods of several devices), else all the run's pods for a
+        ``data_parallel`` run, else 1 (one pod per device)."""
+        given = self.point.get("devices_per_learner")
+        if given:
+            return int(given)
+        return int(self.resources["pods"]) if self.scheme == "data_parallel" else 1
+
+    @property
     def mode(self) -> str:
         return str((self.config.get("tournament") or {}).get("mode", "none"))
 

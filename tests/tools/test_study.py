@@ -99,6 +99,22 @@ def study(*args: str) -> int:
             {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "scheme": "best_of_n"}}},
             "scheme best_of_n is podracer's",
         ),
+        (
+            {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "devices_per_pod": 2}}, "points": [2, 3]},
+            "point 3 is not a whole number of pods of 2 devices (devices_per_pod)",
+        ),
+        (
+            {"systems": {"dp": {"job": "jobs/pendulum_fast.yaml", "scheme": "data_parallel", "devices_per_pod": 2}}},
+            "data_parallel is already one pod of all",
+        ),
+        (
+            {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "devices_per_pod": 2}}, "points": [2]},
+            "devices_per_pod is podracer's",
+        ),
+        (
+            {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "devices_per_pod": 0}}},
+            "devices_per_pod must be",
+        ),
         ({"seeds": [0, 1]}, "seeds 0 and 1 share pods at 2 pods (pod r of a run trains with its seed + r"),
         ({"seeds": [0, 5], "points": [1, 8]}, "Space the seeds at least 8 apart, e.g. seeds: [0, 10]"),
     ],
@@ -341,12 +357,19 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
             "set": [*TINY, PRIOR, "tournament.mode=dexpbt", "tournament.interval_env_steps=2048"],
             "points": [2],
         },
+        "pods_of_2": {  # 4 devices: 2 pods of 2 devices each, an ElegantRL tournament between them
+            "kind": "podracer",
+            "job": "jobs/pendulum_fast.yaml",
+            "set": [*TINY, "tournament.mode=elegantrl", "tournament.interval_env_steps=2048"],
+            "points": [4],
+            "devices_per_pod": 2,
+        },
     }
     path = tiny_study(tmp_path, name="alt", systems=systems, device_reference="best_of_n")
     assert study(str(path), "--executor", "local") == 0
     cap = capfd.readouterr()
     summary = json.loads(cap.out.strip().splitlines()[-1])
-    assert summary["done"] == summary["runs"] == 5 and summary["failed"] == []
+    assert summary["done"] == summary["runs"] == 6 and summary["failed"] == []
     assert "device-equivalent time to return -5000" in cap.out
     runs = tmp_path / "alt" / "runs"
 
@@ -367,6 +390,13 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     # DexPBT held its rounds
     dx = load_run(runs / "dexpbt" / "p2-s0")
     assert dx.mode == "dexpbt" and all(len(log["tournament"]["round"]) >= 1 for log in dx.logs.values())
+    # pods of 2 devices: 2 ranks at 4 devices, each 2 x the envs and 2 x the env steps, meeting
+    # every 2 x 2,048 env steps (per device, the rounds of a pod of one device)
+    po = load_run(runs / "pods_of_2" / "p4-s0")
+    assert list(po.logs) == [0, 1] and (po.pods, po.scheme, po.devices_per_learner) == (4, "pods", 2)
+    assert po.config["env"]["num_envs"] == 128 and po.config["total_env_steps"] == 8192
+    assert po.config["tournament"]["interval_env_steps"] == 4096 and po.mode == "elegantrl"
+    assert all(len(log["tournament"]["round"]) >= 1 for log in po.logs.values())
 
     res = tmp_path / "alt" / "results"
     for f in ("device.md", "device_time.png", "device_time.pdf", "scaling.png"):
@@ -376,12 +406,24 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     assert np.all(np.isfinite(rt["device_s_to_target"])) and np.all(rt["device_s_to_target"] > 0)
     d = next(r for r in rt.rows() if r["system"] == "data_parallel")
     assert d["env_steps_per_pod_to_target"] == d["env_steps_to_target"] / 2 and d["allreduce_s_to_target"] > 0
+    o = next(r for r in rt.rows() if r["system"] == "pods_of_2")
+    assert o["devices_per_learner"] == 2 and o["env_steps_per_pod_to_target"] == o["env_steps_to_target"] / 2
+    assert o["allreduce_s_to_target"] > 0 and o["device_s_to_target"] == pytest.approx(
+        o["env_steps_per_pod_to_target"] * o["device_step_s"] + o["round_s_to_target"] + o["allreduce_s_to_target"]
+    )
     x = next(r for r in rt.rows() if r["system"] == "dexpbt")
     assert x["device_s_to_target"] == pytest.approx(
         x["env_steps_per_pod_to_target"] * x["device_step_s"] + x["round_s_to_target"]
     )
     md = (res / "device.md").read_text()
-    for name, pods in (("best_of_n", 1), ("best_of_n", 2), ("random_search", 2), ("data_parallel", 2), ("dexpbt", 2)):
+    for name, pods in (
+        ("best_of_n", 1),
+        ("best_of_n", 2),
+        ("random_search", 2),
+        ("data_parallel", 2),
+        ("dexpbt", 2),
+        ("pods_of_2", 4),
+    ):
         assert f"| pendulum | {name} | {pods} | 1 | 1/1 |" in md, name
     fig = plots.device_time(
         aggregate.run_table(
@@ -391,7 +433,7 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
         )
     )
     names = {ln.get_label() for ln in fig.axes[0].lines}
-    assert {"best_of_n", "best_of_n ideal", "random_search", "data_parallel", "dexpbt"} <= names
+    assert {"best_of_n", "best_of_n ideal", "random_search", "data_parallel", "dexpbt", "pods_of_2"} <= names
 
 
 def test_a_dry_run_plans_without_rllib_and_says_which_system_it_would_skip(tmp_path, capsys):

@@ -55,31 +55,36 @@ def scheme_sets(pt: Point) -> list[str]:
       (``pool.hparams.first_draw``): pod 0 with the job's values, pod ``r`` (seed ``seed + r``)
       with its own draw from the job's prior (:func:`_prior`), as ``members`` entries;
     - ``data_parallel``: one learner with ``pods x`` the job's ``env.num_envs``, and ``pods x`` its
-      total and evaluation env steps (so its env steps per device match a pod's), no tournament.
+      total and evaluation env steps (so its env steps per device match a pod's), no tournament;
+    - ``devices_per_pod`` m > 1 (any other scheme): each pod is one learner with ``m x`` the envs
+      and ``m x`` the total, evaluation and round env steps, so that per device it evaluates and
+      meets the others at the same env steps as a pod of one device.
     """
     s = pt.system
-    if s.scheme == "pool":
+    m = s.devices_per_learner(pt.pods)
+    if s.scheme == "pool" and m == 1:
         return []
-    sets = ["tournament.mode=none"]
-    if s.scheme == "best_of_n":
-        return sets
     try:
         cfg = load_config(s.job, [*s.sets, f"seed={pt.seed}"])
     except ConfigError as e:
         raise StudyError(f"systems.{s.name}: {e}") from None
-    if cfg.members:
+    if cfg.members and s.scheme in ("random_search", "data_parallel"):
         raise StudyError(f"systems.{s.name}: scheme {s.scheme} sets each pod itself; its job has members")
+    sets = [] if s.scheme == "pool" else ["tournament.mode=none"]
     if s.scheme == "random_search":
         prior = _prior(cfg)
-        draws = [first_draw(prior, pt.seed + r, r) or {} for r in range(pt.pods)]
+        draws = [first_draw(prior, pt.seed + r, r) or {} for r in range(s.ranks(pt.pods))]
         pods = [{f"agent.{k}": v for k, v in d.items()} for d in draws]
-        return [*sets, f"members={json.dumps(pods)}"]
-    p, every = pt.pods, cfg.eval.interval_env_steps
+        sets.append(f"members={json.dumps(pods)}")
+    if m == 1:
+        return sets
+    every, rounds = cfg.eval.interval_env_steps, cfg.tournament.interval_env_steps
     return [
         *sets,
-        f"env.num_envs={cfg.env.num_envs * p}",
-        f"total_env_steps={cfg.total_env_steps * p}",
-        *([f"eval.interval_env_steps={every * p}"] if every else []),
+        f"env.num_envs={cfg.env.num_envs * m}",
+        f"total_env_steps={cfg.total_env_steps * m}",
+        *([f"eval.interval_env_steps={every * m}"] if every else []),
+        *([f"tournament.interval_env_steps={rounds * m}"] if s.scheme == "pool" and rounds else []),
     ]
 
 

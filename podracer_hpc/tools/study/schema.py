@@ -122,10 +122,24 @@ class SystemConfig:
     device_step_s: float = F(
         0.0, "seconds per env step of one of this system's pods on its device (0: the study's device_step_s)"
     )
+    devices_per_pod: int = F(
+        1,
+        "podracer: devices of one pod (a pod of several devices: one learner with this many x "
+        "env.num_envs, data-parallel within the pod); a point of N devices runs N / devices_per_pod pods "
+        "(docs/studies.md)",
+    )
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if (
+            isinstance(self.devices_per_pod, bool)
+            or not isinstance(self.devices_per_pod, int)
+            or self.devices_per_pod < 1
+        ):
+            raise ValueError(f"devices_per_pod must be a whole number >= 1, got {self.devices_per_pod!r}")
+        if self.devices_per_pod > 1 and self.scheme == "data_parallel":
+            raise ValueError("devices_per_pod is for pods of several devices; data_parallel is already one pod of all")
         if not (math.isfinite(self.device_step_s) and self.device_step_s >= 0):
             raise ValueError(f"device_step_s must be >= 0 seconds (0: the study's), got {self.device_step_s}")
         if not self.job:
@@ -238,11 +252,21 @@ class System:
     gpus_per_pod: float | None = None  # None: the study's
     scheme: str = "pool"  # SCHEMES
     device_step_s: float = 0.0  # 0: the study's
+    devices_per_pod: int = 1  # a pod of several devices: one learner with this many x the envs
 
     @property
     def one_learner(self) -> bool:
         """One learner stands for the point's pods (data_parallel): one rank, pods x the envs."""
         return self.scheme == "data_parallel"
+
+    def ranks(self, devices: int) -> int:
+        """The MPI ranks (pods) at a point of ``devices`` devices: one learner (data_parallel), or
+        one pod per ``devices_per_pod`` devices."""
+        return 1 if self.one_learner else devices // self.devices_per_pod
+
+    def devices_per_learner(self, devices: int) -> int:
+        """Devices whose envs one learner steps at a point of ``devices`` devices."""
+        return devices if self.one_learner else self.devices_per_pod
 
 
 @dataclass
@@ -280,6 +304,9 @@ class Point:
             "executor": executor,
             "scheme": "data_parallel" if self.system.one_learner or self.system.kind == "rllib" else "pods",
             "study_scheme": self.system.scheme,  # the study file's (pool, best_of_n, random_search, data_parallel)
+            "devices_per_learner": self.pods
+            if self.system.kind == "rllib"
+            else self.system.devices_per_learner(self.pods),
         }
 
 
@@ -312,7 +339,7 @@ class Study:
         for system in self.systems:
             gpp = self.gpus_of(system)
             for pods in system.points if system.points is not None else self.points:
-                ranks = 1 if system.one_learner else pods  # data_parallel: one learner stands for the pods
+                ranks = system.ranks(pods)  # data_parallel: one learner stands for the pods
                 nodes = max(1, math.ceil(ranks / self.pods_per_node))
                 gpus = float(math.ceil(ranks * gpp - 1e-9)) if 0 < gpp < 1 else ranks * gpp
                 for seed in system.seeds if system.seeds is not None else self.seeds:
@@ -395,8 +422,9 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         )
     if not str(name).replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise StudyError(f"{sw}: a system name is a folder name: letters, digits, '-', '_', '.'")
-    if kind == "rllib" and c.scheme != "pool":
-        raise StudyError(f"{sw}: scheme {c.scheme} is podracer's; RLlib's learners are already data-parallel")
+    if kind == "rllib" and (c.scheme != "pool" or c.devices_per_pod != 1):
+        what = f"scheme {c.scheme}" if c.scheme != "pool" else "devices_per_pod"
+        raise StudyError(f"{sw}: {what} is podracer's; RLlib's learners are already data-parallel")
     return System(
         str(name),
         kind,
@@ -411,6 +439,7 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         None if c.gpus_per_pod < 0 else c.gpus_per_pod,
         c.scheme,
         c.device_step_s,
+        c.devices_per_pod,
     )
 
 
@@ -458,7 +487,15 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
             f"({', '.join(s.name for s in systems)})"
         )
     r = cfg.resources
-    for p in sorted({p for s in systems if not s.one_learner for p in (s.points or cfg.points)}):
+    for s in systems:
+        bad = [p for p in (s.points or cfg.points) if p % s.devices_per_pod]
+        if bad:
+            raise StudyError(
+                f"{where}: systems.{s.name}: point {bad[0]} is not a whole number of pods of "
+                f"{s.devices_per_pod} devices (devices_per_pod); give it points that are multiples of "
+                f"{s.devices_per_pod}, e.g. points: [{s.devices_per_pod}, {2 * s.devices_per_pod}]"
+            )
+    for p in sorted({s.ranks(p) for s in systems if not s.one_learner for p in (s.points or cfg.points)}):
         nodes = math.ceil(p / r.pods_per_node)
         if p % nodes:
             raise StudyError(
@@ -466,7 +503,7 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
                 "pods (resources.pods_per_node); choose points that do"
             )
     for s in systems:
-        _check_disjoint_seeds(s, s.seeds or cfg.seeds, s.points or cfg.points, where)
+        _check_disjoint_seeds(s, s.seeds or cfg.seeds, [s.ranks(p) for p in s.points or cfg.points], where)
     name = cfg.name or path.stem
     out = Path(cfg.out or Path("runs") / "studies" / name).expanduser()
     out = (out if out.is_absolute() else Path.cwd() / out).resolve()
@@ -488,6 +525,7 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
                 "gpus_per_pod": -1.0 if s.gpus_per_pod is None else s.gpus_per_pod,
                 "scheme": s.scheme,
                 "device_step_s": s.device_step_s,
+                "devices_per_pod": s.devices_per_pod,
             }
             for s in systems
         },
