@@ -245,6 +245,7 @@ def test_tiny_local_study_runs_every_point_then_skips_and_grows(tmp_path, capfd)
         "executor": "local",
         "scheme": "pods",
         "study_scheme": "pool",
+        "devices_per_learner": 1,
     }
     # the figure: one median series per system, over the points
     fig = plots.scaling(rt)
