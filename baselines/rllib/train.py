@@ -420,6 +420,29 @@ def export_policy(algo: Any, evaluate: Evaluator, cfg: dict[str, Any], path: Pat
     return path
 
 
+def trainable_parameters(pc: Any, algo: Any) -> int:
+    """Trainable parameters of the learner's module (the driver's own module is the inference-only
+    policy, without the value function), built from the config's module spec; -1 if unknown."""
+    try:
+        spec = pc.get_multi_rl_module_spec(spaces=algo.env_runner_group.get_spaces(), inference_only=False)
+        module = spec.build()["default_policy"]
+        return int(sum(p.numel() for p in module.parameters() if p.requires_grad))
+    except Exception:  # noqa: BLE001 - a count for the report, never a reason to stop training
+        return -1
+
+
+def grad_steps(learner: dict[str, Any], learners: int) -> int:
+    """Gradient steps of one learner in an iteration: the samples all learners trained on (RLlib
+    sums them) over the minibatch size over the learners (0 learners: one local); -1 if unknown."""
+    trained, minibatch = (
+        _f(_get(learner, "num_module_steps_trained")),
+        _f(_get(learner, "module_train_batch_size_mean")),
+    )
+    if not (math.isfinite(trained) and math.isfinite(minibatch) and minibatch > 0):
+        return -1
+    return round(trained / minibatch / max(1, learners))
+
+
 def train(
     cfg: dict[str, Any],
     run_dir: Path,
@@ -446,6 +469,7 @@ def train(
         )
     pc, algo = build_algo(cfg)
     evaluate = Evaluator(cfg, pc)
+    params = trainable_parameters(pc, algo)
     startup_s = time.perf_counter() - t0
     resources = resources_used(
         cfg, sum(bool(n.get("Alive")) for n in ray.nodes()), ray.cluster_resources().get("CPU", 0.0)
@@ -493,6 +517,8 @@ def train(
         "ray_nodes": resources["nodes"],
         "startup_s": startup_s,
         "created": time.time(),
+        # the learner's module (policy and value function): what a data-parallel all-reduce moves
+        "param_count": params,
     }
     total = int(cfg["total_env_steps"])
     every = int(cfg["eval"]["interval_env_steps"]) or total
@@ -530,6 +556,7 @@ def train(
                 "approx_kl": _f(_get(lrn, "mean_kl_loss")),
                 "explained_variance": _f(_get(lrn, "vf_explained_var")),
                 "learning_rate": _f(_get(lrn, "default_optimizer_learning_rate")),
+                "grad_steps": grad_steps(lrn, int(resources["num_learners"])),
             }
             log.append("train", row)
             timed_out = max_wall_s is not None and wall() >= max_wall_s

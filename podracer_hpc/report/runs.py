@@ -103,8 +103,10 @@ class Run:
     @property
     def scheme(self) -> str:
         """How the run's pods map onto devices (``report.aggregate.SCHEMES``): ``<run>/resources.json``'s
-        ``scheme``; RLlib's learners (``kind`` rllib) are ``data_parallel``; else ``pods``."""
-        return str(self.point.get("scheme") or ("data_parallel" if self.point.get("kind") == "rllib" else "pods"))
+        ``scheme``; RLlib's learners (``kind`` rllib, or a log of ``system`` rllib) are
+        ``data_parallel``; else ``pods``."""
+        rllib = self.point.get("kind") == "rllib" or any(a.get("system") == "rllib" for a in self.attrs.values())
+        return str(self.point.get("scheme") or ("data_parallel" if rllib else "pods"))
 
     @property
     def devices_per_learner(self) -> int:

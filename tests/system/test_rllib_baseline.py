@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,13 @@ def test_tiny_run_writes_schema(tmp_path, job, task):
     assert len(evals) == len(ev["env_steps"]) and set(evals["pods"].tolist()) == {2}
     row = next(aggregate.run_table(runs).rows())
     assert (row["pods"], row["gpus"], row["cpus"], row["nodes"]) == (2, 0.0, 2.0, 1)  # the shared x axis
+    # device-equivalent time: the learner's module (policy and value function, more than the
+    # driver's inference-only policy) and each iteration's gradient steps of one learner give the
+    # all-reduce of its 2 learners
+    assert a["param_count"] > 0 and np.all(tr["grad_steps"] > 0)
+    row = next(aggregate.run_table(runs, -1e9).rows())  # every evaluation reaches it
+    assert row["scheme"] == "data_parallel" and row["devices_per_learner"] == 2
+    assert row["allreduce_s_to_target"] > 0 and math.isfinite(row["allreduce_s_to_target"])
 
 
 def test_trading_gym_env_steps_the_pods_env():
