@@ -115,6 +115,18 @@ def study(*args: str) -> int:
             {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "devices_per_pod": 0}}},
             "devices_per_pod must be",
         ),
+        (
+            {"systems": {"podracer": {"job": "jobs/pendulum_fast.yaml", "lr_scaling": "linear"}}},
+            "lr_scaling must be one of none, sqrt",
+        ),
+        (
+            {"systems": {"rs": {"job": "jobs/pendulum_fast.yaml", "scheme": "random_search", "lr_scaling": "sqrt"}}},
+            "random search draws each pod's learning rate itself",
+        ),
+        (
+            {"systems": {"rllib": {"job": "jobs/rllib/pendulum.yaml", "lr_scaling": "sqrt"}}},
+            "lr_scaling (RLlib's own: --set resources.lr_scaling=...) is podracer's",
+        ),
         ({"seeds": [0, 1]}, "seeds 0 and 1 share pods at 2 pods (pod r of a run trains with its seed + r"),
         ({"seeds": [0, 5], "points": [1, 8]}, "Space the seeds at least 8 apart, e.g. seeds: [0, 10]"),
     ],
@@ -175,6 +187,35 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
     req = podracer_request(st, pt, "slurm")
     assert (req.nodes, req.tasks_per_node, req.gpus_per_node, req.run_dir) == (2, 2, 2, str(pt.run_dir))
     assert podracer_request(st, pt, "local").tasks_per_node == 4  # all pods here, one machine
+
+
+@pytest.mark.parametrize(
+    "system, devices, learning_rate, ranks",
+    [
+        ({"scheme": "data_parallel"}, 8, None, 1),  # the job's learning rate (lr_scaling none)
+        ({"scheme": "data_parallel", "lr_scaling": "sqrt"}, 8, 2e-3 * 8**0.5, 1),
+        ({"devices_per_pod": 2, "lr_scaling": "sqrt"}, 4, 2e-3 * 2**0.5, 2),
+        ({"devices_per_pod": 4, "lr_scaling": "sqrt", "set": ["agent.learning_rate=1e-3"]}, 8, 2e-3, 2),
+        ({"lr_scaling": "sqrt"}, 4, None, 4),  # pods of one device: nothing to scale
+    ],
+)
+def test_a_learner_of_several_devices_scales_its_learning_rate_by_sqrt_devices(
+    tmp_path, system, devices, learning_rate, ranks
+):
+    """``lr_scaling: sqrt`` (RLlib's rule for its learners): a learner whose envs stand for m
+    devices trains at the job's (or the system's) learning rate x sqrt(m); pods of one device keep it."""
+    from podracer_hpc.tools.study import load_study, podracer_request
+
+    spec = {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", **system}
+    st = load_study(tiny_study(tmp_path, points=[devices], systems={"s": spec}))
+    (pt,) = st.runs()
+    assert pt.tasks_per_node == ranks
+    sets = podracer_request(st, pt, "local").overrides
+    lrs = [float(x.split("=", 1)[1]) for x in sets if x.startswith("agent.learning_rate=")]
+    if learning_rate is None:
+        assert lrs == []
+    else:
+        assert lrs[-1] == pytest.approx(learning_rate, rel=1e-5)  # the last one set wins
 
 
 def test_a_missing_or_broken_study_file_is_refused(tmp_path, capsys):

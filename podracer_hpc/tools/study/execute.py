@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import sys
 import time
@@ -58,7 +59,8 @@ def scheme_sets(pt: Point) -> list[str]:
       total and evaluation env steps (so its env steps per device match a pod's), no tournament;
     - ``devices_per_pod`` m > 1 (any other scheme): each pod is one learner with ``m x`` the envs
       and ``m x`` the total, evaluation and round env steps, so that per device it evaluates and
-      meets the others at the same env steps as a pod of one device.
+      meets the others at the same env steps as a pod of one device;
+    - a learner of m > 1 devices with ``lr_scaling: sqrt``: the job's learning rate x sqrt(m).
     """
     s = pt.system
     m = s.devices_per_learner(pt.pods)
@@ -78,6 +80,12 @@ def scheme_sets(pt: Point) -> list[str]:
         sets.append(f"members={json.dumps(pods)}")
     if m == 1:
         return sets
+    if s.lr_scaling == "sqrt":
+        if cfg.agent.algo != "ppo":
+            raise StudyError(
+                f"systems.{s.name}: lr_scaling sqrt scales PPO's learning rate; its job trains {cfg.agent.algo}"
+            )
+        sets.append(f"agent.learning_rate={cfg.agent.learning_rate * math.sqrt(m):.6g}")
     every, rounds = cfg.eval.interval_env_steps, cfg.tournament.interval_env_steps
     return [
         *sets,

@@ -38,6 +38,8 @@ KINDS = ("podracer", "rllib")
 # pod 0 the job's values, the others their own draws from the prior a PBT run declares),
 # data_parallel (one learner with pods x the envs).
 SCHEMES = ("pool", "best_of_n", "random_search", "data_parallel")
+# how a learner of several devices scales its job's learning rate (systems.<name>.lr_scaling)
+LR_SCALINGS = ("none", "sqrt")
 
 
 class StudyError(ValueError):
@@ -129,9 +131,20 @@ class SystemConfig:
         "(docs/studies.md)",
     )
 
+    lr_scaling: str = F(
+        "none",
+        "podracer: a learner of m devices (data_parallel, devices_per_pod) trains at its job's "
+        "agent.learning_rate x sqrt(m) (sqrt: RLlib's rule for its learners, resources.lr_scaling) or at "
+        "the job's (none); PPO only",
+    )
+
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.lr_scaling not in LR_SCALINGS:
+            raise ValueError(f"lr_scaling must be one of {', '.join(LR_SCALINGS)}, got {self.lr_scaling!r}")
+        if self.lr_scaling != "none" and self.scheme == "random_search":
+            raise ValueError("lr_scaling: random search draws each pod's learning rate itself; leave it none")
         if (
             isinstance(self.devices_per_pod, bool)
             or not isinstance(self.devices_per_pod, int)
@@ -253,6 +266,7 @@ class System:
     scheme: str = "pool"  # SCHEMES
     device_step_s: float = 0.0  # 0: the study's
     devices_per_pod: int = 1  # a pod of several devices: one learner with this many x the envs
+    lr_scaling: str = "none"  # LR_SCALINGS: the learning rate of a learner of several devices
 
     @property
     def one_learner(self) -> bool:
@@ -422,8 +436,13 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         )
     if not str(name).replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise StudyError(f"{sw}: a system name is a folder name: letters, digits, '-', '_', '.'")
-    if kind == "rllib" and (c.scheme != "pool" or c.devices_per_pod != 1):
-        what = f"scheme {c.scheme}" if c.scheme != "pool" else "devices_per_pod"
+    if kind == "rllib" and (c.scheme != "pool" or c.devices_per_pod != 1 or c.lr_scaling != "none"):
+        if c.scheme != "pool":
+            what = f"scheme {c.scheme}"
+        elif c.devices_per_pod != 1:
+            what = "devices_per_pod"
+        else:
+            what = "lr_scaling (RLlib's own: --set resources.lr_scaling=...)"
         raise StudyError(f"{sw}: {what} is podracer's; RLlib's learners are already data-parallel")
     return System(
         str(name),
@@ -440,6 +459,7 @@ def _system(name: str, spec: Any, base: Path, where: str) -> System:
         c.scheme,
         c.device_step_s,
         c.devices_per_pod,
+        c.lr_scaling,
     )
 
 
@@ -526,6 +546,7 @@ def load_study(path: str | Path, sets: Sequence[str] = ()) -> Study:
                 "scheme": s.scheme,
                 "device_step_s": s.device_step_s,
                 "devices_per_pod": s.devices_per_pod,
+                "lr_scaling": s.lr_scaling,
             }
             for s in systems
         },
