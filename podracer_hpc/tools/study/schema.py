@@ -130,7 +130,6 @@ class SystemConfig:
         "env.num_envs, data-parallel within the pod); a point of N devices runs N / devices_per_pod pods "
         "(docs/studies.md)",
     )
-
     lr_scaling: str = F(
         "none",
         "podracer: a learner of m devices (data_parallel, devices_per_pod) trains at its job's "
