@@ -479,7 +479,7 @@ def _device_panel(ax: Any, runs: Table, sc: Table) -> tuple[dict[str, Any], dict
     what = ("cumulative return" if metric == "cumulative_return" else "return") + (
         f" {goals[0]:g}" if len(goals) == 1 else " target"
     )
-    ax.set_xlabel("devices (pods of one device, or a learner's devices: docs/studies.md)")
+    ax.set_xlabel("devices")
     ax.set_ylabel(f"device-equivalent time to {what} (s)")
     ax.set_title("device-equivalent time vs devices", fontsize=11)
     ax.grid(alpha=0.3, which="both")
