@@ -64,8 +64,8 @@ def scheme_sets(pt: Point) -> list[str]:
     """
     s = pt.system
     m = s.devices_per_learner(pt.pods)
-    if s.scheme == "pool" and m == 1:
-        return []
+    if m == 1 and s.scheme in ("pool", "best_of_n"):  # nothing of the job to read
+        return [] if s.scheme == "pool" else ["tournament.mode=none"]
     try:
         cfg = load_config(s.job, [*s.sets, f"seed={pt.seed}"])
     except ConfigError as e:
