@@ -278,8 +278,9 @@ class System:
         return 1 if self.one_learner else devices // self.devices_per_pod
 
     def devices_per_learner(self, devices: int) -> int:
-        """Devices whose envs one learner steps at a point of ``devices`` devices."""
-        return devices if self.one_learner else self.devices_per_pod
+        """Devices whose envs one learner steps (and whose gradients it all-reduces) at a point of
+        ``devices`` devices: RLlib's learners train one module data-parallel over all of them."""
+        return devices if self.one_learner or self.kind == "rllib" else self.devices_per_pod
 
 
 @dataclass
@@ -317,9 +318,7 @@ class Point:
             "executor": executor,
             "scheme": "data_parallel" if self.system.one_learner or self.system.kind == "rllib" else "pods",
             "study_scheme": self.system.scheme,  # the study file's (pool, best_of_n, random_search, data_parallel)
-            "devices_per_learner": self.pods
-            if self.system.kind == "rllib"
-            else self.system.devices_per_learner(self.pods),
+            "devices_per_learner": self.system.devices_per_learner(self.pods),
         }
 
 
