@@ -177,6 +177,7 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
     pt = st.runs()[1]
     assert (pt.pods, pt.seed, pt.nodes, pt.tasks_per_node, pt.cpus, pt.gpus, pt.gpus_per_node) == (4, 7, 2, 2, 16, 4, 2)
     assert pt.resources("slurm")["nodes"] == 2 and pt.resources("local")["nodes"] == 1
+    assert pt.resources("local")["devices_per_learner"] == 4  # RLlib's learners all-reduce over every device
     assert rllib_sets(st, pt, "slurm")[-5:] == [
         "seed=7",
         "resources.pods=4",
