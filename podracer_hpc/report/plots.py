@@ -458,7 +458,7 @@ def _device_panel(ax: Any, runs: Table, sc: Table) -> tuple[dict[str, Any], dict
             kk = ks[ks >= k0]
             if len(kk) > 1:
                 ax.plot(kk, t0 * k0 / kk, color=color, ls=":", lw=1.5, label=f"{name} ideal")
-                notes["dotted: ideal (time x fewest pods / pods)"] = Line2D([], [], color="0.4", ls=":", lw=1.5)
+                notes["dotted: ideal (time x fewest devices / devices)"] = Line2D([], [], color="0.4", ls=":", lw=1.5)
         low = np.isfinite(mean) & ~whole
         if low.any():
             ax.scatter(ks[low], mean[low], marker="^", s=60, facecolors="none", edgecolors=color, lw=1.8)
