@@ -171,10 +171,13 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
             tmp_path,
             resources={"pods_per_node": 2, "cpus_per_pod": 4},
             points=[1, 4],
-            systems={"rllib": {"job": "jobs/rllib/pendulum.yaml", "seeds": [7], "gpus_per_pod": 1}},
+            systems={
+                "rllib": {"job": "jobs/rllib/pendulum.yaml", "seeds": [7], "gpus_per_pod": 1},
+                "podracer": {"job": "jobs/pendulum_fast.yaml", "seeds": [7], "gpus_per_pod": 1},
+            },
         )
     )
-    pt = st.runs()[1]
+    pt, po = (next(p for p in st.runs() if (p.system.name, p.pods) == (name, 4)) for name in ("rllib", "podracer"))
     assert (pt.pods, pt.seed, pt.nodes, pt.tasks_per_node, pt.cpus, pt.gpus, pt.gpus_per_node) == (4, 7, 2, 2, 16, 4, 2)
     assert pt.resources("slurm")["nodes"] == 2 and pt.resources("local")["nodes"] == 1
     assert pt.resources("local")["devices_per_learner"] == 4  # RLlib's learners all-reduce over every device
@@ -185,9 +188,10 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
         "resources.cpus=16",
         "resources.nodes=2",
     ]
-    req = podracer_request(st, pt, "slurm")
-    assert (req.nodes, req.tasks_per_node, req.gpus_per_node, req.run_dir) == (2, 2, 2, str(pt.run_dir))
-    assert podracer_request(st, pt, "local").tasks_per_node == 4  # all pods here, one machine
+    assert (po.nodes, po.tasks_per_node, po.gpus_per_node) == (pt.nodes, pt.tasks_per_node, pt.gpus_per_node)
+    req = podracer_request(st, po, "slurm")
+    assert (req.nodes, req.tasks_per_node, req.gpus_per_node, req.run_dir) == (2, 2, 2, str(po.run_dir))
+    assert podracer_request(st, po, "local").tasks_per_node == 4  # all pods here, one machine
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,6 @@ def scheme_sets(pt: Point) -> list[str]:
     - a learner of m > 1 devices with ``lr_scaling: sqrt``: the job's learning rate x sqrt(m).
     """
     s = pt.system
-    if s.kind == "rllib":  # RLlib's own launcher sets its learners (rllib_sets)
-        return []
     m = s.devices_per_learner(pt.pods)
     if m == 1 and s.scheme in ("pool", "best_of_n"):  # nothing of the job to read
         return [] if s.scheme == "pool" else ["tournament.mode=none"]
