@@ -277,10 +277,16 @@ class System:
         one pod per ``devices_per_pod`` devices."""
         return 1 if self.one_learner else devices // self.devices_per_pod
 
+    @property
+    def data_parallel(self) -> bool:
+        """One module trained data-parallel over all of a point's devices: one learner
+        (data_parallel), or RLlib's learners."""
+        return self.one_learner or self.kind == "rllib"
+
     def devices_per_learner(self, devices: int) -> int:
         """Devices whose envs one learner steps (and whose gradients it all-reduces) at a point of
-        ``devices`` devices: RLlib's learners train one module data-parallel over all of them."""
-        return devices if self.one_learner or self.kind == "rllib" else self.devices_per_pod
+        ``devices`` devices."""
+        return devices if self.data_parallel else self.devices_per_pod
 
 
 @dataclass
@@ -316,7 +322,7 @@ class Point:
             "nodes": self.nodes if executor == "slurm" else 1,
             "seed": self.seed,
             "executor": executor,
-            "scheme": "data_parallel" if self.system.one_learner or self.system.kind == "rllib" else "pods",
+            "scheme": "data_parallel" if self.system.data_parallel else "pods",
             "study_scheme": self.system.scheme,  # the study file's (pool, best_of_n, random_search, data_parallel)
             "devices_per_learner": self.system.devices_per_learner(self.pods),
         }
