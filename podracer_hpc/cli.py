@@ -108,14 +108,14 @@ def _train_failed(message: str, code: int, hard: bool = False) -> int:
 
     rank, size = world_position()
     prefix = f"podracer train: rank {rank}: error" if size > 1 else "podracer train: error"
-    print(f"{prefix}: {message}", file=sys.stderr, flush=True)
-    if size > 1:
-        print(
-            f"podracer train: rank {rank}: aborting the other {size - 1} ranks (exit {code}), which would "
-            "wait for it forever; the last checkpoints are intact",
-            file=sys.stderr,
-            flush=True,
+    text = f"{prefix}: {message}"
+    if size > 1:  # one write: a launcher tearing the world down forwards all of it or none
+        text += (
+            f"\npodracer train: rank {rank}: aborting the other {size - 1} ranks (exit {code}), which would "
+            "wait for it forever; the last checkpoints are intact"
         )
+    print(text, file=sys.stderr, flush=True)
+    if size > 1:
         abort_world(code)
     if hard:
         sys.stdout.flush()

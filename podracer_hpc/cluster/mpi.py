@@ -40,6 +40,9 @@ __all__ = [
 # MPICH's own hygiene (the PMI netmod, stale shared-memory segments) lives in mpich.py
 from podracer_hpc.cluster.mpich import clean_stale_mpich_segments, slurm_pmi2_netmod  # noqa: E402
 
+# Seconds a rank that aborts the world waits first, so that the launcher forwards what it printed.
+ABORT_GRACE_S = 0.5
+
 # Variables that MPI launchers put in each rank's environment, with the size they claim (if any).
 _LAUNCHER_VARS: tuple[tuple[str, str | None], ...] = (
     ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Intel MPI, srun --mpi=pmi2
@@ -404,6 +407,9 @@ def abort_world(errorcode: int) -> tuple[int, int]:
     if size > 1:
         sys.stdout.flush()
         sys.stderr.flush()
+        # The launcher forwards a rank's output asynchronously and stops forwarding when it tears
+        # the world down: without a moment's grace the error this rank just printed can be lost.
+        time.sleep(ABORT_GRACE_S)
         world.Abort(errorcode)
     return rank, size
 
