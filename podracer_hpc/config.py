@@ -231,6 +231,11 @@ class TournamentConfig:
         "pbt/dexpbt: a pod that copied another, or started, is not replaced for this many rounds (PBT's "
         "'ready'; 3: a new learning rate needs 50-75k Pendulum steps to show, bench/HISTORY.md)",
     )
+    reserve: int = F(
+        0,
+        "pbt/dexpbt: pods of rank below this are never replaced (a NaN fitness excepted): independent "
+        "lineages that still serve as sources, so a late bloomer among them survives; 0 = none",
+    )
     initial_hparams: str = F(
         "auto",
         "pbt/dexpbt: where a fresh pool starts: job (every pod the job's values) | prior (pod 0 the job's, "
@@ -319,6 +324,8 @@ class TournamentConfig:
             )
         if self.ready_rounds < 0:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
+        if self.reserve < 0:
+            raise ValueError(f"tournament.reserve must be >= 0 (pods never replaced), got {self.reserve}")
         if not (math.isfinite(self.min_interval_s) and -1 <= self.min_interval_s <= MAX_MIN_INTERVAL_S):
             raise ValueError(
                 f"tournament.min_interval_s must be in [0, {MAX_MIN_INTERVAL_S:,.0f}] seconds (a week; "

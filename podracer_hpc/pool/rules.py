@@ -395,6 +395,7 @@ def pbt_select(
     ready_rounds: int = 0,
     rng_ranks: Sequence[int] | None = None,
     labels: Sequence[int] | None = None,
+    reserve: int = 0,
 ) -> list[Decision]:
     """PBT truncation selection (exploit) plus perturbation (explore); one decision per rank.
 
@@ -407,6 +408,9 @@ def pbt_select(
     - Ready (Jaderberg et al.): a pod that took another agent fewer than ``ready_rounds`` rounds
       ago is not a target (it keeps, so that a hyperparameter it just drew can show), and the
       next worst ready pod outside the sources is replaced in its place.
+    - Reserve: a pod of rank below ``reserve`` (its MPI rank: ``rng_ranks`` when given) with
+      finite fitness is never a target either, and the next worst pod is replaced in its place:
+      it trains as an independent pod would, and can still be a source.
     - A target draws its source uniformly among the eligible ones (Generator seeded by
       (seed, round, rank)) and gets ``explore(source.hparams)`` as its new hyperparameters.
     - A NaN target with no eligible source copies the best finite pod; with no finite pod, the
@@ -427,8 +431,9 @@ def pbt_select(
     # its place), plus every non-finite pod.
     targets = {r for r in range(n) if not is_finite(fit[r])}
     not_ready: set[int] = set()
+    reserved = _reserved(n, reserve, rng_ranks)
     source_set, finite_targets = set(sources), 0  # a set and a count: linear in the pool
-    for r in reversed([r for r in finite if r not in source_set]):
+    for r in reversed([r for r in finite if r not in source_set and r not in reserved]):
         if finite_targets >= k:
             break
         last = reports[r].last_copy_round
@@ -449,7 +454,9 @@ def pbt_select(
             )
             continue
         if r not in targets:
-            why = "top quantile" if r in sources else "middle of the pool"
+            why = (
+                "top quantile" if r in sources else "reserve: never replaced" if r in reserved else "middle of the pool"
+            )
             decisions[r] = Decision(action="keep", reason=why if n > 1 else "world of one", **base)
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_PBT)
@@ -512,6 +519,11 @@ def _in_board(fit: Sequence[float], finite: Sequence[int], entries: list[Entry],
     return {c[2] for c in cands[: max(int(top_k), 0)] if c[2] is not None}
 
 
+def _reserved(n: int, reserve: int, rng_ranks: Sequence[int] | None) -> set[int]:
+    """The indices of the table whose pods are in the reserve (MPI rank below ``reserve``)."""
+    return {r for r in range(n) if (rng_ranks[r] if rng_ranks else r) < reserve}
+
+
 def _with_publishers(decisions: Mapping[int, Decision], publishers: set[int]) -> list[Decision]:
     """The decisions in rank order, ``publish`` set for ``publishers``."""
     return [replace(decisions[r], publish=True) if r in publishers else decisions[r] for r in range(len(decisions))]
@@ -546,6 +558,7 @@ def dexpbt_select(
     ready_rounds: int = 0,
     rng_ranks: Sequence[int] | None = None,
     labels: Sequence[int] | None = None,
+    reserve: int = 0,
 ) -> list[Decision]:
     """DexPBT's natural selection (Isaac Lab's PBT); one decision per rank.
 
@@ -560,6 +573,8 @@ def dexpbt_select(
     - Ready (as :func:`pbt_select`): a finite underperformer that took another agent, or started,
       fewer than ``ready_rounds`` rounds ago keeps its agent and its hyperparameters, so that the
       first rounds do not act on agents that have not learned yet.
+    - Reserve (as :func:`pbt_select`): a finite underperformer of rank below ``reserve`` keeps its
+      agent and its hyperparameters.
     - A NaN pod with no leader copies the best finite pod; with no finite pod, the best finite
       ``entries`` item; else it resets.
     - Publish: drawn sources, plus pods that would enter the top ``top_k`` (as :func:`pbt_select`).
@@ -570,6 +585,7 @@ def dexpbt_select(
     finite = [r for r in _ranking(fit) if is_finite(fit[r])]
     upper, lower = dexpbt_cuts(fit, threshold_std, threshold_abs)
     leaders = [r for r in finite if fit[r] > upper]
+    reserved = _reserved(n, reserve, rng_ranks)
     cuts = f"cuts {lower:.6g} / {upper:.6g}" if finite else "no finite fitness"
     decisions: dict[int, Decision] = {}
     drawn: set[int] = set()
@@ -585,6 +601,9 @@ def dexpbt_select(
             decisions[r] = Decision(
                 action="keep", reason=f"underperformer ({cuts}), not ready ({_changed(me.last_copy_round)})", **base
             )
+            continue
+        if not nan and r in reserved:
+            decisions[r] = Decision(action="keep", reason=f"underperformer ({cuts}), reserve: never replaced", **base)
             continue
         rng = make_rng(seed, round, rng_ranks[r] if rng_ranks else r, _STREAM_DEXPBT)
         min_steps = me.env_steps * (1.0 - steps_tolerance)
@@ -729,6 +748,7 @@ def _decide_kind(
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,
             labels=labels,
+            reserve=cfg.reserve,
         )
     if cfg.mode == "dexpbt":
         return dexpbt_select(
@@ -746,6 +766,7 @@ def _decide_kind(
             ready_rounds=cfg.ready_rounds,
             rng_ranks=rng_ranks,
             labels=labels,
+            reserve=cfg.reserve,
         )
     if cfg.mode == "none":
         return [

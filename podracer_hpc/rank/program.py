@@ -303,6 +303,8 @@ class RankRun:
                     if t.mode == "pbt"
                     else f"only pods beyond the pool's mean +- {t.threshold_std:g} std act (dexpbt)"
                 )
+                if t.reserve:
+                    rule += f"; pods of rank below {t.reserve} are never replaced (tournament.reserve)"
                 self.say(f"PBT explores {describe_space(effective_space(t, cfg.agent.algo))}: {what}; {rule}")
         st = self.state if self.state is not None else RankState()
         self.round_index = st.round

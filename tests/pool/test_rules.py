@@ -516,6 +516,47 @@ def test_no_pod_is_ready_before_it_trained_ready_rounds_intervals_from_the_start
         assert ds[0].action == "keep" and "not ready (started at round -1)" in ds[0].reason
 
 
+@pytest.mark.parametrize(
+    "mode,reserve,fitness,replaced",
+    [
+        ("pbt", 0, (-900, -100, -200, -300), {0}),  # no reserve: the worst pod copies
+        ("pbt", 1, (-900, -100, -200, -300), {3}),  # pod 0 kept; the next worst outside the top instead
+        ("pbt", 2, (-100, -900, -200, -300), {3}),  # the worst pod is rank 1, in a reserve of 2
+        ("pbt", 4, (-900, -100, -200, -300), set()),  # every pod reserved: independent pods
+        ("dexpbt", 0, (-900, -100, -200, -300), {0}),
+        ("dexpbt", 1, (-900, -100, -200, -300), set()),  # dexpbt: only the underperformer acts, and it is reserved
+    ],
+)
+def test_a_pod_in_the_reserve_is_never_replaced(mode, reserve, fitness, replaced):
+    cfg = TournamentConfig(
+        mode=mode, quantile=0.25, ready_rounds=0, reserve=reserve, hparam_space={"learning_rate": [1e-5, 1e-2, True]}
+    )
+    pods = [PodReport(r, float(f), 1000, {"learning_rate": 1e-3}) for r, f in enumerate(fitness)]
+    ds = decide(pods, [], 5, 0, cfg)
+    assert {d.rank for d in ds if d.replaces or d.new_hparams is not None} == replaced, ds
+    worst = min(range(4), key=lambda r: fitness[r])
+    if worst < reserve:
+        assert ds[worst].action == "keep" and ds[worst].new_hparams is None
+        assert "reserve: never replaced" in ds[worst].reason
+    best = max(range(4), key=lambda r: fitness[r])
+    assert all(ds[r].source_rank == best for r in replaced)  # a reserved pod still serves as a source
+
+
+def test_the_reserve_counts_mpi_ranks_and_spares_no_nan_pod():
+    """rng_ranks name the pods' MPI ranks (a later job's offset, an async pod deciding alone): the
+    reserve is over those, and a pod whose fitness is NaN is replaced even inside it."""
+    cfg = TournamentConfig(mode="pbt", ready_rounds=0, reserve=2, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
+    pods = [PodReport(r, f, 1000, {"learning_rate": 1e-3}) for r, f in enumerate([-900.0, -100.0, -200.0, -300.0])]
+    assert decide(pods, [], 5, 0, cfg)[0].action == "keep"
+    assert decide(pods, [], 5, 0, cfg, rng_ranks=[8, 9, 10, 11])[0].action == "copy_pod"  # a later job's pods
+    alone = [replace(pods[0], rank=0), PodReport(1, -100.0, 1000, {"learning_rate": 1e-3})]
+    assert decide(alone, [], 5, 0, cfg, rng_ranks=[1, 10_000])[0].action == "keep"  # pod 1 deciding alone
+    nan = [replace(pods[0], fitness=float("nan"))] + pods[1:]
+    assert decide(nan, [], 5, 0, cfg)[0].action == "copy_pod"
+    with pytest.raises(ValueError, match="tournament.reserve must be >= 0"):
+        TournamentConfig(mode="pbt", reserve=-1)
+
+
 def test_a_nan_pod_is_replaced_even_when_not_ready():
     cfg = TournamentConfig(mode="pbt", ready_rounds=5, hparam_space={"learning_rate": [1e-5, 1e-2, True]})
     pods = [
