@@ -326,6 +326,11 @@ class TournamentConfig:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
         if self.reserve < 0:
             raise ValueError(f"tournament.reserve must be >= 0 (pods never replaced), got {self.reserve}")
+        if self.reserve and self.mode not in ("pbt", "dexpbt"):
+            raise ValueError(
+                f"tournament.reserve keeps pods out of the pbt and dexpbt rules' reach; under tournament.mode "
+                f"{self.mode} it would do nothing: drop it, or set tournament.mode pbt or dexpbt"
+            )
         if not (math.isfinite(self.min_interval_s) and -1 <= self.min_interval_s <= MAX_MIN_INTERVAL_S):
             raise ValueError(
                 f"tournament.min_interval_s must be in [0, {MAX_MIN_INTERVAL_S:,.0f}] seconds (a week; "

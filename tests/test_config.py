@@ -307,6 +307,9 @@ def test_configerror_is_a_valueerror():
         (["env.num_envs=65536", "agent.rollout_steps=65536"], "agent.rollout_steps", "lower either"),
         (["env.max_episode_steps=1e12"], "env.max_episode_steps", "10,000,000"),
         (["log.checkpoint_interval_s=-5"], "log.checkpoint_interval_s", ">= 0"),
+        (["tournament.mode=pbt", "tournament.reserve=-1"], "tournament", "tournament.reserve must be >= 0"),
+        (["tournament.mode=elegantrl", "tournament.reserve=2"], "tournament", "tournament.reserve keeps pods"),
+        (["tournament.mode=none", "tournament.reserve=1"], "tournament", "tournament.reserve keeps pods"),
     ],
 )
 def test_invalid_values_raise_naming_the_key(overrides, key, fragment):
