@@ -152,6 +152,32 @@ def test_pbt_beats_independent_pods_from_poor_hyperparameters(tmp_path):
     assert res["pbt"] > res["none"] + 100, res
 
 
+def test_pods_in_the_reserve_train_exactly_as_independent_pods(tmp_path):
+    """tournament.reserve 2: ranks 0 and 1 are never replaced, so they take the same updates as the
+    independent pods of the same seeds (PBT with a reserve of R is never later than the best of
+    those R); the other pods are replaced as usual."""
+    from podracer_hpc.files.records import read_records
+
+    common = [
+        "total_env_steps=61440",
+        "tournament.interval_env_steps=20480",
+        "eval.interval_env_steps=20480",
+        "tournament.quantile=0.5",
+        "tournament.ready_rounds=0",
+    ]
+    runs = {"none": ["tournament.mode=none"], "reserve": ["tournament.mode=pbt", "tournament.reserve=2"]}
+    logs = {}
+    for name, sets in runs.items():
+        r = run_mpi(4, *train_args(tmp_path / name, *common, *sets))
+        assert r.returncode == 0, r.stderr
+        logs[name] = [read_log(tmp_path / name / "logs" / f"quickstart_rank{k}.h5") for k in range(4)]
+    acted = {k: [x.action for x in read_records(logs["reserve"][k]["tournament"])] for k in range(4)}
+    assert all(a == "keep" for k in (0, 1) for a in acted[k]), acted
+    assert any(a != "keep" for k in (2, 3) for a in acted[k]), acted  # the rule did act on the others
+    for k in (0, 1):
+        assert list(logs["reserve"][k]["train"]["loss"]) == list(logs["none"][k]["train"]["loss"]), k
+
+
 @pytest.mark.parametrize("initial", ["auto", "job"])
 def test_a_pbt_pool_with_a_declared_prior_starts_from_random_searchs_draws(tmp_path, initial):
     """tournament.initial_hparams: with a declared space (auto) pods 1.. start from the draw random
