@@ -148,6 +148,9 @@ class LogConfig:
 # The tournament section (its rules are podracer_hpc/pool/rules.py, which reads this)
 # ------------------------------------------------------------------------------------------
 MODES = ("elegantrl", "pbt", "dexpbt", "none")
+# The PBT rules: they change hyperparameters (an empty tournament.hparam_space means the default space)
+# and tournament.reserve keeps pods out of their reach.
+EXPLORING_MODES = ("pbt", "dexpbt")
 SYNC_MODES = ("collective", "async")
 INITIAL_HPARAMS = ("auto", "job", "prior")  # tournament.initial_hparams
 ROUND_CHECKPOINTS = ("auto", "every", "due")  # log.round_checkpoints
@@ -326,7 +329,7 @@ class TournamentConfig:
             raise ValueError(f"tournament.ready_rounds must be >= 0, got {self.ready_rounds}")
         if self.reserve < 0:
             raise ValueError(f"tournament.reserve must be >= 0 (pods never replaced), got {self.reserve}")
-        if self.reserve and self.mode not in ("pbt", "dexpbt"):
+        if self.reserve and self.mode not in EXPLORING_MODES:
             raise ValueError(
                 f"tournament.reserve keeps pods out of the pbt and dexpbt rules' reach; under tournament.mode "
                 f"{self.mode} it would do nothing: drop it, or set tournament.mode pbt or dexpbt"

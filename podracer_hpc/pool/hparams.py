@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from podracer_hpc.config import MUTABLE_BY_ALGO, HParamRange, TournamentConfig, normalize_space
+from podracer_hpc.config import EXPLORING_MODES, MUTABLE_BY_ALGO, HParamRange, TournamentConfig, normalize_space
 
 __all__ = [
     "DEFAULT_PBT_SPACE",
@@ -56,10 +56,6 @@ DEFAULT_SPACES: dict[str, dict[str, HParamRange]] = {
         "exploration_noise": HParamRange(0.05, 0.5),
     },
 }
-
-
-# The rules that change hyperparameters: an empty tournament.hparam_space means the default space.
-EXPLORING_MODES = ("pbt", "dexpbt")
 
 
 def effective_space(cfg: TournamentConfig, algo: str = "ppo") -> dict[str, HParamRange]:

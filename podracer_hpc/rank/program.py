@@ -54,7 +54,7 @@ from podracer_hpc import __version__
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
-from podracer_hpc.config import Config, for_rank, to_dict
+from podracer_hpc.config import EXPLORING_MODES, Config, for_rank, to_dict
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.files import safeio
 from podracer_hpc.files import summary as poolsummary
@@ -291,7 +291,7 @@ class RankRun:
                 self.pool.draw_first_hparams()
             else:
                 self.pool.last_copy_round = self.state.last_copy_round
-            if comm.rank == 0 and cfg.tournament.mode in ("pbt", "dexpbt"):
+            if comm.rank == 0 and cfg.tournament.mode in EXPLORING_MODES:
                 t = cfg.tournament
                 what = (
                     "tournament.hparam_space"
