@@ -12,6 +12,7 @@ TORCH_INDEX ?=
 JOB    ?= jobs/quickstart.yaml
 PODS   ?= 4
 PYTEST_ARGS ?=
+LOWEST_PHASE ?= all
 # test workers (pytest-xdist): 2 made the suite 1.3x faster on a 2-core machine (its MPI tests are
 # CPU-bound); the Slurm tier stays in one worker (tests/slurm/conftest.py). 0 = serial.
 TEST_WORKERS ?= 2
@@ -58,8 +59,9 @@ test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=40 $(PYTEST_ARGS)
 
 ## test-lowest: the lowest versions pyproject.toml allows (its own venv, .venv-lowest), and the core tests
+## (LOWEST_PHASE=install or test: one half; .ci/run installs beside the main lane, then tests)
 test-lowest:
-	PY=$(PY) bash scripts/lowest_versions.sh
+	PY=$(PY) bash scripts/lowest_versions.sh $(LOWEST_PHASE)
 
 ## bench: the benchmarks of bench/ (tables + a JSON line each)
 bench: setup

@@ -7,22 +7,29 @@
 # (matplotlib, scipy), MPI under a real mpiexec.
 #
 #   scripts/lowest_versions.sh            (make test-lowest; LOWEST_VENV=DIR for another venv)
+#   scripts/lowest_versions.sh install    the venv only (CI starts it beside the main lane: the floors'
+#                                         torch is a download of about 3 GB, minutes of network, not CPU)
+#   scripts/lowest_versions.sh test       the tests only, in a venv an install made
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
 VENV=${LOWEST_VENV:-.venv-lowest}
-[[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" - > "$VENV/constraints.txt" <<'PYCODE'
+PHASE=${1:-all}
+
+install() {
+  rm -f "$VENV/.installed"
+  [[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
+  "$VENV/bin/python" - > "$VENV/constraints.txt" <<'PYCODE'
 import re, tomllib
 for dep in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]:
     m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*>=\s*([0-9.]+)", dep)
     if m:
         print(f"{m.group(1)}=={m.group(2)}")
 PYCODE
-echo "[lowest] the floors: $(tr '\n' ' ' < "$VENV/constraints.txt")"
-"$VENV/bin/pip" install -q -c "$VENV/constraints.txt" -e . "pytest>=7.4,<9" "pytest-xdist>=3.5" "hypothesis>=6.80" \
-    "gymnasium>=1.0" "mpich>=4.1"
-"$VENV/bin/python" - "$VENV/constraints.txt" <<'PYCODE'
+  echo "[lowest] the floors: $(tr '\n' ' ' < "$VENV/constraints.txt")"
+  "$VENV/bin/pip" install -q -c "$VENV/constraints.txt" -e . "pytest>=7.4,<9" "pytest-xdist>=3.5" "hypothesis>=6.80" \
+      "gymnasium>=1.0" "mpich>=4.1"
+  "$VENV/bin/python" - "$VENV/constraints.txt" <<'PYCODE'
 import importlib.metadata as md, sys
 from packaging.version import Version
 floors = dict(line.strip().split("==") for line in open(sys.argv[1]) if line.strip())
@@ -31,10 +38,30 @@ print("[lowest] installed: " + ", ".join(f"{k} {v}" for k, v in got.items()))
 bad = {k: (floors[k], v) for k, v in got.items() if Version(v.split("+")[0]) != Version(floors[k])}
 assert not bad, f"not at the floor: {bad}"
 PYCODE
-"$VENV/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/agents/test_ppo.py tests/test_pod.py tests/test_config.py \
-    tests/envs/test_base.py tests/pool/test_rules.py tests/pool/test_hparams.py tests/pool/test_fitness.py tests/files/test_h5log.py tests/pool/test_leaderboard.py \
-    tests/launch/test_launch.py tests/report/test_aggregate.py tests/system/test_chaos.py tests/rank/test_resume.py \
-    --deselect "tests/system/test_chaos.py::test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly" \
-    --deselect tests/system/test_chaos.py::test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly
-# (the two 8-rank stop-and-resume runs, ~100 s, are the main lane's: what the floors change is the
-#  Python and library code paths, which the other MPI tests here run too)
+  touch "$VENV/.installed"
+}
+
+run_tests() {
+  if [[ ! -f $VENV/.installed ]]; then
+    echo "$VENV has no finished install: run '$0 install' first (or '$0' for both)" >&2
+    exit 2
+  fi
+  # (the two 8-rank stop-and-resume runs, ~100 s, are the main lane's: what the floors change is the
+  #  Python and library code paths, which the other MPI tests here run too)
+  "$VENV/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/agents/test_ppo.py tests/test_pod.py tests/test_config.py \
+      tests/envs/test_base.py tests/pool/test_rules.py tests/pool/test_hparams.py tests/pool/test_fitness.py \
+      tests/files/test_h5log.py tests/pool/test_leaderboard.py tests/launch/test_launch.py tests/report/test_aggregate.py \
+      tests/system/test_chaos.py tests/rank/test_resume.py \
+      --deselect "tests/system/test_chaos.py::test_a_signal_to_one_leaf_stops_all_over_the_tree_and_resumes_exactly" \
+      --deselect tests/system/test_chaos.py::test_a_rank_stopped_at_a_round_by_the_others_stop_resumes_exactly
+}
+
+case $PHASE in
+  all)
+    install
+    run_tests
+    ;;
+  install) install ;;
+  test) run_tests ;;
+  *) echo "usage: $0 [all|install|test] (got '$PHASE')" >&2; exit 2 ;;
+esac
