@@ -14,7 +14,6 @@ from podracer_hpc.config import EXPLORING_MODES, MUTABLE_BY_ALGO, HParamRange, T
 __all__ = [
     "DEFAULT_PBT_SPACE",
     "DEFAULT_SPACES",
-    "EXPLORING_MODES",
     "check_hparams",
     "declared_space",
     "describe_space",

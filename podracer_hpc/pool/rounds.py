@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from podracer_hpc.cluster.mpi import Comm
-from podracer_hpc.config import Config
+from podracer_hpc.config import EXPLORING_MODES, Config
 from podracer_hpc.files import safeio
 from podracer_hpc.files.bounded import read_json
 from podracer_hpc.files.h5log import H5Writer
@@ -35,7 +35,7 @@ from podracer_hpc.pod import Pod, entry_kind
 from podracer_hpc.pool.entry import Entry
 from podracer_hpc.pool.entryfiles import fs_ops
 from podracer_hpc.pool.fitness import Fitness, better, eval_seed
-from podracer_hpc.pool.hparams import EXPLORING_MODES, check_hparams, declared_space, effective_space, first_draw
+from podracer_hpc.pool.hparams import check_hparams, declared_space, effective_space, first_draw
 from podracer_hpc.pool.leaderboard import EntryCorrupt, EntryGone, Leaderboard, plan_prune
 from podracer_hpc.pool.population import Population
 from podracer_hpc.pool.rules import Decision, PodReport, decide, make_rng
