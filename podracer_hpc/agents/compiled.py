@@ -116,11 +116,13 @@ def usable(mode: str, device: torch.device | str) -> bool:
         return False
     if mode not in COMPILE_MODES:
         raise ValueError(f"agent.compile must be {' | '.join(COMPILE_MODES)}, got {mode!r}")
+    # before compile_problem: importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR (torch's
+    # /tmp/torchinductor_<user>), which node_caches would then keep as the user's own setting
+    node_caches()
     why = compile_problem(device)
     if why:
         notice(f"agent.compile={mode}: {why}; training eagerly")
         return False
-    node_caches()
     if torch.device(device).type == "cpu":
         trust_cpu_isa()
     return True

@@ -13,10 +13,17 @@ within 1e-5.
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from podracer_hpc.agents import compiled as C
+from podracer_hpc.cluster.caches import CACHE_VARS
 from podracer_hpc.config import load_config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.pod import Pod
@@ -154,14 +161,16 @@ def test_a_bad_compile_value_names_the_key(algo):
 
 
 def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
-    monkeypatch.setenv("PODRACER_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    if C.compile_problem("cpu"):
+    if C.compile_problem("cpu"):  # (its import of torch._dynamo sets TORCHINDUCTOR_CACHE_DIR: first)
         pytest.skip(C.compile_problem("cpu"))
+    monkeypatch.setenv("PODRACER_CACHE_DIR", str(tmp_path))
+    # usable() points every compile cache of this process at tmp_path: each variable is restored
+    # after the test (set, then deleted, so that monkeypatch records its value or its absence), or
+    # the worker's later MuJoCo Warp tests would compile their kernels into this test's folder
+    for var in CACHE_VARS:
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
     assert C.usable("on", "cpu")
-    import os
-    import socket
-
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
 
 
@@ -188,3 +197,19 @@ def test_cuda_graph_outputs_are_copied_out_however_they_are_nested():
     out = C._copy_out((grads, stats))
     assert isinstance(out, tuple) and isinstance(out[0], list)
     assert all(torch.equal(a, b) and a.data_ptr() != b.data_ptr() for a, b in zip([*out[0], out[1]], [*grads, stats]))
+
+
+def test_a_fresh_process_puts_inductors_cache_in_the_node_directory(tmp_path):
+    """In a new Python (a pod's start) the first import of torch._dynamo sets TORCHINDUCTOR_CACHE_DIR
+    to torch's own /tmp default: the node's cache must be set before that, not taken for the user's."""
+    if C.compile_problem("cpu"):
+        pytest.skip(C.compile_problem("cpu"))
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS and not k.startswith("PODRACER_")}
+    code = "import json, os; from podracer_hpc.agents import compiled as C; ok = C.usable('on', 'cpu'); "
+    code += "print(json.dumps([ok, os.environ.get('TORCHINDUCTOR_CACHE_DIR')]))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**env, "PODRACER_CACHE_DIR": str(tmp_path)}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    ok, inductor = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ok and inductor == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
