@@ -37,6 +37,9 @@ needs_warp = pytest.mark.skipif(
 )
 DIMS = {"halfcheetah": (17, 6), "hopper": (11, 3), "walker2d": (17, 6), "ant": (105, 8), "humanoid": (348, 17)}
 OBS_TOL, REWARD_TOL = 1e-4, 1e-5  # one step from identical states (measured: 8e-6, 1e-6)
+# one xdist worker runs this file (make test): Warp compiles a kernel module on its first use in a
+# process, so two workers starting these tests at once would both compile what one then caches
+pytestmark = pytest.mark.xdist_group("warp")
 
 
 @pytest.fixture(autouse=True)
