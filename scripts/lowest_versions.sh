@@ -49,8 +49,8 @@ run_tests() {
   # The floors change library code paths (torch's RNG and optimizer state, h5py, mpi4py, numpy),
   # not our process plumbing: one MPI run that is killed and resumes exactly (a tournament's rank
   # under mpiexec: checkpoints, the leaderboard, the logs) covers what the floors can break there;
-  # the other stop-and-resume scenarios of test_chaos.py and the relay of podracer mpirun (about two
-  # thirds of this lane's time) are the main lane's, where they run on every change.
+  # the other stop-and-resume scenarios of test_chaos.py and the relay of podracer mpirun (about half of
+  # this lane's time) are the main lane's, where they run on every change.
   "$VENV/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/agents/test_ppo.py tests/test_pod.py tests/test_config.py \
       tests/envs/test_base.py tests/pool/test_rules.py tests/pool/test_hparams.py tests/pool/test_fitness.py \
       tests/files/test_h5log.py tests/pool/test_leaderboard.py tests/launch/test_launch.py tests/report/test_aggregate.py \

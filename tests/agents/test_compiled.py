@@ -28,6 +28,8 @@ from podracer_hpc.config import load_config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.pod import Pod
 
+HOST = socket.gethostname().split(".")[0]  # node_caches' directory per host
+
 PPO = [
     "env.name=pendulum",
     "env.num_envs=8",
@@ -171,7 +173,7 @@ def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     assert C.usable("on", "cpu")
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / HOST / "inductor")
 
 
 def test_inductor_takes_the_cpus_vector_isas_from_its_flags_unless_the_user_says(monkeypatch):
@@ -200,8 +202,10 @@ def test_cuda_graph_outputs_are_copied_out_however_they_are_nested():
 
 
 def test_a_fresh_process_puts_inductors_cache_in_the_node_directory(tmp_path):
-    """In a new Python (a pod's start) the first import of torch._dynamo sets TORCHINDUCTOR_CACHE_DIR
-    to torch's own /tmp default: the node's cache must be set before that, not taken for the user's."""
+    """In a new Python whose first pod is built without resolve_device (which sets the caches for
+    `podracer train`), as `podracer evaluate` and `export` build theirs, usable() sets the node's
+    caches itself: before its import of torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR to torch's
+    own /tmp default, else taken for the user's."""
     if C.compile_problem("cpu"):
         pytest.skip(C.compile_problem("cpu"))
     env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS and not k.startswith("PODRACER_")}
@@ -212,4 +216,4 @@ def test_a_fresh_process_puts_inductors_cache_in_the_node_directory(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     ok, inductor = json.loads(out.stdout.strip().splitlines()[-1])
-    assert ok and inductor == str(tmp_path / socket.gethostname().split(".")[0] / "inductor")
+    assert ok and inductor == str(tmp_path / HOST / "inductor")
