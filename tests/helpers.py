@@ -1,15 +1,24 @@
 """Small helpers shared by test modules (import as ``from helpers import ...``)."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from podracer_hpc.cluster.caches import CACHE_VARS
 from podracer_hpc.launch import LaunchError, find_mpiexec
 
 REPO = Path(__file__).resolve().parent.parent
+CACHE_HOST = socket.gethostname().split(".")[0]  # the name cluster/caches.node_caches gives this node's directory
+
+
+def env_without_caches() -> dict[str, str]:
+    """This process's environment without the compile-cache variables (cluster/caches.CACHE_VARS)
+    and the PODRACER_ ones: what a fresh process whose caches nobody has set starts from."""
+    return {k: v for k, v in os.environ.items() if k not in CACHE_VARS and not k.startswith("PODRACER_")}
 
 
 def run_cli(

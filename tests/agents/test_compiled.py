@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
+from helpers import CACHE_HOST, env_without_caches
 
 from podracer_hpc.agents import compiled as C
 from podracer_hpc.cluster.caches import CACHE_VARS
 from podracer_hpc.config import load_config
 from podracer_hpc.docfield import ConfigError
 from podracer_hpc.pod import Pod
-
-HOST = socket.gethostname().split(".")[0]  # node_caches' directory per host
 
 PPO = [
     "env.name=pendulum",
@@ -173,7 +171,7 @@ def test_the_caches_go_to_the_node_directory(tmp_path, monkeypatch):
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     assert C.usable("on", "cpu")
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / HOST / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / CACHE_HOST / "inductor")
 
 
 def test_inductor_takes_the_cpus_vector_isas_from_its_flags_unless_the_user_says(monkeypatch):
@@ -208,7 +206,7 @@ def test_a_fresh_process_puts_inductors_cache_in_the_node_directory(tmp_path):
     own /tmp default, else taken for the user's."""
     if C.compile_problem("cpu"):
         pytest.skip(C.compile_problem("cpu"))
-    env = {k: v for k, v in os.environ.items() if k not in CACHE_VARS and not k.startswith("PODRACER_")}
+    env = env_without_caches()
     code = "import json, os; from podracer_hpc.agents import compiled as C; ok = C.usable('on', 'cpu'); "
     code += "print(json.dumps([ok, os.environ.get('TORCHINDUCTOR_CACHE_DIR')]))"
     out = subprocess.run(
@@ -216,4 +214,4 @@ def test_a_fresh_process_puts_inductors_cache_in_the_node_directory(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     ok, inductor = json.loads(out.stdout.strip().splitlines()[-1])
-    assert ok and inductor == str(tmp_path / HOST / "inductor")
+    assert ok and inductor == str(tmp_path / CACHE_HOST / "inductor")

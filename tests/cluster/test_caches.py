@@ -11,18 +11,16 @@ under ch-run (``--set-env``: the image's ENV over the job's, the same precedence
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import CACHE_HOST, env_without_caches
 
 from podracer_hpc.cluster.caches import (
-    CACHE_VARS,
     IMAGE_CACHE,
     JOB_CACHE_VARS,
     JOB_VALUE,
@@ -32,19 +30,18 @@ from podracer_hpc.cluster.caches import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-HOST = socket.gethostname().split(".")[0]
 
 
 @pytest.fixture
 def env():
-    return {k: v for k, v in os.environ.items() if k not in CACHE_VARS and not k.startswith("PODRACER_")}
+    return env_without_caches()
 
 
 def test_node_caches_go_under_the_cache_dir_per_host(env, tmp_path):
     e = {**env, "PODRACER_CACHE_DIR": str(tmp_path), "TRITON_CACHE_DIR": "/mine"}
     set_now = node_caches(e)
-    assert e["WARP_CACHE_PATH"] == str(tmp_path / HOST / "warp") == set_now["WARP_CACHE_PATH"]
-    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / HOST / "inductor")
+    assert e["WARP_CACHE_PATH"] == str(tmp_path / CACHE_HOST / "warp") == set_now["WARP_CACHE_PATH"]
+    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / CACHE_HOST / "inductor")
     assert e["TRITON_CACHE_DIR"] == "/mine" and "TRITON_CACHE_DIR" not in set_now  # the user's wins
     assert node_caches(dict(env)) == {}
 
@@ -53,7 +50,7 @@ def test_the_images_own_cache_gives_way_and_the_jobs_does_not(env, tmp_path):
     image = {IMAGE_CACHE: "/opt/podracer/cache", "WARP_CACHE_PATH": "/opt/podracer/cache/warp"}
     e = {**env, "PODRACER_CACHE_DIR": str(tmp_path), **image, "TORCHINDUCTOR_CACHE_DIR": "/scratch/me/inductor"}
     node_caches(e)
-    assert e["WARP_CACHE_PATH"] == str(tmp_path / HOST / "warp")  # under the image's cache: replaced
+    assert e["WARP_CACHE_PATH"] == str(tmp_path / CACHE_HOST / "warp")  # under the image's cache: replaced
     assert e["TORCHINDUCTOR_CACHE_DIR"] == "/scratch/me/inductor"  # no record: a set variable is the job's
     # the batch script's record: the job set only TRITON_CACHE_DIR (its value recorded); whatever
     # is set here besides (the image's ENV, pyxis's precedence) gives way
@@ -62,9 +59,9 @@ def test_the_images_own_cache_gives_way_and_the_jobs_does_not(env, tmp_path):
     e |= {"TORCHINDUCTOR_CACHE_DIR": "/usr/local/inductor", "CUDA_CACHE_PATH": "/c"}
     node_caches(e)
     assert e["TRITON_CACHE_DIR"] == "/mine"
-    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / HOST / "inductor")
-    assert e["CUDA_CACHE_PATH"] == str(tmp_path / HOST / "cuda")
-    assert e["WARP_CACHE_PATH"] == str(tmp_path / HOST / "warp")
+    assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / CACHE_HOST / "inductor")
+    assert e["CUDA_CACHE_PATH"] == str(tmp_path / CACHE_HOST / "cuda")
+    assert e["WARP_CACHE_PATH"] == str(tmp_path / CACHE_HOST / "warp")
 
 
 def _baked(root: Path) -> Path:
@@ -128,7 +125,7 @@ def test_the_batch_scripts_record_lets_the_node_cache_beat_the_images_env(env, t
     got = _pod_start(
         f"{setup}\n{pod}", {**env, "PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": "/scratch/job/inductor"}, 120
     )
-    assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / HOST / "warp"), got
+    assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / CACHE_HOST / "warp"), got
     assert got["TORCHINDUCTOR_CACHE_DIR"] == "/scratch/job/inductor", got  # the job's, restored
 
 
@@ -164,7 +161,7 @@ def test_inside_a_built_image_under_ch_run(env, tmp_path):
         {**env, "USER": env.get("USER", "root"), "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/job-inductor"},
         300,
     )
-    assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / HOST / "warp"), got
+    assert got["WARP_CACHE_PATH"] == str(tmp_path / "node" / CACHE_HOST / "warp"), got
     assert got["TORCHINDUCTOR_CACHE_DIR"] == f"{tmp_path}/job-inductor", got
 
 
