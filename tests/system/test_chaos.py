@@ -149,54 +149,61 @@ def kill_a_rank_after_rounds(d: Path, extra: tuple[str, ...], rounds: int, timeo
             os.killpg(p.pid, signal.SIGKILL)
 
 
-def resume_and_compare(tmp_path: Path, d: Path, extra: tuple[str, ...]) -> None:
+# The 2-rank quickstart both kill tests below train (8 rounds of 4,096 env steps, one candidate a
+# round); each adds only checkpoint settings, which change when state is saved, not what is trained,
+# so one uninterrupted run is the reference of both (one worker: they share its xdist group).
+KILL_RUN = (
+    "total_env_steps=32768",
+    "tournament.interval_env_steps=4096",
+    "eval.interval_env_steps=4096",
+    "tournament.top_k=1",
+)
+shares_the_uninterrupted_run = pytest.mark.xdist_group("chaos-uninterrupted-2-ranks")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The run directory of the 2-rank quickstart trained on KILL_RUN without interruption."""
+    d = tmp_path_factory.mktemp("uninterrupted")
+    ref = run(train_cmd(d, *KILL_RUN, job="jobs/quickstart.yaml", ranks=2))
+    assert ref.returncode == 0, ref.stderr
+    return d
+
+
+def resume_and_compare(ref: Path, d: Path, extra: tuple[str, ...]) -> None:
     """The same command resumes ``d``: every update and round logged once per rank, and both pods
-    bit-equal to the uninterrupted run in ``tmp_path / "ref"``."""
+    bit-equal to the uninterrupted run in ``ref``."""
     r = run(train_cmd(d, *extra, job="jobs/quickstart.yaml", ranks=2))
     assert r.returncode == 0, r.stderr
     for rank in (0, 1):
         assert_once(read_log(d / "logs" / f"quickstart_rank{rank}.h5"), ranks_rounds=8)
         assert_same_state(
-            tmp_path / "ref" / "checkpoints" / f"rank{rank}.safetensors", d / "checkpoints" / f"rank{rank}.safetensors"
+            ref / "checkpoints" / f"rank{rank}.safetensors", d / "checkpoints" / f"rank{rank}.safetensors"
         )
 
 
-def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path):
+@shares_the_uninterrupted_run
+def test_sigkill_of_one_rank_in_a_tournament_resumes_exactly(tmp_path, uninterrupted):
     """A rank killed mid-run (its partner dies with the job): the same command resumes, every
     update and round is logged once per rank, and both pods end bit-equal to an uninterrupted run."""
-    extra = (
-        "total_env_steps=32768",
-        "tournament.interval_env_steps=4096",
-        "eval.interval_env_steps=4096",
-        "log.checkpoint_interval_s=0.5",
-    )
-    ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
-    assert ref.returncode == 0, ref.stderr
+    extra = (*KILL_RUN, "log.checkpoint_interval_s=0.5")
     kill_a_rank_after_rounds(tmp_path / "killed", extra, 2, 150)
-    resume_and_compare(tmp_path, tmp_path / "killed", extra)
+    resume_and_compare(uninterrupted, tmp_path / "killed", extra)
 
 
-def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path):
+@shares_the_uninterrupted_run
+def test_rounds_without_checkpoints_are_redone_exactly_after_a_kill(tmp_path, uninterrupted):
     """Rounds that do not checkpoint (``log.round_checkpoints=due``, no time checkpoints).
     Killed after four rounds, the pool resumes from its first checkpoint and redoes every round on
     the listings it kept: each update and round is logged once, and both pods end bit-equal to an
     uninterrupted run. (That an entry a round loaded survives later prunes until the pool
     checkpoints is tests/pool/test_rounds_keep.py's: these runs never needed it.)"""
-    extra = (
-        "total_env_steps=32768",
-        "tournament.interval_env_steps=4096",
-        "eval.interval_env_steps=4096",
-        "log.checkpoint_interval_s=0",
-        "log.round_checkpoints=due",
-        "tournament.top_k=1",
-    )
-    ref = run(train_cmd(tmp_path / "ref", *extra, job="jobs/quickstart.yaml", ranks=2))
-    assert ref.returncode == 0, ref.stderr
+    extra = (*KILL_RUN, "log.checkpoint_interval_s=0", "log.round_checkpoints=due")
     d = tmp_path / "killed"
     kill_a_rank_after_rounds(d, extra, 4, 200)
     for rank in (0, 1):  # no round checkpointed: both still hold the fresh start's checkpoint
         assert tensors_of(d / "checkpoints" / f"rank{rank}.safetensors")[1]["round"] == 0
-    resume_and_compare(tmp_path, d, extra)
+    resume_and_compare(uninterrupted, d, extra)
 
 
 def test_a_run_killed_before_its_first_checkpoint_logs_each_update_once(tmp_path):
