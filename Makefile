@@ -14,7 +14,7 @@ PODS   ?= 4
 PYTEST_ARGS ?=
 LOWEST_PHASE ?= all
 # test workers (pytest-xdist): 3 on a 2-core machine. 2 made the suite 1.3x faster than 1 (its MPI tests
-# are CPU-bound), but with 2 the cores stood 29% idle (tests waiting on Slurm's scheduler, on signals, on sleeps);
+# are CPU-bound), but with 2 the cores stood 28% idle (tests waiting on Slurm's scheduler, on signals, on sleeps);
 # 3 ran it in 992 s against 1,104 s with 2, all passing (one idle run each). The Slurm tier stays in one
 # worker (tests/slurm/conftest.py). 0 = serial.
 TEST_WORKERS ?= 3
