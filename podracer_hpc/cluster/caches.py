@@ -16,7 +16,16 @@ import socket
 from collections.abc import MutableMapping
 from pathlib import Path
 
-__all__ = ["CACHE_VARS", "IMAGE_CACHE", "JOB_CACHE_VARS", "JOB_VALUE", "node_caches", "record_line", "seed_warp_cache"]
+__all__ = [
+    "CACHE_VARS",
+    "IMAGE_CACHE",
+    "JOB_CACHE_VARS",
+    "JOB_VALUE",
+    "node_caches",
+    "node_name",
+    "record_line",
+    "seed_warp_cache",
+]
 
 CACHE_VARS = {  # variable -> subdirectory
     "WARP_CACHE_PATH": "warp",  # NVIDIA Warp's kernel cache (MuJoCo Warp)
@@ -29,6 +38,12 @@ CACHE_VARS = {  # variable -> subdirectory
 JOB_CACHE_VARS = "PODRACER_JOB_CACHE_VARS"  # the batch script's record: which of CACHE_VARS the job set
 JOB_VALUE = "PODRACER_JOB_"  # + a variable's name: the job's own value, recorded before srun
 IMAGE_CACHE = "PODRACER_IMAGE_CACHE"  # a podracer image's own caches (read-only; Warp kernels baked in)
+
+
+def node_name() -> str:
+    """This node's short host name (``node7`` for ``node7.cluster.example``): the directory of its
+    caches under ``$PODRACER_CACHE_DIR``, and the host a pod's start line and heartbeat name."""
+    return socket.gethostname().split(".")[0]
 
 
 def record_line() -> str:
@@ -61,8 +76,7 @@ def node_caches(environ: MutableMapping[str, str] | None = None) -> dict[str, st
     base = env.get("PODRACER_CACHE_DIR", "").strip()
     if not base:
         return {}
-    host = socket.gethostname().split(".")[0]
-    root = Path(os.path.expandvars(os.path.expanduser(base))) / host
+    root = Path(os.path.expandvars(os.path.expanduser(base))) / node_name()
     image = env.get(IMAGE_CACHE, "").strip()
     recorded = env.get(JOB_CACHE_VARS)
     set_now = {}

@@ -51,6 +51,7 @@ import torch
 import yaml
 
 from podracer_hpc import __version__
+from podracer_hpc.cluster.caches import node_name
 from podracer_hpc.cluster.device import DeviceError, resolve_device, set_cpu_threads, start_line
 from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, get_comm
 from podracer_hpc.cluster.signals import StopFlag
@@ -243,7 +244,7 @@ class RankRun:
         self.say(
             start_line(
                 self.index,
-                socket.gethostname().split(".")[0],
+                node_name(),
                 device,
                 threads,
                 backend,

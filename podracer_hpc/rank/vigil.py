@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import time
 from typing import Any, Callable
 
+from podracer_hpc.cluster.caches import node_name
 from podracer_hpc.cluster.mpi import Comm, MeetingTimeout, stop_tree_neighbours
 from podracer_hpc.config import Config
 from podracer_hpc.files import heartbeat
@@ -45,8 +45,8 @@ class Vigil:
         fixed = {
             "rank": self.comm.rank,
             "part": self.part.index,
-            "host": socket.gethostname().split(".")[0],
-            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],  # Slurm's name of it
+            "host": node_name(),
+            "node": os.environ.get("SLURMD_NODENAME") or node_name(),  # Slurm's name of it
             "device": device,
             "pid": os.getpid(),
             "job": job_id(),

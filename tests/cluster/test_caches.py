@@ -25,6 +25,7 @@ from podracer_hpc.cluster.caches import (
     JOB_CACHE_VARS,
     JOB_VALUE,
     node_caches,
+    node_name,
     record_line,
     seed_warp_cache,
 )
@@ -44,6 +45,15 @@ def test_node_caches_go_under_the_cache_dir_per_host(env, tmp_path):
     assert e["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / CACHE_HOST / "inductor")
     assert e["TRITON_CACHE_DIR"] == "/mine" and "TRITON_CACHE_DIR" not in set_now  # the user's wins
     assert node_caches(dict(env)) == {}
+
+
+@pytest.mark.parametrize(("hostname", "short"), [("node7.cluster.example", "node7"), ("dgx-a01", "dgx-a01")])
+def test_a_nodes_name_is_its_short_host_name(monkeypatch, env, tmp_path, hostname, short):
+    monkeypatch.setattr("socket.gethostname", lambda: hostname)
+    assert node_name() == short
+    e = {**env, "PODRACER_CACHE_DIR": str(tmp_path)}
+    node_caches(e)
+    assert e["CUDA_CACHE_PATH"] == str(tmp_path / short / "cuda")  # the domain never splits a node's caches
 
 
 def test_the_images_own_cache_gives_way_and_the_jobs_does_not(env, tmp_path):
