@@ -195,6 +195,25 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("system", "devices", "layout"),
+    [
+        ({}, 4, "4 pods"),
+        ({}, 1, "1 pod"),
+        ({"devices_per_pod": 2}, 16, "8 pods of 2 devices' envs each"),
+        ({"scheme": "data_parallel"}, 16, "one learner with 16 x the envs"),
+    ],
+)
+def test_a_point_says_what_runs_on_its_devices(tmp_path, system, devices, layout):
+    """The progress line names the ranks that run, not the point's devices: 16 devices as pods of 2
+    run 8 pods; one learner of 16 devices runs one."""
+    from podracer_hpc.tools.study import load_study
+
+    spec = {"kind": "podracer", "job": "jobs/pendulum_fast.yaml", **system}
+    (pt,) = load_study(tiny_study(tmp_path, points=[devices], systems={"s": spec})).runs()
+    assert pt.layout == layout
+
+
+@pytest.mark.parametrize(
     "system, devices, learning_rate, ranks",
     [
         ({"scheme": "data_parallel"}, 8, None, 1),  # the job's learning rate (lr_scaling none)

@@ -114,7 +114,7 @@ def _run_local(study: Study, pts: list[Point], say: Progress) -> tuple[dict[str,
         if is_done(pt):
             say(pt, "done, skipped", step=True)
             continue
-        say(pt, f"running ({pt.pods} pod{'s' * (pt.pods != 1)}, {pt.cpus} CPUs, {pt.gpus:g} GPUs)", step=True)
+        say(pt, f"running ({pt.layout}, {pt.cpus} CPUs, {pt.gpus:g} GPUs)", step=True)
         t0 = time.monotonic()
         try:
             run_point_local(study, pt, say)

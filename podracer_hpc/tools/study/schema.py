@@ -307,6 +307,18 @@ class Point:
         return f"{self.system.name} pods={self.pods} seed={self.seed}"
 
     @property
+    def layout(self) -> str:
+        """What runs at this point, in words: its pods (and the devices' envs each steps), one
+        learner with all the devices' envs, or RLlib over the devices. ``pods`` is the point, in
+        devices: 16 devices as pods of 2 are 8 pods."""
+        if self.system.one_learner:
+            return f"one learner with {self.pods} x the envs"
+        if self.system.kind == "rllib":
+            return f"RLlib on {self.pods} device{'s' * (self.pods != 1)}"
+        n, m = self.system.ranks(self.pods), self.system.devices_per_pod
+        return f"{n} pod{'s' * (n != 1)}" + (f" of {m} devices' envs each" if m > 1 else "")
+
+    @property
     def gpus_per_node(self) -> int:
         return int(math.ceil(self.gpus / self.nodes)) if self.gpus else 0
 
