@@ -275,14 +275,8 @@ def dry_run(study: Study, executor: str, skipped: dict[str, str] | None = None) 
         )
     for pt in study.runs():
         state = "done" if is_done(pt) else "skipped: not installed here" if pt.system.name in skipped else "to run"
-        m = pt.system.devices_per_pod
-        what = (
-            f"one learner with {pt.pods} x the envs"
-            if pt.system.one_learner
-            else f"{pt.tasks_per_node} pod(s)" + (f" of {m} devices' envs each" if m > 1 else "")
-        )
         print(
-            f"{pt.label}: {pt.nodes} node(s) x {what}, {pt.gpus:g} GPUs, {pt.cpus} CPUs "
+            f"{pt.label}: {pt.layout} on {pt.nodes} node(s), {pt.gpus:g} GPUs, {pt.cpus} CPUs "
             f"[{state}]\n    {_point_command(study, pt, executor)}"
         )
     print(
