@@ -201,6 +201,11 @@ def test_a_point_asks_slurm_for_nodes_and_runs_on_one_machine_locally(tmp_path):
         ({}, 1, "1 pod"),
         ({"devices_per_pod": 2}, 16, "8 pods of 2 devices' envs each"),
         ({"scheme": "data_parallel"}, 16, "one learner with 16 x the envs"),
+        (
+            {"kind": "rllib", "job": "jobs/rllib/pendulum.yaml", "python": "/nonexistent/python"},
+            4,
+            "RLlib on 4 devices",
+        ),
     ],
 )
 def test_a_point_says_what_runs_on_its_devices(tmp_path, system, devices, layout):
