@@ -121,6 +121,12 @@ class EvalConfig:
         "episodes of the run's last evaluation, every pod on one common set: the summary's "
         "best_pod and best_return (with its interval) come from it; 0 = none",
     )
+    stop_at_return: float | None = F(
+        None,
+        "end the run once a pod's evaluation reaches this mean return: every pod of the job stops where "
+        "the pods next meet (the next round; after each evaluation when they have no rounds) and the run "
+        "is complete; null = train to total_env_steps",
+    )
 
 
 @dataclass
@@ -594,6 +600,12 @@ def validate(cfg: Config) -> Config:
     within(cfg.eval.episodes, 1, MAX_EVAL_EPISODES, "eval.episodes")
     within(cfg.eval.final_episodes, 0, MAX_EVAL_EPISODES, "eval.final_episodes")
     need(cfg.eval.interval_env_steps >= 0, "eval.interval_env_steps", "must be >= 0")
+    target = cfg.eval.stop_at_return
+    need(
+        target is None or (isinstance(target, (int, float)) and not isinstance(target, bool) and math.isfinite(target)),
+        "eval.stop_at_return",
+        f"must be a mean return (a number) or null, got {target!r}",
+    )
     need(cfg.log.progress_interval_s >= 0, "log.progress_interval_s", "must be >= 0")
     need(cfg.log.checkpoint_interval_s >= 0, "log.checkpoint_interval_s", "must be >= 0")
     need(cfg.log.aggregate_interval_s > 0, "log.aggregate_interval_s", "must be > 0 seconds")
@@ -623,6 +635,20 @@ def validate(cfg: Config) -> Config:
             f"must be at least one update's env steps (env.num_envs x agent.rollout_steps = {batch:,}), got "
             f"{cfg.tournament.interval_env_steps:,}: rounds would follow each other with no training between "
             f"them; set it to {batch:,} or more",
+        )
+    if target is not None:
+        need(
+            cfg.tournament.mode == "none" or cfg.tournament.sync == "collective",
+            "eval.stop_at_return",
+            "the pods of an asynchronous pool (tournament.sync async) never meet, so none can stop the others: "
+            "use sync collective, or leave it null",
+        )
+        batches = sorted({m.env.num_envs * m.agent.rollout_steps for m in members})
+        need(
+            len(batches) == 1,
+            "eval.stop_at_return",
+            f"the pods meet at their evaluations, so every pod needs the same env.num_envs x agent.rollout_steps; "
+            f"the members have {', '.join(f'{b:,}' for b in batches)}",
         )
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import typing
 from dataclasses import field
 from typing import Any
 
@@ -29,13 +30,16 @@ def is_section(tp: Any) -> bool:
 
 
 def coerce(value: Any, tp: Any, key: str) -> Any:
-    """``value`` as a field of type ``tp`` (bool, int, float, str, list; other types pass): YAML's
-    readings made strict (no bool as a number, 1e6 as an int when whole, a date as its ISO text),
-    else a ConfigError naming ``key``, what was expected and what came."""
+    """``value`` as a field of type ``tp`` (bool, int, float, str, list, or one of them or None;
+    other types pass): YAML's readings made strict (no bool as a number, 1e6 as an int when whole,
+    a date as its ISO text), else a ConfigError naming ``key``, what was expected and what came."""
 
     def bad(expected: str) -> ConfigError:
         return ConfigError(f"{key}: expected {expected}, got {value!r} ({type(value).__name__})")
 
+    options = typing.get_args(tp)
+    if len(options) == 2 and type(None) in options:  # ``X | None``: null, or an X
+        return None if value is None else coerce(value, next(t for t in options if t is not type(None)), key)
     if tp is bool:
         if isinstance(value, bool):
             return value

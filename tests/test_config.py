@@ -310,12 +310,30 @@ def test_configerror_is_a_valueerror():
         (["tournament.mode=pbt", "tournament.reserve=-1"], "tournament", "tournament.reserve must be >= 0"),
         (["tournament.mode=elegantrl", "tournament.reserve=2"], "tournament", "tournament.reserve keeps pods"),
         (["tournament.mode=none", "tournament.reserve=1"], "tournament", "tournament.reserve keeps pods"),
+        (["eval.stop_at_return=high"], "eval.stop_at_return", "'high'"),
+        (["eval.stop_at_return=.nan"], "eval.stop_at_return", "nan"),
+        (["eval.stop_at_return=true"], "eval.stop_at_return", "True"),
+        (
+            ["eval.stop_at_return=-200", "tournament.mode=pbt", "tournament.sync=async"],
+            "eval.stop_at_return",
+            "never meet",
+        ),
+        (
+            ["eval.stop_at_return=-200", 'members=[{"env.num_envs": 64}, {}]'],
+            "eval.stop_at_return",
+            "the members have",
+        ),
     ],
 )
 def test_invalid_values_raise_naming_the_key(overrides, key, fragment):
     msg = error_of(None, overrides)
     assert msg.startswith(f"{key}:"), msg
     assert fragment in msg, msg
+
+
+@pytest.mark.parametrize("value,want", [("-180", -180), ("null", None), ("1e3", 1000.0)])
+def test_a_target_return_is_a_number_or_null(value, want):
+    assert load_config(None, [f"eval.stop_at_return={value}"]).eval.stop_at_return == want
 
 
 def test_unknown_env_name_lists_known_tasks():

@@ -133,6 +133,8 @@ class Comm:
         notices_sent, notices_received: stop notices this rank has sent and received.
         notice_hops: the hop count of the first notice this rank heard (1: from the rank that
             announced; None while it has heard none).
+        notice_value: the value the first notice this rank heard carries (``announce_stop``'s
+            ``value``: 0 for a plain stop; None while it has heard none).
         notified: the ranks this rank sent its notice to (at most once each).
         watch: None (waits have no deadline), or what decides that a wait for every rank is
             overdue: called with the seconds waited and the wait's number while a rank waits (at
@@ -168,6 +170,8 @@ class Comm:
         self.notices_sent = 0
         self.notices_received = 0
         self.notice_hops: int | None = None
+        self.notice_value: int | None = None
+        self._value = 0  # what this rank's notices carry (its own announcement's, or the first heard)
         self.notified: tuple[int, ...] = ()
         self.watch: Watch | None = None
         self.waits = 0
@@ -188,17 +192,21 @@ class Comm:
         self.calls[name] = self.calls.get(name, 0) + 1
 
     # --- stopping without lock-step ------------------------------------------------------
-    def announce_stop(self) -> None:
+    def announce_stop(self, value: int = 0) -> None:
         """Tell every other rank to stop (non-blocking; once per rank is enough).
 
         The notice goes to this rank's tree neighbours, which pass it on when they next poll
         (:meth:`stop_announced`, :meth:`meet`); a rank that already passed on another's notice
-        sends nothing more: its neighbours have it.
+        sends nothing more: its neighbours have it. ``value`` (an int) travels with the notice and
+        is what every rank that first hears it from this rank reads in :attr:`notice_value` (the
+        rank program: 0 for a stop, else the env steps where a pod reached the run's target).
         """
         if self._notices is None or self._announced:
             return
         self._announced = True
         self._drain()  # a neighbour that already told this rank needs no notice back
+        if not self._spread:
+            self._value = int(value)
         self._spread_notice(hops=1)
 
     @property
@@ -221,11 +229,16 @@ class Comm:
         """Receive every notice that has arrived (no forwarding)."""
         MPI = self._MPI
         while self._notices.iprobe(source=MPI.ANY_SOURCE, tag=self.STOP_TAG):
-            sender, hops = self._notices.recv(source=MPI.ANY_SOURCE, tag=self.STOP_TAG)
-            self.notices_received += 1
-            self._heard_from.add(sender)
-            if self.notice_hops is None:
-                self.notice_hops = hops
+            self._heard(*self._notices.recv(source=MPI.ANY_SOURCE, tag=self.STOP_TAG))
+
+    def _heard(self, sender: int, hops: int, value: int) -> None:
+        """One notice received: count it; the first one heard sets the hops and value passed on."""
+        self.notices_received += 1
+        self._heard_from.add(sender)
+        if self.notice_hops is None:
+            self.notice_hops, self.notice_value = hops, value
+            if not self._spread:
+                self._value = value
 
     def _poll(self) -> None:
         """Receive what has arrived; on the first notice, pass it on."""
@@ -238,7 +251,9 @@ class Comm:
             return
         self._spread = True
         dests = [r for r in stop_tree_neighbours(self.rank, self.size) if r not in self._heard_from]
-        self._requests += [self._notices.isend((self.rank, hops), dest=r, tag=self.STOP_TAG) for r in dests]
+        self._requests += [
+            self._notices.isend((self.rank, hops, self._value), dest=r, tag=self.STOP_TAG) for r in dests
+        ]
         self.notices_sent += len(dests)
         self.notified = tuple(dests)
 
@@ -289,11 +304,7 @@ class Comm:
                 if self.watch is not None and self.watch(time.monotonic() - t0, self.waits):
                     raise MeetingTimeout("notices", self.waits, time.monotonic() - t0)
                 time.sleep(self._WAIT_SLEEP_S)
-            sender, hops = self._notices.recv(source=anyone, tag=tag)
-            self.notices_received += 1
-            self._heard_from.add(sender)
-            if self.notice_hops is None:
-                self.notice_hops = hops
+            self._heard(*self._notices.recv(source=anyone, tag=tag))
         for req in self._requests:
             req.wait()
         self._requests = []

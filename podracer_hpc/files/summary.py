@@ -1,6 +1,7 @@
 """The run's summary, assembled from the run directory: each pod writes its part when it ends.
 
-A pod that ends (trained its budget: ``done``; checkpointed on a stop: ``stopped``) writes
+A pod that ends (trained its budget, or the run reached its target return: ``done``;
+checkpointed on a stop: ``stopped``) writes
 ``pods/pod<i>.json`` (:func:`write_record`) before anything else of its end, and a job's rank 0
 then assembles ``summary.json`` from every pod record of the pool (:func:`assemble`). So:
 
@@ -150,6 +151,10 @@ def assemble(
         if stopped:
             summary["pods_stopped"] = stopped  # checkpointed on a stop: run (or submit) again to resume
         summary["pods_done"] = len(done)
+    reached = {i: r["reached"] for i, r in records.items() if isinstance(r.get("reached"), int) and r["reached"] > 0}
+    if any(r.get("target_end") for r in parts) and reached:  # eval.stop_at_return ended the run
+        first = min(reached.values())
+        summary["ended_at_target"] = {"env_steps": first, "pods": [i for i in sorted(reached) if reached[i] == first]}
     if tournament or "final_episodes" in summary:
         summary["best_pod"] = best_pod
     if tournament:

@@ -60,7 +60,8 @@ class Meeting:
     """What a rank brings to a meeting of all ranks (collective rounds and the end of the run).
 
     ``kind``: ``round`` (reached round ``report`` is for), ``stop`` (checkpointed, leaving:
-    everyone leaves), ``done`` (trained its budget). ``summary``: its part of the run summary.
+    everyone leaves), ``target`` (a pod of the run reached ``eval.stop_at_return``: everyone
+    leaves, the run complete), ``done`` (trained its budget). ``summary``: its part of the run summary.
     """
 
     kind: str

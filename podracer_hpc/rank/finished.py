@@ -1,10 +1,11 @@
 """Whether a run directory already holds this very run, complete: then ``podracer train`` leaves it
 as it is (it says so and prints the summary) instead of resuming it to redo its final evaluation.
 
-Complete means: the run's ``config.yaml`` equals the config asked for (a larger
-``total_env_steps`` is a request to train on), every pod of this part left a ``done`` record with
-its final evaluation, its checkpoint is there, no checkpoint of a larger pool is, and the summary
-is readable (and complete, for a run of one part). Reads files only: nothing is created or changed.
+Complete means: the run's ``config.yaml`` equals the config asked for (a larger ``total_env_steps``
+is a request to train on), every pod of this part left a ``done`` record (its budget trained, or
+the run ended at its ``eval.stop_at_return``) with its final evaluation, its checkpoint is there,
+no checkpoint of a larger pool is, and the summary is readable (and complete, for a run of one
+part). Reads files only: nothing is created or changed.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def complete_summary(rundir: RunDir, cfg: Config, part: PoolPart, world: int) ->
     if len(records) != len(pods) or any(
         r.get("state") != "done"
         or not isinstance(r.get("env_steps"), int)
-        or r["env_steps"] < cfg.total_env_steps
+        or (r["env_steps"] < cfg.total_env_steps and not r.get("target_end"))
         or (cfg.eval.final_episodes > 0 and not isinstance(r.get("verdict"), list))
         for r in records.values()
     ):
@@ -64,11 +65,15 @@ def finished_summary(rundir: RunDir, cfg: Config, part: PoolPart, comm: Any, say
     found = complete_summary(rundir, cfg, part, comm.size)
     if found is not None and comm.rank == 0:
         n = len(part.pods(comm.size))
+        if found[0].get("ended_at_target"):
+            budget = f"a pod reached eval.stop_at_return {cfg.eval.stop_at_return:g}"
+            more = "--set eval.stop_at_return=<higher> (or null)"
+        else:
+            budget, more = f"total_env_steps {fmt_steps(cfg.total_env_steps)} each", "--set total_env_steps=<more>"
         say(
             f"{rundir.root} is complete: {n} pod{'s' * (n != 1)} trained {fmt_steps(found[1])} env steps "
-            f"(total_env_steps {fmt_steps(cfg.total_env_steps)} each) and were evaluated; nothing to do, "
-            "no file changed. Its summary follows. To redo the final evaluation: --force-final-eval; to train "
-            "on: --set total_env_steps=<more>; a new run: a new --run-dir"
+            f"({budget}) and were evaluated; nothing to do, no file changed. Its summary follows. To redo the "
+            f"final evaluation: --force-final-eval; to train on: {more}; a new run: a new --run-dir"
         )
     return None if found is None else found[0]
 

@@ -14,7 +14,10 @@ run directory, the job's identity, exit codes), :mod:`h5log` (the rank's log), :
 
 **No collective on the per-update path.** Pods train between rounds without waiting for each
 other. Ranks meet only at a round (``tournament.sync: collective``) and at the end; with
-``async`` rounds only at the end. Everything else is decided by each rank alone:
+``async`` rounds only at the end. A pod that reaches the run's target return
+(``eval.stop_at_return``) tells the others with a stop notice carrying its env steps; each
+trains on to those env steps, then leaves, and the run is complete (:mod:`target`).
+Everything else is decided by each rank alone:
 
 - a time-based checkpoint is each rank's own (ranks resume from different updates of the same
   round: their training between rounds is independent, so that is consistent and exact);
@@ -80,6 +83,7 @@ from podracer_hpc.rank import faults, resume
 from podracer_hpc.rank.finished import finished_summary, fmt_steps
 from podracer_hpc.rank.lock import take_world_lock
 from podracer_hpc.rank.state import RankState
+from podracer_hpc.rank.target import Target
 from podracer_hpc.rank.vigil import Vigil
 
 __all__ = ["EXIT_REQUEUE", "RunResult", "TrainingError", "train"]
@@ -188,6 +192,8 @@ class RankRun:
         self.round_index = 0
         self.pool_line = ""  # rank 0: the pool at its last collective round, for the progress line
         self.met: list[Meeting] | None = None  # the ranks' last meeting, once it ended the run
+        self.target = Target(cfg.eval.stop_at_return)  # the return that ends the run (None: its budget does)
+        self.target_end = False  # the ranks' last meeting: a pod reached the target, nobody stopped
         self.pending_fitness: Fitness | None = None  # a round's evaluation whose meeting ended the run
         self.verdict: Fitness | None = None  # the run's final evaluation (eval.final_episodes), when trained
         self.inject_nan, self.slow = faults.nan_update(self.index), faults.slow_factor(self.index)
@@ -324,6 +330,7 @@ class RankRun:
         self.round_clock = (time.perf_counter(), self.pod.env_steps)  # when and where the last round was
         self.eval_every = cfg.eval.interval_env_steps or cfg.total_env_steps
         self.best, self.last_eval = st.best_return, st.last_eval_return
+        self.target.resume(st.reached, st.reached_target, self.comm)
         self.next_eval, self.wall_before = st.next_eval or self.eval_every, st.wall_s
         self.pod.prepare_training()  # start-up, not training: the optimizer's one-off import (pod.py)
         self.t_start, self.steps_at_start = time.perf_counter(), self.pod.env_steps
@@ -511,6 +518,7 @@ class RankRun:
         fit = Fitness(tuple(r.tolist()), seed)
         self.last_eval = fit.mean
         self.best = max(self.best, self.last_eval)
+        self.target.evaluated(fit.mean, pod.env_steps, self.comm)
         self.hb.record.update(last_eval=fit.mean, best_eval=self.best)
         self.log.append(
             "eval",
@@ -635,6 +643,8 @@ class RankRun:
             pending_round=[self.round_index, self.pending_fitness.to_checkpoint()]
             if self.pending_fitness is not None
             else None,
+            reached=self.target.reached,
+            reached_target=self.target.value,
             collectives=dict(self.comm.calls),
             log_rows=self.log.rows(),
         )
@@ -663,25 +673,27 @@ class RankRun:
 
     def stopping(self) -> bool:
         """Whether this rank stops now: its own signal or --stop-after-updates (then it tells the
-        others), another rank's notice, or a meeting where someone stopped."""
-        if self.stopped_by or self.met is not None:
+        others), another rank's notice, a meeting where someone stopped, or the target: reached
+        here or by another pod, once this pod has trained as far (:class:`Target`)."""
+        if self.stopped_by or self.met is not None or self.target.stopped:
             return True
         if self.stop.signal is not None:
             self.stopped_by = f"signal {self.stop.name}"
         elif self.stop_after_updates and self.updates_here >= self.stop_after_updates:
             self.stopped_by = f"--stop-after-updates {self.stop_after_updates}"
-        elif self.comm.stop_announced():
-            self.stopped_by = "another rank's stop"
-            return True
         else:
-            return False
+            why = self.target.poll(self.comm, self.pod.env_steps, self.round_due())
+            if why == "stop":
+                self.stopped_by = "another rank's stop"
+            return bool(why)
         self.comm.announce_stop()
         return True
 
     # --- the end --------------------------------------------------------------------------
     def meet(self, kind: str, report: Any = None, schedule: tuple[int, bool] = (1, True)) -> list[Meeting]:
         """Meet every rank: a collective, only at rounds and at the end. Unless everyone came for a
-        round, this meeting is the last one (anyone's ``stop`` stops everyone) and :attr:`met` keeps it."""
+        round, this meeting is the last one (anyone's ``stop`` stops everyone; a ``target`` and no
+        ``stop`` ends the run complete) and :attr:`met` keeps it."""
         # made once every rank has come (comm.meet passes stop notices on while this rank waits):
         # then it says every notice this rank will ever send, and the last meeting settles them
         everyone = self.comm.meet(lambda: Meeting(kind, report, self.comm.announced, {}, self.comm.notified, schedule))
@@ -695,12 +707,15 @@ class RankRun:
             self.met = everyone
             if "stop" in kinds and not self.stopped_by:
                 self.stopped_by = "another rank's stop"
+            self.target_end = "target" in kinds and "stop" not in kinds
         return everyone
 
     def record(self) -> dict[str, Any]:
         """This pod's part of the run summary (poolsummary.py), written to the run directory when it ends."""
         return {
-            "state": "stopped" if self.stopped_by or self.met is not None or not self.trained() else "done",
+            "state": "done" if self.ended_well() else "stopped",
+            "reached": self.target.reached or None,  # env steps of its first evaluation at or above the target
+            "target_end": self.target.stopped or self.target_end,  # it ended because a pod reached the target
             "algo": self.cfg.agent.algo,
             "env_steps": self.pod.env_steps,
             "best": self.best,
@@ -722,6 +737,13 @@ class RankRun:
             "publish_failed": self.publish_failures(),
         }
 
+    def ended_well(self) -> bool:
+        """Nothing is left to train for this pod: its budget is done, or a pod of the run reached
+        the target (not a stop, which a resume continues)."""
+        if self.stopped_by:
+            return False
+        return self.target.stopped or self.target_end or (self.trained() and self.met is None)
+
     def publish_failures(self) -> int:
         """Rounds of this pod (resumed ones too: its log's rows) whose publication failed."""
         if self.log is None:
@@ -736,7 +758,7 @@ class RankRun:
         record in the run directory, the ranks' last meeting (who stopped), and rank 0 writes
         summary.json from every pod's record (the whole pool's, when it runs as several jobs)."""
         n = self.cfg.eval.final_episodes
-        if n and self.trained() and not self.stopped_by and self.met is None:
+        if n and self.ended_well():
             seed = eval_seed(self.cfg.seed, "final")
             r = self.pod.evaluate(seed, episodes=n).cpu().numpy() * (math.nan if self.poisoned else 1.0)
             self.verdict = Fitness(tuple(r.tolist()), seed)
@@ -746,9 +768,9 @@ class RankRun:
         poolsummary.write_record(self.rundir, self.index, record)  # before the meeting: rank 0 reads it after
         self.hb.beat("ended", force=True, state=record["state"], update=self.pod.updates, env_steps=self.pod.env_steps)
         if self.met is None:
-            self.meet("stop" if self.stopped_by else "done")
+            self.meet("stop" if self.stopped_by else "target" if self.target.stopped else "done")
         self.comm.settle_notices([m.notified for m in self.met])
-        complete = all(m.kind == "done" for m in self.met)
+        complete = self.target_end or all(m.kind == "done" for m in self.met)
         self.vigil.aggregate(self.pool_size, "done" if complete else "stopped", force=True)
         if not complete:
             hops = self.comm.notice_hops  # the first notice this rank got, over the ranks' tree (comm.py)
@@ -758,6 +780,12 @@ class RankRun:
                 "checkpoint saved, run again to resume"
             )
         summary = self.summarize() if self.comm.rank == 0 else {}
+        if summary.get("ended_at_target"):
+            at = summary["ended_at_target"]
+            self.say(
+                f"eval.stop_at_return {self.target.value:g} reached by pod {', '.join(map(str, at['pods']))} at "
+                f"{fmt_steps(at['env_steps'])} env steps: every pod stopped there or soon after; the run is complete"
+            )
         return RunResult(complete=complete, summary=summary, rank=self.comm.rank, wait_for_all=self.comm.barrier)
 
     def summarize(self) -> dict[str, Any]:

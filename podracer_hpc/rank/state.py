@@ -1,12 +1,12 @@
 """The run loop's own state in a pod checkpoint: one typed record beside the pod's.
 
 A checkpoint's meta holds the pod's state (pod.py: counters, seeds, its config) and this rank's
-progress through the run (:class:`RankState`: the best and last evaluation, the next evaluation
-and round, the round it is in, a round's evaluation whose meeting ended the run, the rows its log
-held). ``RankRun.save_checkpoint`` writes it with :meth:`RankState.to_meta`; a resume reads it back with
-:meth:`RankState.from_meta`, which knows every key's default, so a checkpoint written before a
-key existed still resumes (the defaults are what that older code did). Nothing here imports
-torch, h5py or MPI.
+progress through the run (:class:`RankState`: the best and last evaluation, the next evaluation and
+round, the round it is in, a round's evaluation whose meeting ended the run, where it first reached
+the run's target return, the rows its log held). ``RankRun.save_checkpoint`` writes it with
+:meth:`RankState.to_meta`; a resume reads it back with :meth:`RankState.from_meta`, which knows
+every key's default, so a checkpoint written before a key existed still resumes (the defaults are
+what that older code did). Nothing here imports torch, h5py or MPI.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class RankState:
     next_round: int = 0  # env steps of the next round (0: not recorded: the round's own point)
     last_copy_round: int = -1  # the last round this pod took another agent or mutated its own values (PBT's "ready")
     pending_round: list | None = None  # [round, fitness]: evaluated for a round whose meeting ended the run
+    reached: int = 0  # env steps of the pod's first evaluation at or above eval.stop_at_return (0: none)
+    reached_target: float | None = None  # the eval.stop_at_return ``reached`` is for
     collectives: dict[str, int] = field(default_factory=dict)  # this process's collective calls (tests count them)
     log_rows: dict[str, int] | None = None  # what the (flushed) log held: a resume cuts it back to this
 
@@ -59,6 +61,8 @@ class RankState:
                     continue
                 elif f.name == "log_rows" and not isinstance(v, dict):
                     continue
+                elif f.name == "reached_target":
+                    v = float(v)
             except (TypeError, ValueError):
                 continue
             setattr(out, f.name, v)

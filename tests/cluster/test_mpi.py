@@ -124,9 +124,10 @@ def test_the_stop_tree_connects_every_rank_with_few_neighbours_and_short_paths(n
 @pytest.mark.parametrize("n", [3, 64])
 def test_stop_notices_flood_a_tree_and_settle_exactly(n: int, tmp_path: Path) -> None:
     """One rank's notice reaches every rank in N - 1 messages, no rank sending more than
-    ceil(log2 N) + 1, over at most 2 ceil(log2 N) hops; every rank announcing at once (Slurm's
-    warning) costs at most 2(N - 1) messages, not N(N - 1); ranks already waiting at the meeting
-    pass notices on; after the last meeting every notice is received and MPI finalizes (exit 0)."""
+    ceil(log2 N) + 1, over at most 2 ceil(log2 N) hops, with the value it carries; every rank
+    announcing at once (Slurm's warning) costs at most 2(N - 1) messages, not N(N - 1); ranks
+    already waiting at the meeting pass notices on; after the last meeting every notice is
+    received and MPI finalizes (exit 0)."""
     mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec next to sys.executable or on PATH (pip install mpich)")
@@ -160,6 +161,9 @@ def test_stop_notices_flood_a_tree_and_settle_exactly(n: int, tmp_path: Path) ->
             # every other rank heard, over the tree's path from the announcer: its hops
             assert [p["hops"] for p in parts] == [None if r == origin else dist[r] for r in range(n)], name
             assert max(dist) <= 2 * log
+            # the announcer's value reached every rank, however many hops away ("waiting": a plain stop)
+            value = 123_456 if name == "one" else 0
+            assert [p["value"] for p in parts] == [None if r == origin else value for r in range(n)], name
         # settled: each rank received exactly what was sent to it, nothing is left over
         to = [sum(r in p["notified"] for p in parts) for r in range(n)]
         assert [a["received"] for a in after] == to, name

@@ -112,6 +112,21 @@ def test_summary_verdict_is_the_best_pod_on_the_common_final_set(tmp_path):
     assert "final_episodes" not in s and s["best_pod"] == 0  # a pod missing: no verdict yet
 
 
+@pytest.mark.parametrize(
+    "reached,target_end,want",
+    [
+        ([300, 200, None], True, {"env_steps": 200, "pods": [1]}),
+        ([200, 200, None], True, {"env_steps": 200, "pods": [0, 1]}),
+        ([300, 200, None], False, None),  # reached, but the budget ended the run (no target set now)
+        ([None, None, None], False, None),
+    ],
+)
+def test_a_run_ended_by_its_target_says_where_and_by_whom(reached, target_end, want):
+    recs = {i: _rec("done", -1.0, reached=r, target_end=target_end) for i, r in enumerate(reached)}
+    s = assemble(recs, 3, task="t", revision="r", tournament=False)
+    assert s.get("ended_at_target") == want and s.get("complete", True)
+
+
 def test_a_record_must_say_how_the_pod_ended(tmp_path):
     with pytest.raises(ValueError, match="state"):
         write_record(RunDir(tmp_path), 0, _rec("running", 1.0))

@@ -5,7 +5,8 @@ Usage: ``mpiexec -n N python stop_tree.py OUTDIR``. Each scenario has a communic
 (its own notice counters), and ends as the run program does: a meeting (:meth:`Comm.meet`), then
 :meth:`Comm.settle_notices`, then one more gather of what each rank received in all.
 
-- ``one``: the last rank (a leaf as deep as any) announces, then goes to the meeting; every other
+- ``one``: the last rank (a leaf as deep as any) announces with a value (:data:`VALUE`, as a pod
+  that reached the run's target announces its env steps), then goes to the meeting; every other
   rank polls :meth:`Comm.stop_announced` (as between updates) until it hears, then goes too;
 - ``all``: every rank announces at once (Slurm signals every task), then goes to the meeting;
 - ``waiting``: the last rank announces; every rank with children in the tree is already at the
@@ -25,6 +26,7 @@ from pathlib import Path
 from podracer_hpc.cluster.mpi import get_comm, stop_tree_neighbours
 
 POLL_S = 0.001  # a (very short) update between two polls
+VALUE = 123_456  # what the announcer's notice carries in "one"
 GIVE_UP_S = 60.0  # a rank that never hears goes to the meeting anyway: the test fails, nothing hangs
 
 
@@ -45,7 +47,7 @@ def scenario(name: str) -> dict:
     t0 = time.time()
     heard_at = None
     if name == "all" or r == origin:
-        comm.announce_stop()
+        comm.announce_stop(VALUE if name == "one" else 0)
     elif name == "one" or (name == "waiting" and len(stop_tree_neighbours(r, n)) == 1 and r != 0):
         if poll_until_heard(comm):
             heard_at = time.time()
@@ -59,6 +61,7 @@ def scenario(name: str) -> dict:
             "notified": list(comm.notified),
             "received": comm.notices_received,
             "hops": comm.notice_hops,
+            "value": comm.notice_value,
             "heard_s": None if heard_at is None else heard_at - t0,
         }
 

@@ -287,7 +287,7 @@ TESTS = PKG.parent / "tests"
 NOT_MIRRORS = {"system", "slurm", "bench", "fixtures", "golden", "mpi_scripts", "__pycache__"}
 # Modules of 100 statements or more whose tests live in a file not named after them, and where.
 ELSEWHERE = {
-    "rank/program.py": "tests/test_pod.py, tests/system/test_chaos.py (the rank program run end to end)",
+    "files/summary.py": "tests/launch/test_pooljobs.py (pod records and the summary of a pool of several jobs)",
     "rank/finished.py": "tests/test_cli.py (a finished run stays finished), tests/launch/test_watch.py",
     "trading/readers.py": "tests/trading/test_data.py, tests/trading/test_cache.py (reading market files)",
     "report/plots.py": "tests/report/test_aggregate.py (figures from real runs)",

@@ -454,6 +454,10 @@ def test_the_alternatives_and_dexpbt_run_end_to_end_in_device_equivalent_time(tm
     assert second["learning_rate"] == pytest.approx(prior_draw(space, 1)["learning_rate"])
     assert second["ent_coef"] == pytest.approx(prior_draw(space, 1)["ent_coef"])
     assert rs.config["tournament"]["mode"] == "none"
+    # it ended at the target (stop_at_target, the default): where its first pod reached it
+    assert rs.config["eval"]["stop_at_return"] == -5000.0
+    ended = json.loads((runs / "random_search" / "p2-s0" / "summary.json").read_text())["ended_at_target"]
+    assert ended["env_steps"] < rs.config["total_env_steps"]
     # one learner with 2 x the envs: one rank, 2 x 64 envs, 2 x the env steps
     dp = load_run(runs / "data_parallel" / "p2-s0")
     assert list(dp.logs) == [0] and dp.config["env"]["num_envs"] == 128 and dp.config["total_env_steps"] == 8192

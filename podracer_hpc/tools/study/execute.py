@@ -97,11 +97,13 @@ def scheme_sets(pt: Point) -> list[str]:
 
 
 def podracer_request(study: Study, pt: Point, executor: str) -> launch.Request:
-    """The ``launch.Request`` of a podracer point (its scheme's overrides after the system's)."""
+    """The ``launch.Request`` of a podracer point (its scheme's overrides after the system's; with
+    ``stop_at_target``, the run ends where its first pod reaches a return target)."""
     gpn = pt.gpus_per_node if study.gpus_of(pt.system) >= 1 else 0  # a shared GPU is not a Slurm GPU request
+    stop = [f"eval.stop_at_return={study.target!r}"] if pt.system.stop_at_target and study.metric == "return" else []
     return launch.Request(
         job_file=str(pt.system.job),
-        overrides=[*pt.system.sets, f"seed={pt.seed}", *scheme_sets(pt)],
+        overrides=[*pt.system.sets, f"seed={pt.seed}", *scheme_sets(pt), *stop],
         executor=executor,
         nodes=pt.nodes if executor == "slurm" else 1,
         tasks_per_node=pt.tasks_per_node if executor == "slurm" else pt.nodes * pt.tasks_per_node,

@@ -107,7 +107,12 @@ class SystemConfig:
         "RLlib's GPU learner while the pods share one GPU",
     )
     python: str = F("", "rllib: the interpreter with ray[rllib] (default <repo>/.venv-rllib/bin/python)")
-    stop_at_target: bool = F(True, "rllib: stop at the first evaluation at or above the target (metric return)")
+    stop_at_target: bool = F(
+        True,
+        "metric return: end a run at the first evaluation at or above the target (podracer: every pod "
+        "once it has trained as far, eval.stop_at_return; its time to target is the same); false: train "
+        "the whole budget (the pool's returns after the target)",
+    )
     max_wall_s: float = F(
         0.0,
         "rllib: stop after this many training seconds (0: no bound; a run that stops there "
