@@ -410,6 +410,12 @@ def render(
         state = "running"
     elif any(f == "running" for f in fates.values()):
         state = "running (the summary so far is of the parts of the pool that ended)"
+    elif summary.get("complete", True) and summary.get("ended_at_target"):
+        at = summary["ended_at_target"]
+        state = (
+            f"finished at its target (eval.stop_at_return): pod {_ranks_text(at['pods'])} reached it "
+            f"at {at['env_steps']:,} env steps"
+        )
     elif summary.get("complete", True):
         state = "finished"
     else:

@@ -78,6 +78,10 @@ def test_the_pool_ends_where_its_first_pod_reaches_the_target(tmp_path, mode):
     if mode == "elegantrl":
         assert summary["rounds"] >= 1
     assert "eval.stop_at_return -900 reached by pod" in r.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "podracer_hpc.cli", "status", str(run)], capture_output=True, text=True, timeout=120
+    )
+    assert f"finished at its target (eval.stop_at_return): pod {summary['ended_at_target']['pods'][0]}" in status.stdout
     # a run again is told the run is complete and changes nothing
     before = (run / "summary.json").stat().st_mtime_ns
     again = train(
