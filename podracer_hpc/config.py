@@ -123,9 +123,9 @@ class EvalConfig:
     )
     stop_at_return: float | None = F(
         None,
-        "end the run once a pod's evaluation reaches this mean return: every pod of the job stops where "
-        "the pods next meet (the next round; after each evaluation when they have no rounds) and the run "
-        "is complete; null = train to total_env_steps",
+        "end the run once a pod's evaluation reaches this mean return: its stop notice carries its env "
+        "steps, every pod of the job trains (and evaluates) that far and stops, and the run is complete; "
+        "null = train to total_env_steps",
     )
 
 
@@ -635,20 +635,6 @@ def validate(cfg: Config) -> Config:
             f"must be at least one update's env steps (env.num_envs x agent.rollout_steps = {batch:,}), got "
             f"{cfg.tournament.interval_env_steps:,}: rounds would follow each other with no training between "
             f"them; set it to {batch:,} or more",
-        )
-    if target is not None:
-        need(
-            cfg.tournament.mode == "none" or cfg.tournament.sync == "collective",
-            "eval.stop_at_return",
-            "the pods of an asynchronous pool (tournament.sync async) never meet, so none can stop the others: "
-            "use sync collective, or leave it null",
-        )
-        batches = sorted({m.env.num_envs * m.agent.rollout_steps for m in members})
-        need(
-            len(batches) == 1,
-            "eval.stop_at_return",
-            f"the pods meet at their evaluations, so every pod needs the same env.num_envs x agent.rollout_steps; "
-            f"the members have {', '.join(f'{b:,}' for b in batches)}",
         )
     algos = sorted({m.agent.algo for m in members})
     allowed = [k for algo in algos for k in MUTABLE_BY_ALGO[algo]]

@@ -313,16 +313,6 @@ def test_configerror_is_a_valueerror():
         (["eval.stop_at_return=high"], "eval.stop_at_return", "'high'"),
         (["eval.stop_at_return=.nan"], "eval.stop_at_return", "nan"),
         (["eval.stop_at_return=true"], "eval.stop_at_return", "True"),
-        (
-            ["eval.stop_at_return=-200", "tournament.mode=pbt", "tournament.sync=async"],
-            "eval.stop_at_return",
-            "never meet",
-        ),
-        (
-            ["eval.stop_at_return=-200", 'members=[{"env.num_envs": 64}, {}]'],
-            "eval.stop_at_return",
-            "the members have",
-        ),
     ],
 )
 def test_invalid_values_raise_naming_the_key(overrides, key, fragment):

@@ -53,14 +53,15 @@ def first_crossings(run: Path, n: int) -> dict[int, int | None]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["none", "elegantrl"])
+@pytest.mark.parametrize("mode", ["none", "elegantrl", "async"])
 def test_the_pool_ends_where_its_first_pod_reaches_the_target(tmp_path, mode):
-    """3 pods without rounds (they never meet while training) or with a round every 8,192 env
-    steps: the run ends complete long before its budget, at the env steps where the first pod
-    reached the target, and every pod trained and evaluated at least that far (so no pod that
-    would have reached it sooner was stopped first)."""
+    """3 pods without rounds (they never meet while training), with a round every 8,192 env steps,
+    or with asynchronous PBT rounds: the run ends complete long before its budget, at the env steps
+    where the first pod reached the target, and every pod trained and evaluated at least that far
+    (so no pod that would have reached it sooner was stopped first)."""
     run = tmp_path / mode
-    r = train(3, run, f"eval.stop_at_return={TARGET}", f"tournament.mode={mode}", "tournament.interval_env_steps=8192")
+    tournament = ("tournament.mode=pbt", "tournament.sync=async") if mode == "async" else (f"tournament.mode={mode}",)
+    r = train(3, run, f"eval.stop_at_return={TARGET}", *tournament, "tournament.interval_env_steps=8192")
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert "complete" not in summary  # complete: only an incomplete summary says so
@@ -75,7 +76,7 @@ def test_the_pool_ends_where_its_first_pod_reaches_the_target(tmp_path, mode):
     for i in range(3):
         ev = read_log(run / "logs" / f"pendulum_fast_rank{i}.h5")["eval"]
         assert int(np.max(ev["env_steps"])) >= first, i
-    if mode == "elegantrl":
+    if mode != "none":
         assert summary["rounds"] >= 1
     assert "eval.stop_at_return -900 reached by pod" in r.stderr
     status = subprocess.run(
@@ -84,9 +85,7 @@ def test_the_pool_ends_where_its_first_pod_reaches_the_target(tmp_path, mode):
     assert f"finished at its target (eval.stop_at_return): pod {summary['ended_at_target']['pods'][0]}" in status.stdout
     # a run again is told the run is complete and changes nothing
     before = (run / "summary.json").stat().st_mtime_ns
-    again = train(
-        3, run, f"eval.stop_at_return={TARGET}", f"tournament.mode={mode}", "tournament.interval_env_steps=8192"
-    )
+    again = train(3, run, f"eval.stop_at_return={TARGET}", *tournament, "tournament.interval_env_steps=8192")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is complete" in again.stderr and (run / "summary.json").stat().st_mtime_ns == before
 
