@@ -96,11 +96,18 @@ def scheme_sets(pt: Point) -> list[str]:
     ]
 
 
+def stop_return(study: Study, system: Any) -> float | None:
+    """The return at which a run of ``system`` ends (``stop_at_target`` with the return as the
+    metric): podracer's ``eval.stop_at_return``, RLlib's ``--stop-at-return``; None: its budget."""
+    return study.target if system.stop_at_target and study.metric == "return" else None
+
+
 def podracer_request(study: Study, pt: Point, executor: str) -> launch.Request:
     """The ``launch.Request`` of a podracer point (its scheme's overrides after the system's; with
     ``stop_at_target``, the run ends where its first pod reaches a return target)."""
     gpn = pt.gpus_per_node if study.gpus_of(pt.system) >= 1 else 0  # a shared GPU is not a Slurm GPU request
-    stop = [f"eval.stop_at_return={study.target!r}"] if pt.system.stop_at_target and study.metric == "return" else []
+    target = stop_return(study, pt.system)
+    stop = [] if target is None else [f"eval.stop_at_return={target!r}"]
     return launch.Request(
         job_file=str(pt.system.job),
         overrides=[*pt.system.sets, f"seed={pt.seed}", *scheme_sets(pt), *stop],
@@ -135,8 +142,8 @@ def rllib_args(study: Study, pt: Point, executor: str = "local") -> list[str]:
     args = ["--run-dir", str(pt.run_dir), "--quiet"]
     for kv in rllib_sets(study, pt, executor):
         args += ["--set", kv]
-    if s.stop_at_target and study.metric == "return":
-        args += ["--stop-at-return", f"{study.target:g}"]
+    if (target := stop_return(study, s)) is not None:
+        args += ["--stop-at-return", f"{target:g}"]
     if s.max_wall_s is not None:
         args += ["--max-wall-s", f"{s.max_wall_s:g}"]
     return args
@@ -218,8 +225,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def done_summary(s: dict[str, Any] | None) -> bool:
-    """A run that needs no more work: it completed its training, or an RLlib run stopped at the
-    target or at its ``max_wall_s`` bound."""
+    """A run that needs no more work: it is complete (its budget trained, or a podracer run ended at
+    its target), or an RLlib run stopped at the target or at its ``max_wall_s`` bound."""
     return s is not None and (s.get("complete", True) is not False or bool(s.get("stopped_at_wall_s")))
 
 
