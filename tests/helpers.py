@@ -39,6 +39,21 @@ def run_cli(
     )
 
 
+def run_mpi(n: int, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``mpiexec -n n python args...`` from the checkout, with this process's environment (the
+    world chosen by the launcher, not PODRACER_COMM); skips where there is no mpiexec."""
+    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    e.pop("PODRACER_COMM", None)
+    return subprocess.run(
+        [mpiexec_or_skip(), "-n", str(n), sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=e,
+    )
+
+
 def mpiexec_or_skip() -> str:
     """The mpiexec the launcher would use; skip (saying why) where there is none."""
     try:

@@ -2,33 +2,16 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import mpiexec_or_skip
+from helpers import run_mpi
 
 from podracer_hpc.files.h5log import read_log
 from podracer_hpc.pool.fitness import eval_seed
 from podracer_hpc.pool.leaderboard import Leaderboard
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.mpi
-
-
-def run_mpi(n: int, *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    e = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    e.pop("PODRACER_COMM", None)
-    return subprocess.run(
-        [mpiexec_or_skip(), "-n", str(n), sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=e,
-    )
 
 
 def train_args(run_dir: Path, *sets: str) -> list[str]:

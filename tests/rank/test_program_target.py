@@ -4,26 +4,21 @@ again leaves it as it is. (The rank program's other end-to-end tests: tests/test
 tests/system/test_chaos.py.)"""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import mpiexec_or_skip
+from helpers import run_cli, run_mpi
 
 from podracer_hpc.files.h5log import read_log
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.mpi
 TARGET = -900.0  # Pendulum's first evaluations are near -1,200; the job's pods pass -900 within 20k env steps
 BUDGET = 200_000  # env steps a pod: far more than the target takes
 
 
 def train(n: int, run: Path, *sets: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PODRACER_COMM", None)
     args = ["-m", "podracer_hpc.cli", "train", "jobs/pendulum_fast.yaml", "--run-dir", str(run), *extra]
     for kv in (
         f"total_env_steps={BUDGET}",
@@ -33,14 +28,7 @@ def train(n: int, run: Path, *sets: str, extra: tuple[str, ...] = ()) -> subproc
         *sets,
     ):
         args += ["--set", kv]
-    return subprocess.run(
-        [mpiexec_or_skip(), "-n", str(n), sys.executable, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env=env,
-    )
+    return run_mpi(n, *args)
 
 
 def first_crossings(run: Path, n: int) -> dict[int, int | None]:
@@ -79,9 +67,7 @@ def test_the_pool_ends_where_its_first_pod_reaches_the_target(tmp_path, mode):
     if mode != "none":
         assert summary["rounds"] >= 1
     assert "eval.stop_at_return -900 reached by pod" in r.stderr
-    status = subprocess.run(
-        [sys.executable, "-m", "podracer_hpc.cli", "status", str(run)], capture_output=True, text=True, timeout=120
-    )
+    status = run_cli("status", str(run), timeout=120)
     assert f"finished at its target (eval.stop_at_return): pod {summary['ended_at_target']['pods'][0]}" in status.stdout
     if mode != "none":
         return
